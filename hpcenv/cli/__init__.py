@@ -1,0 +1,1 @@
+"""Typer CLI: thin command modules over hpcenv's core."""

@@ -1,0 +1,54 @@
+"""Root of the ``hpcenv`` command: composes one small module per command group.
+
+Each module in ``COMMAND_MODULES`` exposes ``register(app)``. Heavy imports stay inside
+command bodies so ``hpcenv --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from hpcenv.errors import HpcenvError
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "hpcenv.cli.sites",
+    "hpcenv.cli.stack",
+)
+
+app = typer.Typer(
+    name="hpcenv",
+    help="Matched container stacks for distributed ML on HPC: resolve, render, build, test, submit.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Entry point: domain errors become one line on stderr and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except HpcenvError as err:
+        if os.environ.get("HPCENV_DEBUG"):
+            raise
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Exit as ex:
+        sys.exit(ex.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(1)
+    except Exception as ex:  # click usage errors
+        import click
+
+        if isinstance(ex, click.ClickException):
+            ex.show()
+            sys.exit(ex.exit_code)
+        raise
