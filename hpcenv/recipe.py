@@ -1,0 +1,49 @@
+"""Recipes: what an image is for (components wanted), as validated data in ``recipes/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from hpcenv.errors import ConfigError
+from hpcenv.paths import recipes_dir
+from hpcenv.yamlsrc import validate_file
+
+COMPONENTS = (
+    "os", "arch", "python", "mpi", "pmix", "ucx", "libfabric", "cuda", "rocm", "nccl", "rccl",
+    "oneccl", "torch", "horovod", "torch-ccl", "ipex", "mpi4py", "daal4py",
+)  # fmt: skip
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str
+    accelerator: Literal["none", "site", "intel"] = "none"
+    components: dict[
+        Literal["torch", "horovod", "mpi4py", "daal4py", "torch-ccl", "ipex"],
+        Literal["required", "optional"],
+    ]
+    horovod_operations: list[Literal["mpi", "gloo", "ccl", "nccl"]] = []
+
+    def wants(self, name: str) -> bool:
+        return name in self.components
+
+    def requires(self, name: str) -> bool:
+        return self.components.get(name) == "required"  # type: ignore[call-overload]
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+
+
+def load_recipe(name_or_path: str) -> Recipe:
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = recipes_dir() / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown recipe {name_or_path!r}; known: {', '.join(recipe_names())}")
+    return validate_file(Recipe, path)
