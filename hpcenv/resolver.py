@@ -107,14 +107,17 @@ class Resolver:
                     rid, other, detail = failure
                     raise self.conflict(rid, Fact(name, pin.value, pin.origin), other, detail)
             return pin.value
-        first_failure: tuple[str, Fact, str] | None = None
+        # Report the candidate that came closest (fewest broken rules), preferring a failure
+        # against a --set value: that is the constraint the user can change.
+        closest: list[tuple[str, Fact, str]] | None = None
         for cand in candidates:
             failures = [f for f in (c(cand) for c in checks) if f]
             if not failures:
                 return cand
-            first_failure = first_failure or failures[0]
-        if first_failure:
-            rid, other, detail = first_failure
+            if closest is None or len(failures) < len(closest):
+                closest = failures
+        if closest:
+            rid, other, detail = next((f for f in closest if f[1].origin == "--set"), closest[0])
             raise self.conflict(
                 rid, Fact(name, f"(any of {', '.join(candidates)})", "releases"), other, detail
             )
@@ -190,7 +193,17 @@ class Resolver:
                 f"recipe {self.recipe.name} needs GPUs but site {self.site.name} has none "
                 f"(gpu.vendor: none); use horovod-cpu"
             )
-        return {"nvidia": "cuda", "amd": "rocm", "intel": "xpu"}[vendor]
+        accel = {"nvidia": "cuda", "amd": "rocm", "intel": "xpu"}[vendor]
+        pin = self.pins.get("cuda")
+        if accel == "cuda" and pin and not self.driver_allows(pin.value):
+            minimum = rule("cuda-driver")["min_driver"].get(major(pin.value), "unknown")
+            raise self.conflict(
+                "cuda-driver",
+                Fact("cuda", pin.value, pin.origin),
+                Fact("gpu.driver", str(self.site.gpu.driver), f"site {self.site.name}"),
+                f"CUDA {major(pin.value)}.x needs driver >= {minimum}",
+            )
+        return accel
 
     def decide_torch(self, accel: str) -> None:
         if not self.recipe.wants("torch"):

@@ -1,0 +1,369 @@
+"""Building blocks: the lock turned into primitives for a build stage and a slim runtime stage.
+
+Only the primitives know nothing of recipe syntax; the two emitters (``render.py`` with the
+Jinja2 templates) turn the same stages into a Dockerfile and a Singularity definition.
+A block returns what the build stage runs and what the runtime stage needs (hpccm's
+``runtime()`` idea), so the multi-stage split falls out of the blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hpcenv.knowledge import kb
+from hpcenv.lock import Lock
+from hpcenv.site import Site
+from hpcenv.versions import major_minor
+
+VENV = "/opt/venv"
+BUILD_DIR = "/opt/hpcenv-build"  # build stage only: CA bundle, pip.conf, wheelhouse
+PIP = f"{VENV}/bin/pip"
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """One recipe instruction, independent of the output format."""
+
+    kind: Literal["comment", "shell", "env", "copy", "label", "user", "workdir"]
+    commands: tuple[str, ...] = ()
+    pairs: tuple[tuple[str, str], ...] = ()
+    src: str = ""
+    dst: str = ""
+    from_stage: str | None = None
+    text: str = ""
+
+
+def comment(text: str) -> Primitive:
+    return Primitive("comment", text=text)
+
+
+def shell(*commands: str) -> Primitive:
+    return Primitive("shell", commands=tuple(commands))
+
+
+def env(**pairs: str) -> Primitive:
+    return Primitive("env", pairs=tuple(pairs.items()))
+
+
+def copy(src: str, dst: str, from_stage: str | None = None) -> Primitive:
+    return Primitive("copy", src=src, dst=dst, from_stage=from_stage)
+
+
+@dataclass
+class Parts:
+    """What one block contributes to each stage."""
+
+    build: list[Primitive] = field(default_factory=list)
+    runtime: list[Primitive] = field(default_factory=list)
+    runtime_apt: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    primitives: list[Primitive]
+
+
+def apt_install(packages: list[str], mirror: str | None, suite: str | None) -> Primitive:
+    """One apt transaction; a site mirror is used for it and removed in the same step."""
+    pkgs = " ".join(sorted(set(packages)))
+    if mirror:
+        sources = f"{BUILD_DIR}-apt.list"
+        line = shlex.quote(f"deb {mirror} {suite or 'stable'} main")
+        opts = f"-o Dir::Etc::SourceList={sources} -o Dir::Etc::SourceParts=-"
+        return shell(
+            f"printf '%s\\n' {line} > {sources}",
+            f"apt-get {opts} update",
+            f"DEBIAN_FRONTEND=noninteractive apt-get {opts} install -y --no-install-recommends {pkgs}",
+            f"rm -rf /var/lib/apt/lists/* {sources}",
+        )
+    return shell(
+        "apt-get update",
+        f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {pkgs}",
+        "rm -rf /var/lib/apt/lists/*",
+    )
+
+
+def pip_install(*requirements: str, extra: str = "") -> str:
+    reqs = " ".join(shlex.quote(r) for r in requirements)
+    return f"{PIP} install --no-cache-dir {extra}{reqs}".replace("  ", " ")
+
+
+class Blocks:
+    """Build the two stages for one lock on one site."""
+
+    def __init__(self, lock: Lock, site: Site) -> None:
+        self.lock = lock
+        self.site = site
+        self.apt = kb()["install"]["apt"]
+        self.suite = lock.build.get("debootstrap_suite")
+
+    def stages(self, lock_json: str, checks: bool) -> list[Stage]:
+        base = self.lock.build["base_image"]
+        parts = [
+            self.trust(),
+            self.build_tools(),
+            self.mpi(),
+            self.fabric(),
+            self.daal4py_mpi(),
+            self.nccl(),
+            self.python(),
+            self.torch(),
+            self.horovod(),
+            self.pip_packages(),
+        ]
+        build = [shell_setup(), *[p for part in parts for p in part.build]]
+        apt = sorted({pkg for part in parts for pkg in part.runtime_apt} | set(self.apt["runtime_base"]))
+        runtime = [
+            shell_setup(),
+            comment("runtime libraries only: no compilers, headers or build credentials"),
+            apt_install(apt, self.site.build.apt_mirror, self.suite),
+            *[p for part in parts for p in part.runtime],
+            *self.payload(lock_json, checks),
+        ]
+        return [Stage("build", base, build), Stage("runtime", base, runtime)]
+
+    def trust(self) -> Parts:
+        """Build-time CA bundle, pip configuration and wheelhouse: build stage only."""
+        return Parts(
+            build=[
+                comment("build-time trust and package sources; never copied to the runtime stage"),
+                copy("hpcenv-build", BUILD_DIR),
+                env(PIP_CONFIG_FILE=f"{BUILD_DIR}/pip.conf", PIP_DISABLE_PIP_VERSION_CHECK="1"),
+            ]
+        )
+
+    def build_tools(self) -> Parts:
+        return Parts(
+            build=[apt_install(list(self.apt["build_tools"]), self.site.build.apt_mirror, self.suite)]
+        )
+
+    def mpi(self) -> Parts:
+        mpi = self.lock.components["mpi"]
+        name = mpi.implementation or "openmpi"
+        if mpi.source == "apt":
+            pkgs = self.apt[name]
+            return Parts(
+                build=[
+                    comment(f"MPI: {name} {mpi.version} ({mpi.options.get('abi')} ABI) - {mpi.reason}"),
+                    apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
+                ],
+                runtime_apt=list(pkgs["runtime"]),
+            )
+        url = kb()["install"]["mpi_source_url"][name].format(
+            version=mpi.version, mm=major_minor(mpi.version)
+        )
+        pmix = self.lock.components["pmix"].version
+        flags = "--with-pmix=internal" if name == "openmpi" else "--with-pm=hydra"
+        return Parts(
+            build=[
+                comment(f"MPI: {name} {mpi.version} from source (PMIx {pmix}) - {mpi.reason}"),
+                shell(
+                    "mkdir -p /tmp/mpi-src",
+                    f"curl -fsSL {shlex.quote(url)} | tar -x --strip-components=1 -C /tmp/mpi-src -f - "
+                    + ("-j" if url.endswith("bz2") else "-z"),
+                    f"cd /tmp/mpi-src && ./configure --prefix=/opt/mpi {flags} --disable-static",
+                    f"make -C /tmp/mpi-src -j{self.lock.build['jobs']} install",
+                    "rm -rf /tmp/mpi-src",
+                ),
+                env(PATH=f"/opt/mpi/bin:{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            ],
+            runtime=[copy("/opt/mpi", "/opt/mpi", from_stage="build")],
+        )
+
+    def fabric(self) -> Parts:
+        for fab in ("ucx", "libfabric"):
+            if fab in self.lock.components:
+                pkgs = self.apt[fab]
+                return Parts(
+                    build=[apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite)],
+                    runtime_apt=list(pkgs["runtime"]),
+                )
+        return Parts()
+
+    def daal4py_mpi(self) -> Parts:
+        """An MPICH-ABI side runtime for daal4py when the main MPI is Open MPI (hybrid)."""
+        d4p = self.lock.components.get("daal4py")
+        if not d4p or "side_mpi" not in d4p.options:
+            return Parts()
+        lib_dir = d4p.options["lib_dir"]
+        pkgs = self.apt["mpich"]
+        return Parts(
+            build=[
+                comment(f"daal4py side MPI: {d4p.options['side_mpi']} as libmpi.so.12 in {lib_dir}"),
+                apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
+                shell(
+                    f"mkdir -p {lib_dir}",
+                    "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" "
+                    f"{lib_dir}/libmpi.so.12",
+                ),
+            ],
+            runtime=[copy(lib_dir, lib_dir, from_stage="build")],
+            runtime_apt=list(pkgs["runtime"]),
+        )
+
+    def nccl(self) -> Parts:
+        nccl = self.lock.components.get("nccl")
+        if not nccl:
+            return Parts()
+        cuda = self.lock.components["cuda"].version
+        ver = f"{nccl.version}-1+cuda{cuda}"
+        return Parts(
+            build=[apt_install([f"libnccl2={ver}", f"libnccl-dev={ver}"], None, None)],
+            runtime_apt=[f"libnccl2={ver}"],
+        )
+
+    def python(self) -> Parts:
+        torch = self.lock.components.get("torch")
+        if torch and torch.source.startswith("conda"):
+            return Parts()  # the conda environment is the venv
+        return Parts(
+            build=[
+                comment(f"python {self.lock.components['python'].version} venv at {VENV}"),
+                shell(f"python3 -m venv {VENV}", pip_install("--upgrade", "pip", "setuptools", "wheel")),
+                env(PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            ],
+            runtime=[copy(VENV, VENV, from_stage="build")],
+        )
+
+    def torch(self) -> Parts:
+        torch = self.lock.components.get("torch")
+        if not torch:
+            return Parts()
+        variant = torch.options["variant"]
+        if torch.source.startswith("conda"):
+            conda = kb()["rules"]["torch-arch"]["conda"][self.lock.arch]
+            cuda = self.lock.components.get("cuda")
+            build = f"cuda{cuda.version}*" if cuda else "cpu*"
+            python = self.lock.components["python"].version
+            return Parts(
+                build=[
+                    comment(f"torch {torch.version} for {self.lock.arch} from Open-CE (conda)"),
+                    shell(
+                        f"curl -fsSL -o /tmp/miniforge.sh {shlex.quote(conda['installer'])}",
+                        "bash /tmp/miniforge.sh -b -p /opt/conda",
+                        "rm /tmp/miniforge.sh",
+                        f"/opt/conda/bin/conda create -y -p {VENV} -c {shlex.quote(conda['channel'])} "
+                        f"-c conda-forge python={python} "
+                        + shlex.quote(f"pytorch={torch.version}={build}"),
+                        "/opt/conda/bin/conda clean -afy",
+                    ),
+                    env(PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+                ],
+                runtime=[copy(VENV, VENV, from_stage="build")],
+            )
+        index = ""
+        if not self.site.build.pip_find_links:
+            tmpl = kb()["install"]["torch_index"][variant if variant != "xpu" else "cpu"]
+            cuda = self.lock.components.get("cuda")
+            rocm = self.lock.components.get("rocm")
+            url = tmpl.format(
+                cuda_nodot=cuda.version.replace(".", "") if cuda else "",
+                rocm=major_minor(rocm.version) if rocm else "",
+            )
+            index = f"--extra-index-url {shlex.quote(url)} "
+        return Parts(
+            build=[
+                comment(f"torch {torch.version} ({variant}): {torch.reason}"),
+                shell(pip_install(f"torch=={torch.version}", extra=index)),
+            ]
+        )
+
+    def horovod(self) -> Parts:
+        hvd = self.lock.components.get("horovod")
+        if not hvd:
+            return Parts()
+        flags = {k: v for k, v in sorted(hvd.options.items()) if k.startswith("HOROVOD_")}
+        env_words = " ".join(f"{k}={v}" for k, v in flags.items())
+        src = f"/tmp/horovod-{hvd.version}"
+        cmds = [
+            pip_install(*kb()["install"]["horovod_build_deps"]),
+            f"{PIP} download --no-cache-dir --no-deps --no-binary :all: -d /tmp horovod=={hvd.version}",
+            f"tar -xzf /tmp/horovod-{hvd.version}.tar.gz -C /tmp",
+        ]
+        if "cxx17_patch" in hvd.options:
+            cmds.append(
+                "sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "
+                f"{src}/CMakeLists.txt {src}/horovod/torch/CMakeLists.txt"
+            )
+            cmds.append(f"grep -q 'CMAKE_CXX_STANDARD 17' {src}/horovod/torch/CMakeLists.txt")
+        cmds += [
+            f"MAKEFLAGS=-j{self.lock.build['jobs']} {env_words} "
+            f"{PIP} install --no-cache-dir --no-build-isolation {src}",
+            f"rm -rf {src} /tmp/horovod-{hvd.version}.tar.gz",
+            f"{VENV}/bin/horovodrun --check-build",
+        ]
+        return Parts(
+            build=[comment(f"Horovod {hvd.version}: {hvd.reason}"), shell(*cmds)],
+        )
+
+    def pip_packages(self) -> Parts:
+        reqs: list[str] = []
+        index = ""
+        comps = self.lock.components
+        if "mpi4py" in comps:
+            reqs.append(f"mpi4py=={comps['mpi4py'].version}")
+        if "daal4py" in comps:
+            reqs += [comps["daal4py"].options["package"], "scikit-learn"]
+        for name, dist in (("torch-ccl", "oneccl_bind_pt"), ("ipex", "intel_extension_for_pytorch")):
+            if name in comps:
+                reqs.append(f"{dist}=={comps[name].version}")
+                index = f"--extra-index-url {shlex.quote(comps[name].options['index'])} "
+        if not reqs:
+            return Parts()
+        return Parts(build=[comment("python packages"), shell(pip_install(*reqs, extra=index))])
+
+    def payload(self, lock_json: str, checks: bool) -> list[Primitive]:
+        """Lock, labels, checks, environment and the non-root user of the runtime stage."""
+        lock = self.lock
+        labels = [
+            ("org.opencontainers.image.title", f"hpcenv {lock.recipe} for {lock.site}"),
+            ("org.opencontainers.image.description", f"hpcenv recipe {lock.recipe}, site {lock.site}"),
+            ("io.hpcenv.site", lock.site),
+            ("io.hpcenv.recipe", lock.recipe),
+            ("io.hpcenv.lock", json.dumps(json.loads(lock_json), sort_keys=True, separators=(",", ":"))),
+        ]
+        for name in sorted(lock.components):
+            c = lock.components[name]
+            labels.append((f"io.hpcenv.component.{name}", f"{c.implementation}@{c.version}" if c.implementation else c.version))
+        out: list[Primitive] = [
+            env(
+                PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                HPCENV_LOCK="/opt/hpcenv/stack.lock.json",
+                HPCENV_SITE=lock.site,
+                HPCENV_RECIPE=lock.recipe,
+                OMPI_MCA_plm_rsh_agent="",
+            ),
+            copy("stack.lock.json", "/opt/hpcenv/stack.lock.json"),
+        ]
+        d4p = lock.components.get("daal4py")
+        if d4p and "lib_dir" in d4p.options:
+            out.append(env(HPCENV_MPICH_ABI_LIB=d4p.options["lib_dir"]))
+        if checks:
+            out.append(copy("checks", "/opt/hpcenv/checks"))
+        out += [
+            shell(
+                f"useradd --create-home --uid 1000 --shell /bin/bash {lock.build['user']}",
+                f"{VENV}/bin/python -c {shlex.quote(self.import_check())}",
+            ),
+            Primitive("label", pairs=tuple(labels)),
+            Primitive("user", text=lock.build["user"]),
+            Primitive("workdir", text=f"/home/{lock.build['user']}"),
+        ]
+        return out
+
+    def import_check(self) -> str:
+        mods = [m for n, m in (("torch", "torch"), ("horovod", "horovod.torch"), ("mpi4py", "mpi4py"),
+                               ("daal4py", "daal4py")) if n in self.lock.components]  # fmt: skip
+        return "; ".join(f"import {m}" for m in mods) or "import sys"
+
+    def test_commands(self) -> list[str]:
+        return [f"{VENV}/bin/python -c {shlex.quote(self.import_check() + '; print(' + repr('hpcenv: imports ok') + ')')}"]
+
+
+def shell_setup() -> Primitive:
+    return comment("hpcenv: generated; edit the recipe or site, then re-render")

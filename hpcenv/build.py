@@ -1,0 +1,138 @@
+"""Build plans: resolve + render a site's recipes into contexts, then build them with an engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcenv.engines import BuildResult, BuildStep, get_engine
+from hpcenv.errors import ConfigError
+from hpcenv.lock import Lock
+from hpcenv.paths import cache_dir
+from hpcenv.recipe import load_recipe
+from hpcenv.render import Rendered, render, write
+from hpcenv.resolver import resolve
+from hpcenv.site import Site
+
+
+def image_tag(site: str, recipe: str) -> str:
+    """The local tag of a built image: ``localhost/hpcenv/<recipe>:<site>``."""
+    return f"localhost/hpcenv/{recipe}:{site}"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    site: Site
+    recipe: str
+    lock: Lock
+    rendered: Rendered
+    context: Path
+    tag: str
+
+    def summary(self) -> dict[str, object]:
+        comps = self.lock.components
+        return {
+            "site": self.site.name,
+            "recipe": self.recipe,
+            "tag": self.tag,
+            "platform": self.lock.build["platform"],
+            "base_image": self.lock.build["base_image"],
+            "context": str(self.context),
+            "components": {
+                k: (f"{c.implementation}@{c.version}" if c.implementation else c.version)
+                for k, c in sorted(comps.items())
+            },
+            "excluded": sorted(self.lock.excluded),
+        }
+
+
+def default_context_root() -> Path:
+    return cache_dir() / "contexts"
+
+
+def make_plans(
+    site: Site,
+    recipes: list[str] | None,
+    overrides: dict[str, str],
+    out_root: Path | None = None,
+) -> list[BuildPlan]:
+    """Resolve and render every requested recipe (default: the site's recipes)."""
+    names = recipes or list(site.recipes)
+    if not names:
+        raise ConfigError(f"site {site.name} lists no default recipes; pass --recipe")
+    root = out_root or default_context_root()
+    plans = []
+    for name in names:
+        lock = resolve(site, load_recipe(name), overrides)
+        rendered = render(lock, site)
+        context = root / site.name / name
+        write(rendered, context)
+        plans.append(BuildPlan(site, name, lock, rendered, context, image_tag(site.name, name)))
+    return plans
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists():
+        if dst.stat().st_size == src.stat().st_size:
+            return
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def stage_build_inputs(plan: BuildPlan) -> None:
+    """Put the site's CA bundle and wheelhouse into the build-only part of the context."""
+    build = plan.site.build
+    inputs = plan.context / "hpcenv-build"
+    inputs.mkdir(parents=True, exist_ok=True)
+    if build.ca_bundle:
+        ca = Path(build.ca_bundle)
+        if not ca.is_file():
+            raise ConfigError(f"site {plan.site.name}: build.ca_bundle {ca} does not exist")
+        _link_or_copy(ca.resolve(), inputs / "ca.crt")
+    wheels = inputs / "wheels"
+    wheels.mkdir(exist_ok=True)
+    for folder in build.pip_find_links:
+        src = Path(folder)
+        if not src.is_dir():
+            raise ConfigError(f"site {plan.site.name}: build.pip_find_links {src} is not a folder")
+        for wheel in sorted(src.iterdir()):
+            if wheel.is_file():
+                _link_or_copy(wheel, wheels / wheel.name)
+
+
+def ensure_base(plan: BuildPlan, on_step: Callable[[BuildStep], None] | None = None) -> None:
+    """Make the locally bootstrapped base image when the site builds without a registry."""
+    lock = plan.lock
+    if not lock.build.get("bootstrap_base"):
+        return
+    from hpcenv.baseimage import ensure_base_image
+
+    ensure_base_image(
+        suite=lock.build.get("debootstrap_suite") or "bookworm",
+        mirror=plan.site.build.apt_mirror,
+        tag=lock.build["base_image"],
+        engine=get_engine(plan.site.build.engine),
+        on_step=on_step,
+    )
+
+
+def build_image(
+    plan: BuildPlan,
+    *,
+    engine_name: str | None = None,
+    on_step: Callable[[BuildStep], None] | None = None,
+) -> BuildResult:
+    """Build one plan for real; a failure names the step and its log (BuildError)."""
+    engine = get_engine(engine_name or plan.site.build.engine)
+    ensure_base(plan, on_step)
+    stage_build_inputs(plan)
+    log = cache_dir() / "logs" / f"build-{plan.site.name}-{plan.recipe}.log"
+    return engine.build(
+        plan.context, plan.context / "Dockerfile", plan.tag, log_path=log, on_step=on_step
+    )

@@ -1,0 +1,100 @@
+"""``hpcenv resolve | render | build``: from site + recipe to a lock, recipes, and images."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hpcenv.cli.options import JsonOpt, RecipeOpt, SetOpt, SiteOpt
+
+
+def _lock(site_name: str, recipe: str, sets: list[str] | None):  # type: ignore[no-untyped-def]
+    from hpcenv.recipe import load_recipe
+    from hpcenv.resolver import parse_overrides, resolve
+    from hpcenv.site import load_site
+
+    site = load_site(site_name)
+    return site, resolve(site, load_recipe(recipe), parse_overrides(sets or []))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("resolve")
+    def resolve_cmd(site: SiteOpt, recipe: RecipeOpt, set_: SetOpt = None, as_json: JsonOpt = False) -> None:
+        """Resolve a matched stack and print the lock (each version and the reason for it)."""
+        _, lock = _lock(site, recipe, set_)
+        if as_json:
+            typer.echo(lock.to_json(), nl=False)
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("component", "version", "from", "reason", title=f"{lock.recipe} on {lock.site}")
+        for name, c in lock.components.items():
+            ver = f"{c.implementation}@{c.version}" if c.implementation else c.version
+            table.add_row(name, ver, c.source, c.reason)
+        for name, why in lock.excluded.items():
+            table.add_row(name, "-", "excluded", why)
+        Console(width=160).print(table)
+
+    @app.command("render")
+    def render_cmd(
+        site: SiteOpt,
+        recipe: RecipeOpt,
+        set_: SetOpt = None,
+        out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("out"),
+    ) -> None:
+        """Write Dockerfile, Singularity.def, stack.lock.json (and job scripts) to --out."""
+        from hpcenv.render import render, write
+
+        site_obj, lock = _lock(site, recipe, set_)
+        for path in write(render(lock, site_obj), out):
+            typer.echo(str(path))
+
+    @app.command("build")
+    def build_cmd(
+        site: SiteOpt,
+        recipe: Annotated[list[str] | None, typer.Option("--recipe", "-r", help="default: the site's recipes")] = None,
+        set_: SetOpt = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="render and print the plan only")] = False,
+        engine: Annotated[str | None, typer.Option("--engine", help="podman (default), docker, buildah")] = None,
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="build contexts folder")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Resolve, render and build the site's images (podman by default)."""
+        from hpcenv.build import build_image, make_plans
+        from hpcenv.resolver import parse_overrides
+        from hpcenv.site import load_site
+
+        site_obj = load_site(site)
+        plans = make_plans(site_obj, recipe, parse_overrides(set_ or []), out)
+        if dry_run:
+            summaries = [p.summary() for p in plans]
+            if as_json:
+                typer.echo(json.dumps(summaries, indent=2))
+                return
+            for s in summaries:
+                typer.echo(f"plan: {s['recipe']} for {s['site']} -> {s['tag']} ({s['platform']})")
+                typer.echo(f"  base: {s['base_image']}\n  context: {s['context']}")
+                for name, ver in s["components"].items():  # type: ignore[attr-defined]
+                    typer.echo(f"  {name:<10} {ver}")
+                for name in s["excluded"]:  # type: ignore[attr-defined]
+                    typer.echo(f"  {name:<10} excluded (see stack.lock.json)")
+            return
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        results = []
+        for plan in plans:
+            console.print(f"[bold]build[/] {plan.recipe} for {plan.site.name} -> {plan.tag}")
+
+            def show(step, _c=console):  # type: ignore[no-untyped-def]
+                _c.print(f"  [{step.index}] {step.text[:110]}  ({step.seconds:.1f} s)")
+
+            result = build_image(plan, engine_name=engine, on_step=show)
+            console.print(f"  done in {result.seconds:.0f} s; log: {result.log_path}")
+            results.append({"tag": result.tag, "seconds": round(result.seconds, 1), "log": str(result.log_path)})
+        if as_json:
+            typer.echo(json.dumps(results, indent=2))

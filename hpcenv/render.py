@@ -1,0 +1,119 @@
+"""Render a lock into a Dockerfile and a Singularity definition, natively, from one model.
+
+Deterministic: the same site, recipe and overrides give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from hpcenv import __version__
+from hpcenv.blocks import Blocks, Stage
+from hpcenv.lock import Lock
+from hpcenv.paths import package_dir, templates_dir
+from hpcenv.site import Site
+
+BASE_ARCHIVE = "hpcenv-base.oci.tar"  # Singularity bootstrap source for locally made bases
+
+
+@dataclass(frozen=True)
+class Rendered:
+    dockerfile: str
+    singularity: str
+    lock_json: str
+    pip_conf: str
+
+
+def _env_pair(pair: tuple[str, str]) -> str:
+    return f"{pair[0]}={json.dumps(pair[1])}"
+
+
+def _label_pair(pair: tuple[str, str]) -> str:
+    return f"{pair[0]}={json.dumps(pair[1])}"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    env.filters["env_pair"] = _env_pair
+    env.filters["label_pair"] = _label_pair
+    env.filters["sq"] = shlex.quote
+    return env
+
+
+def pip_conf(site: Site) -> str:
+    """pip settings for the build stage (find-links and CA paths as seen inside the build)."""
+    lines = ["[global]", "no-cache-dir = true"]
+    if site.build.pip_index_url:
+        lines.append(f"index-url = {site.build.pip_index_url}")
+    if site.build.pip_extra_index_urls:
+        lines.append("extra-index-url = " + " ".join(site.build.pip_extra_index_urls))
+    if site.build.pip_find_links:
+        lines.append("find-links = /opt/hpcenv-build/wheels")
+    if site.build.ca_bundle:
+        lines.append("cert = /opt/hpcenv-build/ca.crt")
+    return "\n".join(lines) + "\n"
+
+
+def singularity_source(lock: Lock) -> tuple[str, str]:
+    """(Bootstrap, From) for the definition: a registry image, or the locally made base."""
+    base = lock.build["base_image"]
+    if lock.build.get("bootstrap_base") or base.startswith("localhost/"):
+        return "oci-archive", BASE_ARCHIVE
+    return "docker", base
+
+
+def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
+    lock_json = lock.to_json()
+    blocks = Blocks(lock, site)
+    stages: list[Stage] = blocks.stages(lock_json, checks)
+    bootstrap, bootstrap_from = singularity_source(lock)
+    env = _environment()
+    common = {"version": __version__, "lock": lock.to_dict(), "stages": stages}
+    dockerfile = env.get_template("Dockerfile.j2").render(**common)
+    singularity = env.get_template("Singularity.def.j2").render(
+        **common,
+        bootstrap=bootstrap,
+        bootstrap_from=bootstrap_from,
+        test_commands=blocks.test_commands(),
+    )
+    return Rendered(dockerfile, singularity.lstrip("\n"), lock_json, pip_conf(site))
+
+
+def checks_dir() -> Path:
+    return package_dir() / "checks"
+
+
+def write(rendered: Rendered, out: Path, *, checks: bool = True) -> list[Path]:
+    """Write the build context's text files (Dockerfile, Singularity.def, lock, pip.conf, checks)."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "Dockerfile": rendered.dockerfile,
+        "Singularity.def": rendered.singularity,
+        "stack.lock.json": rendered.lock_json,
+        "hpcenv-build/pip.conf": rendered.pip_conf,
+    }
+    written = []
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    if checks:
+        dest = out / "checks"
+        if dest.exists():
+            shutil.rmtree(dest)
+        src = checks_dir()
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")) if src.is_dir() else dest.mkdir()
+        written.append(dest)
+    return written
