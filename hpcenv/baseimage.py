@@ -1,0 +1,225 @@
+"""A Debian base image made without a registry: debootstrap -> cached rootfs tarball -> import.
+
+Hosts that cannot pull ``debian:bookworm`` still reach a Debian mirror through apt, so hpcenv
+bootstraps a minbase root filesystem itself, keeps it as a tarball in its cache and imports it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hpcenv.engines import HOST_SETUP_HINT, Engine, StepCallback, get_engine, stream_command
+from hpcenv.errors import BuildError, EnvironmentProblem
+from hpcenv.paths import cache_dir
+
+DEFAULT_SUITE = "bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+BASE_CHANGES = ('CMD ["/bin/bash"]',)
+
+
+def default_tag(suite: str = DEFAULT_SUITE) -> str:
+    return f"localhost/hpcenv-base:{suite}"
+
+
+def base_cache_dir() -> Path:
+    path = cache_dir() / "base"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def rootfs_tarball(suite: str = DEFAULT_SUITE) -> Path:
+    """Where the cleaned minbase rootfs of ``suite`` is cached."""
+    return base_cache_dir() / f"{suite}-minbase.tar"
+
+
+def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:
+    for block in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        key = None
+        for line in block.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if line[0].isspace() and key:
+                fields[key] += " " + line.strip()
+            elif ":" in line:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                fields[key] = value.strip()
+        if fields:
+            yield fields
+
+
+def _apt_sources(apt_dir: Path) -> list[tuple[str, list[str]]]:
+    """(uri, suites) of every ``deb`` source, deb822 files first, then one-line lists."""
+    found: list[tuple[str, list[str]]] = []
+    parts = apt_dir / "sources.list.d"
+    deb822 = sorted(parts.glob("*.sources")) if parts.is_dir() else []
+    deb822.sort(key=lambda p: p.name != "debian.sources")
+    for path in deb822:
+        for st in _deb822_stanzas(path.read_text(errors="replace")):
+            if "deb" not in st.get("types", "deb").split() or st.get("enabled", "yes") == "no":
+                continue
+            for uri in st.get("uris", "").split():
+                found.append((uri, st.get("suites", "").split()))
+    lists = [apt_dir / "sources.list"]
+    lists += sorted(parts.glob("*.list")) if parts.is_dir() else []
+    for path in lists:
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            words = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(words) >= 3 and words[0] == "deb":
+                found.append((words[1], [words[2]]))
+    return found
+
+
+def default_mirror(suite: str = DEFAULT_SUITE, apt_dir: Path = Path("/etc/apt")) -> str:
+    """The host's Debian mirror for ``suite`` (else any Debian archive URI, else deb.debian.org)."""
+    sources = [(u, s) for u, s in _apt_sources(apt_dir) if u.startswith(("http://", "https://"))]
+    for uri, suites in sources:
+        if suite in suites:
+            return uri.rstrip("/")
+    for uri, _ in sources:
+        if uri.rstrip("/").endswith("/debian"):
+            return uri.rstrip("/")
+    return DEFAULT_MIRROR
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock; a second caller waits until the first is done."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _unmount_under(root: Path) -> None:
+    """Lazily unmount anything a failed debootstrap left mounted inside ``root``."""
+    prefix = str(root.resolve()) + "/"
+    mounts = Path("/proc/mounts").read_text().splitlines() if Path("/proc/mounts").exists() else []
+    targets = [m.split()[1] for m in mounts if len(m.split()) > 1]
+    for target in sorted((t for t in targets if t.startswith(prefix)), reverse=True):
+        subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+class _Phases:
+    """Reports the phases of making a base image like build steps."""
+
+    def __init__(self, total: int, on_step: StepCallback | None) -> None:
+        self.total, self.on_step = total, on_step
+        self.index = 0
+        self.started: float | None = None
+
+    def start(self, text: str) -> None:
+        now = time.monotonic()
+        previous = None if self.started is None else now - self.started
+        self.index += 1
+        self.started = now
+        if self.on_step is not None:
+            self.on_step(self.index, self.total, text, previous)
+
+
+def bootstrap_rootfs(
+    suite: str,
+    mirror: str,
+    tarball: Path,
+    *,
+    log_path: Path,
+    on_phase: Callable[[str], None] | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> Path:
+    """``debootstrap --variant=minbase`` into a temp dir, drop apt caches, tar it to ``tarball``.
+
+    ``on_phase`` hears each of the three phases as it starts; output is appended to ``log_path``.
+    """
+    if shutil.which("debootstrap") is None:
+        raise EnvironmentProblem(f"debootstrap is not installed; {HOST_SETUP_HINT}")
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "debootstrap needs root to make the base image; run once as root, or put a rootfs "
+            f"tarball at {tarball}"
+        )
+    phase = on_phase or (lambda _text: None)
+    work = Path(tempfile.mkdtemp(prefix=f"rootfs-{suite}-", dir=tarball.parent))
+    rootfs = work / "rootfs"
+    try:
+        phase(f"debootstrap --variant=minbase {suite} {mirror}")
+        argv = ["debootstrap", "--variant=minbase", suite, str(rootfs), mirror]
+        rc, tail = stream_command(argv, log_path, on_line=on_line, append=True)
+        if rc != 0:
+            errors = [ln for ln in tail if ln.startswith("E:")] or tail[-1:]
+            detail = errors[-1] if errors else ""
+            raise BuildError(" ".join(argv), log_path, detail)
+        phase("remove apt archives and lists")
+        for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
+            for item in rootfs.glob(pattern):
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item)
+                else:
+                    item.unlink()
+        phase(f"tar rootfs to {tarball}")
+        partial = tarball.with_name(tarball.name + ".partial")
+        argv = ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."]
+        rc, tail = stream_command(argv, log_path, on_line=on_line, append=True)
+        if rc != 0:
+            partial.unlink(missing_ok=True)
+            raise BuildError("tar rootfs", log_path, tail[-1] if tail else "")
+        partial.replace(tarball)
+    finally:
+        _unmount_under(work)
+        shutil.rmtree(work, ignore_errors=True)
+    return tarball
+
+
+def ensure_base_image(
+    suite: str = DEFAULT_SUITE,
+    mirror: str | None = None,
+    tag: str | None = None,
+    engine: Engine | None = None,
+    *,
+    log_path: Path | None = None,
+    on_step: StepCallback | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> str:
+    """Make sure the base image ``tag`` exists and return it.
+
+    Order: reuse the image; else import the cached rootfs tarball; else debootstrap one
+    (mirror: argument, else the host's apt sources, else deb.debian.org). A file lock keeps
+    two callers from bootstrapping at once.
+    """
+    engine = engine or get_engine()
+    tag = tag or default_tag(suite)
+    if engine.image_exists(tag):
+        return tag
+    tarball = rootfs_tarball(suite)
+    log_path = log_path or cache_dir() / "logs" / f"base-{suite}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(tarball.with_name(tarball.name + ".lock")):
+        if engine.image_exists(tag):
+            return tag
+        log_path.write_text(f"# hpcenv base image {tag} ({suite})\n")
+        need_rootfs = not tarball.is_file()
+        phases = _Phases(4 if need_rootfs else 1, on_step)
+        if need_rootfs:
+            mirror = mirror or default_mirror(suite)
+            bootstrap_rootfs(
+                suite, mirror, tarball, log_path=log_path, on_phase=phases.start, on_line=on_line
+            )
+        phases.start(f"{engine.exe} import {tarball.name} {tag}")
+        with log_path.open("a") as log:
+            log.write(f"$ {engine.exe} import {tarball} {tag}\n")
+        engine.import_rootfs(tarball, tag, changes=BASE_CHANGES)
+    return tag

@@ -1,0 +1,507 @@
+"""Container engines behind one small interface: podman (default), docker, buildah.
+
+Every engine is a CLI driven through :mod:`subprocess` with :func:`engine_env`, so podman and
+buildah always see hpcenv's own ``containers.conf`` (runc, cgroupfs, lowered ulimits).
+Builds stream their output into a full log file and report each ``STEP n/m`` as it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem, HpcenvError
+from hpcenv.paths import package_dir
+
+ArchiveFormat = Literal["oci-archive", "docker-archive"]
+StepCallback = Callable[[int, int, str, "float | None"], None]
+"""Called as ``(index, total, text, seconds_of_previous_step)`` when a build step starts."""
+
+DEFAULT_ENGINE = "podman"
+HOST_SETUP_HINT = "run scripts/host-setup.sh"
+
+
+class EngineCommandError(HpcenvError):
+    """An engine command other than a build failed; carries its argv and the end of stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        tail = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+        super().__init__(f"{' '.join(argv[:3])} failed (exit {returncode}): {tail}")
+
+
+def containers_conf_path() -> Path:
+    """hpcenv's own containers.conf (never the system one)."""
+    return package_dir() / "data" / "containers.conf"
+
+
+def engine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``os.environ`` (or ``base``) plus ``CONTAINERS_CONF`` unless the user already set one."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("CONTAINERS_CONF", str(containers_conf_path()))
+    return env
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """One build step as the engine announced it, with its wall time."""
+
+    index: int
+    total: int
+    text: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished build: the tag, its full log, total and per-step wall time."""
+
+    tag: str
+    log_path: Path
+    seconds: float
+    steps: tuple[BuildStep, ...] = ()
+
+
+_PODMAN_STEP = re.compile(
+    r"^(?:\[(?P<stage>\d+)/(?P<stages>\d+)\] )?STEP (?P<i>\d+)/(?P<n>\d+): (?P<text>.*)$"
+)
+_DOCKER_STEP = re.compile(r"^Step (?P<i>\d+)/(?P<n>\d+) : (?P<text>.*)$")
+_BUILDKIT_STEP = re.compile(
+    r"^#(?P<id>\d+) \[(?:[^\]\s]+ )?\s*(?P<i>\d+)/(?P<n>\d+)\] (?P<text>.*)$"
+)
+
+
+@dataclass
+class StepTracker:
+    """Turns engine output lines into step events with the previous step's duration.
+
+    Multi-stage podman builds number steps per stage (``[2/2] STEP 3/6``); the tracker numbers
+    them across stages, so ``index`` only grows and ``total`` is the steps known so far.
+    """
+
+    on_step: StepCallback | None = None
+    clock: Callable[[], float] = time.monotonic
+    steps: list[BuildStep] = field(default_factory=list)
+    _current: tuple[int, int, str, float] | None = None
+    _offset: int = 0
+    _stage_key: tuple[str, str] | None = None
+    _stage_total: int = 0
+    _seen_ids: set[str] = field(default_factory=set)
+
+    def feed(self, line: str) -> None:
+        """Inspect one output line; fires ``on_step`` when it starts a new step."""
+        line = line.rstrip("\r\n")
+        m = _PODMAN_STEP.match(line)
+        if m:
+            stage = (m["stage"] or "1", m["stages"] or "1")
+            self._start(stage, int(m["i"]), int(m["n"]), m["text"])
+            return
+        m = _DOCKER_STEP.match(line)
+        if m:
+            self._start(("1", "1"), int(m["i"]), int(m["n"]), m["text"])
+            return
+        m = _BUILDKIT_STEP.match(line)
+        if m and m["id"] not in self._seen_ids:
+            self._seen_ids.add(m["id"])
+            self._start(("1", "1"), int(m["i"]), int(m["n"]), m["text"])
+
+    def _start(self, stage: tuple[str, str], i: int, n: int, text: str) -> None:
+        if stage != self._stage_key:
+            if self._stage_key is not None:
+                self._offset += self._stage_total
+            self._stage_key, self._stage_total = stage, n
+        now = self.clock()
+        previous = self._close(now)
+        index, total = self._offset + i, self._offset + n
+        self._current = (index, total, text, now)
+        if self.on_step is not None:
+            self.on_step(index, total, text, previous)
+
+    def _close(self, now: float) -> float | None:
+        if self._current is None:
+            return None
+        index, total, text, started = self._current
+        seconds = now - started
+        self.steps.append(BuildStep(index, total, text, seconds))
+        self._current = None
+        return seconds
+
+    def finish(self) -> None:
+        """Close the last step (call once the engine exits)."""
+        self._close(self.clock())
+
+    @property
+    def current_text(self) -> str | None:
+        return self._current[2] if self._current else None
+
+
+def stream_command(
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    tracker: StepTracker | None = None,
+    on_line: Callable[[str], None] | None = None,
+    append: bool = False,
+) -> tuple[int, list[str]]:
+    """Run ``argv`` with :func:`engine_env`; each output line goes to the log, ``tracker`` and
+    ``on_line``. Returns the exit code and the last 40 lines."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tail: deque[str] = deque(maxlen=40)
+    with log_path.open("a" if append else "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=engine_env(),
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                bufsize=1,
+            )
+        except FileNotFoundError as err:
+            raise EnvironmentProblem(f"{argv[0]} is not installed; {HOST_SETUP_HINT}") from err
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if tracker is not None:
+                    tracker.feed(line)
+                tail.append(line.rstrip("\n"))
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+            rc = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if tracker is not None:
+            tracker.finish()
+    return rc, list(tail)
+
+
+def _failure_detail(tail: Sequence[str]) -> str:
+    """The most telling line of a failed build: the engine's ``Error:``, else the last line."""
+    for line in reversed(tail):
+        if line.startswith(("Error:", "error:", "ERROR:", "ERROR ")):
+            return line
+    return next((ln for ln in reversed(tail) if ln.strip()), "no output")
+
+
+class Engine(ABC):
+    """What hpcenv needs from a container engine."""
+
+    name: ClassVar[str]
+    binary: ClassVar[str]
+
+    def __init__(self, binary: str | None = None) -> None:
+        self.exe = binary or self.binary
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _cmd(
+        self, *args: str, check: bool = True, timeout: float | None = 600
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [self.exe, *args]
+        try:
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env=engine_env(),
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError as err:
+            raise EnvironmentProblem(f"{self.exe} is not installed; {HOST_SETUP_HINT}") from err
+        if check and proc.returncode != 0:
+            raise EngineCommandError(argv, proc.returncode, proc.stderr or proc.stdout)
+        return proc
+
+    def available(self) -> tuple[bool, str]:
+        """Whether the engine can be used here, and why (not)."""
+        path = shutil.which(self.exe)
+        if path is None:
+            return False, f"{self.exe} not found on PATH; {HOST_SETUP_HINT}"
+        try:
+            proc = self._cmd(*self._info_args(), check=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            return False, f"{self.exe} info timed out after 60 s"
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            return False, f"{self.exe} info failed: {lines[-1] if lines else 'no output'}"
+        return True, f"{path}: {proc.stdout.strip() or 'ok'}"
+
+    @abstractmethod
+    def _info_args(self) -> list[str]:
+        """Arguments of a cheap command that proves the engine works (``info``)."""
+
+    # -- builds -----------------------------------------------------------------------------
+    def build(
+        self,
+        context_dir: Path,
+        dockerfile: Path,
+        tag: str,
+        *,
+        log_path: Path,
+        build_args: Mapping[str, str] | None = None,
+        volumes: Iterable[str] = (),
+        on_step: StepCallback | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> BuildResult:
+        """Build ``dockerfile`` in ``context_dir`` as ``tag`` with the layer cache on.
+
+        ``volumes`` are ``HOST:CONTAINER[:OPTS]`` bind mounts for RUN steps. Raises
+        :class:`BuildError` naming the failing step and ``log_path`` on a non-zero exit.
+        """
+        argv = [self.exe, *self._build_args(Path(context_dir), Path(dockerfile), tag)]
+        for key, value in (build_args or {}).items():
+            argv += ["--build-arg", f"{key}={value}"]
+        argv += self._volume_args(list(volumes))
+        argv.append(str(context_dir))
+        tracker = StepTracker(on_step=on_step)
+        started = time.monotonic()
+        rc, tail = stream_command(argv, Path(log_path), tracker=tracker, on_line=on_line)
+        seconds = time.monotonic() - started
+        if rc != 0:
+            failed = tracker.steps[-1].text if tracker.steps else f"{self.name} build"
+            raise BuildError(failed, Path(log_path), _failure_detail(tail))
+        return BuildResult(tag, Path(log_path), seconds, tuple(tracker.steps))
+
+    def _build_args(self, context_dir: Path, dockerfile: Path, tag: str) -> list[str]:
+        return ["build", "--layers", "-f", str(dockerfile), "-t", tag]
+
+    def _volume_args(self, volumes: list[str]) -> list[str]:
+        return [arg for v in volumes for arg in ("-v", v)]
+
+    # -- images -----------------------------------------------------------------------------
+    def image_exists(self, tag: str) -> bool:
+        return self._cmd("image", "exists", tag, check=False).returncode == 0
+
+    def image_size(self, tag: str) -> int:
+        """Size of the image in bytes."""
+        return int(self._cmd("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
+
+    def labels(self, tag: str) -> dict[str, str]:
+        out = self._cmd("image", "inspect", "--format", "{{json .Config.Labels}}", tag).stdout
+        return dict(json.loads(out.strip() or "null") or {})
+
+    def save(self, tag: str, path: Path, fmt: ArchiveFormat = "oci-archive") -> Path:
+        """Write ``tag`` to an archive file that Apptainer/Singularity can import."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        self._cmd("save", "--format", fmt, "-o", str(path), tag, timeout=1800)
+        return path
+
+    def remove_image(self, tag: str) -> None:
+        """Remove ``tag``; a missing image is not an error."""
+        if self.image_exists(tag):
+            self._cmd("rmi", tag)
+
+    def import_rootfs(self, tarball: Path, tag: str, *, changes: Sequence[str] = ()) -> str:
+        """Make image ``tag`` from a root filesystem tarball (``changes``: Dockerfile lines)."""
+        args = ["import"]
+        for change in changes:
+            args += ["--change", change]
+        self._cmd(*args, str(tarball), tag, timeout=1800)
+        return tag
+
+    # -- containers -------------------------------------------------------------------------
+    def run_detached(
+        self,
+        image: str,
+        name: str,
+        *,
+        volumes: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        command: Sequence[str] = ("sleep", "infinity"),
+    ) -> str:
+        """Start a long-running container (``sleep infinity`` by default); returns its name."""
+        args = ["run", "-d", "--name", name]
+        args += self._volume_args(list(volumes))
+        for key, value in (env or {}).items():
+            args += ["-e", f"{key}={value}"]
+        if user is not None:
+            args += ["--user", user]
+        self._cmd(*args, image, *command)
+        return name
+
+    def remove_container(self, name: str) -> None:
+        """Force-remove a container; a missing one is not an error."""
+        proc = self._cmd("rm", "-f", name, check=False)
+        if proc.returncode != 0 and "no such container" not in proc.stderr.lower():
+            raise EngineCommandError([self.exe, "rm", "-f", name], proc.returncode, proc.stderr)
+
+
+class PodmanEngine(Engine):
+    """Rootful or rootless podman (the default)."""
+
+    name = "podman"
+    binary = "podman"
+
+    def _info_args(self) -> list[str]:
+        fmt = "{{.Host.OCIRuntime.Name}} runtime, {{.Store.GraphDriverName}} storage"
+        return ["info", "--format", fmt]
+
+    def remove_container(self, name: str) -> None:
+        self._cmd("rm", "-f", "--ignore", "-t", "0", name)
+
+
+class DockerEngine(Engine):
+    """Docker CLI with a daemon; its builder cannot bind-mount volumes into RUN steps."""
+
+    name = "docker"
+    binary = "docker"
+
+    def _info_args(self) -> list[str]:
+        return ["info", "--format", "server {{.ServerVersion}}"]
+
+    def _build_args(self, context_dir: Path, dockerfile: Path, tag: str) -> list[str]:
+        return ["build", "--progress=plain", "-f", str(dockerfile), "-t", tag]
+
+    def build(
+        self,
+        context_dir: Path,
+        dockerfile: Path,
+        tag: str,
+        *,
+        log_path: Path,
+        build_args: Mapping[str, str] | None = None,
+        volumes: Iterable[str] = (),
+        on_step: StepCallback | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> BuildResult:
+        vols = list(volumes)
+        if vols:
+            raise ConfigError(
+                f"docker build cannot bind-mount {vols}; use podman or buildah, "
+                "or COPY the files into the build stage"
+            )
+        return super().build(
+            context_dir,
+            dockerfile,
+            tag,
+            log_path=log_path,
+            build_args=build_args,
+            on_step=on_step,
+            on_line=on_line,
+        )
+
+    def image_exists(self, tag: str) -> bool:
+        return self._cmd("image", "inspect", tag, check=False).returncode == 0
+
+    def save(self, tag: str, path: Path, fmt: ArchiveFormat = "oci-archive") -> Path:
+        if fmt != "docker-archive":
+            raise ConfigError("docker save writes docker-archive only; use fmt='docker-archive'")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._cmd("save", "-o", str(path), tag, timeout=1800)
+        return path
+
+
+class BuildahEngine(Engine):
+    """Buildah: builds, images and archives, but no long-running containers."""
+
+    name = "buildah"
+    binary = "buildah"
+
+    def _info_args(self) -> list[str]:
+        return ["info", "--format", "{{.store.GraphDriverName}} storage"]
+
+    def image_exists(self, tag: str) -> bool:
+        return self._cmd("inspect", "--type", "image", tag, check=False).returncode == 0
+
+    def _inspect(self, tag: str) -> dict[str, object]:
+        return dict(json.loads(self._cmd("inspect", "--type", "image", tag).stdout))
+
+    def image_size(self, tag: str) -> int:
+        """Bytes of the image's layers and config, as its stored manifest records them."""
+        manifest = json.loads(str(self._inspect(tag)["Manifest"]))
+        parts = [*manifest.get("layers", []), manifest.get("config", {})]
+        return sum(int(p.get("size", 0)) for p in parts)
+
+    def labels(self, tag: str) -> dict[str, str]:
+        oci = self._inspect(tag).get("OCIv1") or {}
+        config = oci.get("config", {}) if isinstance(oci, dict) else {}
+        return dict(config.get("Labels") or {})
+
+    def save(self, tag: str, path: Path, fmt: ArchiveFormat = "oci-archive") -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        dest = f"{fmt}:{path}" + (f":{tag}" if fmt == "docker-archive" else "")
+        self._cmd("push", tag, dest, timeout=1800)
+        return path
+
+    def import_rootfs(self, tarball: Path, tag: str, *, changes: Sequence[str] = ()) -> str:
+        with tempfile.TemporaryDirectory(prefix="hpcenv-import-") as tmp:
+            ctx = Path(tmp)
+            try:
+                os.link(tarball, ctx / "rootfs.tar")
+            except OSError:
+                shutil.copyfile(tarball, ctx / "rootfs.tar")
+            (ctx / "Dockerfile").write_text(
+                "FROM scratch\nADD rootfs.tar /\n" + "".join(f"{c}\n" for c in changes)
+            )
+            self._cmd("build", "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800)
+        return tag
+
+    def run_detached(
+        self,
+        image: str,
+        name: str,
+        *,
+        volumes: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        command: Sequence[str] = ("sleep", "infinity"),
+    ) -> str:
+        raise EnvironmentProblem(
+            "buildah cannot run long-lived containers; use the podman engine (--engine podman)"
+        )
+
+    def remove_container(self, name: str) -> None:
+        proc = self._cmd("rm", name, check=False)
+        missing = "not known" in proc.stderr or "no container" in proc.stderr
+        if proc.returncode != 0 and not missing:
+            raise EngineCommandError([self.exe, "rm", name], proc.returncode, proc.stderr)
+
+
+ENGINES: dict[str, type[Engine]] = {
+    cls.name: cls for cls in (PodmanEngine, DockerEngine, BuildahEngine)
+}
+
+
+def engine_names() -> list[str]:
+    return sorted(ENGINES)
+
+
+def get_engine(name: str | None = None) -> Engine:
+    """The engine called ``name`` (default: ``$HPCENV_ENGINE``, else podman)."""
+    name = name or os.environ.get("HPCENV_ENGINE") or DEFAULT_ENGINE
+    try:
+        cls = ENGINES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown container engine {name!r}; valid engines: {', '.join(engine_names())}"
+        ) from None
+    return cls()

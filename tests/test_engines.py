@@ -1,0 +1,233 @@
+"""Engine layer: registry, environment, build-output parsing (faked), and one real podman build."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hpcenv import engines
+from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem
+
+PODMAN_OK = """\
+[1/2] STEP 1/3: FROM localhost/hpcenv-base:bookworm AS build
+[1/2] STEP 2/3: RUN echo building
+building
+--> 1a2b3c
+[1/2] STEP 3/3: RUN touch /x
+--> Using cache 4d5e6f
+[2/2] STEP 1/2: FROM localhost/hpcenv-base:bookworm
+[2/2] STEP 2/2: COPY --from=build /x /x
+[2/2] COMMIT localhost/t:1
+Successfully tagged localhost/t:1
+"""
+
+PODMAN_FAIL = """\
+STEP 1/3: FROM localhost/hpcenv-base:bookworm
+STEP 2/3: RUN false
+Error: building at STEP "RUN false": while running runtime: exit status 1
+"""
+
+
+class FakePopen:
+    """Stands in for subprocess.Popen: replays canned output and an exit code."""
+
+    calls: list[list[str]] = []
+
+    def __init__(self, output: str, rc: int):
+        self.stdout = io.StringIO(output)
+        self._rc = rc
+
+    @classmethod
+    def factory(cls, output: str, rc: int = 0):
+        def make(argv, **kwargs):
+            cls.calls.append(list(argv))
+            assert kwargs["env"]["CONTAINERS_CONF"]
+            return cls(output, rc)
+
+        return make
+
+    def wait(self) -> int:
+        return self._rc
+
+    def kill(self) -> None:
+        pass
+
+
+def fake_clock(step: float = 2.0):
+    counter = itertools.count()
+    return lambda: next(counter) * step
+
+
+def test_engine_env_adds_project_containers_conf(monkeypatch):
+    monkeypatch.delenv("CONTAINERS_CONF", raising=False)
+    env = engines.engine_env()
+    assert Path(env["CONTAINERS_CONF"]) == engines.containers_conf_path()
+    assert engines.containers_conf_path().is_file()
+    assert 'runtime = "runc"' in engines.containers_conf_path().read_text()
+
+
+def test_engine_env_keeps_users_containers_conf(monkeypatch):
+    monkeypatch.setenv("CONTAINERS_CONF", "/etc/mine.conf")
+    assert engines.engine_env()["CONTAINERS_CONF"] == "/etc/mine.conf"
+
+
+def test_registry_by_name_and_unknown_name():
+    assert engines.engine_names() == ["buildah", "docker", "podman"]
+    assert isinstance(engines.get_engine(), engines.PodmanEngine)
+    assert isinstance(engines.get_engine("buildah"), engines.BuildahEngine)
+    with pytest.raises(ConfigError, match="buildah, docker, podman"):
+        engines.get_engine("rkt")
+
+
+def test_tracker_numbers_steps_across_stages():
+    seen: list[tuple[int, int, str, float | None]] = []
+    tracker = engines.StepTracker(on_step=lambda *a: seen.append(a), clock=fake_clock())
+    for line in PODMAN_OK.splitlines():
+        tracker.feed(line)
+    tracker.finish()
+    assert [(i, n) for i, n, _, _ in seen] == [(1, 3), (2, 3), (3, 3), (4, 5), (5, 5)]
+    assert seen[0][3] is None and seen[1][3] == 2.0
+    assert seen[4][2] == "COPY --from=build /x /x"
+    assert [s.index for s in tracker.steps] == [1, 2, 3, 4, 5]
+    assert all(s.seconds == 2.0 for s in tracker.steps)
+
+
+def test_tracker_reads_docker_legacy_and_buildkit_output():
+    seen: list[tuple[int, int, str]] = []
+    tracker = engines.StepTracker(on_step=lambda i, n, t, _s: seen.append((i, n, t)))
+    for line in [
+        "Step 1/2 : FROM debian:bookworm",
+        "Step 2/2 : RUN true",
+    ]:
+        tracker.feed(line)
+    assert seen == [(1, 2, "FROM debian:bookworm"), (2, 2, "RUN true")]
+    seen.clear()
+    tracker = engines.StepTracker(on_step=lambda i, n, t, _s: seen.append((i, n, t)))
+    for line in [
+        "#4 [build 1/3] FROM docker.io/library/debian:bookworm",
+        "#5 [build 2/3] RUN apt-get update",
+        "#5 0.412 Get:1 http://deb.debian.org/debian bookworm InRelease",
+        "#5 [build 2/3] RUN apt-get update",
+        "#5 DONE 3.1s",
+    ]:
+        tracker.feed(line)
+    assert seen == [
+        (1, 3, "FROM docker.io/library/debian:bookworm"),
+        (2, 3, "RUN apt-get update"),
+    ]
+
+
+def test_build_streams_full_log_and_reports_steps(monkeypatch, tmp_path):
+    FakePopen.calls.clear()
+    monkeypatch.setattr(engines.subprocess, "Popen", FakePopen.factory(PODMAN_OK))
+    log = tmp_path / "logs" / "build.log"
+    seen: list[int] = []
+    result = engines.PodmanEngine().build(
+        tmp_path,
+        tmp_path / "Dockerfile",
+        "localhost/t:1",
+        log_path=log,
+        build_args={"SUITE": "bookworm"},
+        volumes=["/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro"],
+        on_step=lambda i, n, t, s: seen.append(i),
+    )
+    argv = FakePopen.calls[-1]
+    assert argv[:3] == ["podman", "build", "--layers"]
+    assert argv[argv.index("--build-arg") :][:2] == ["--build-arg", "SUITE=bookworm"]
+    assert "-v" in argv and argv[-1] == str(tmp_path)
+    assert seen == [1, 2, 3, 4, 5]
+    assert len(result.steps) == 5 and result.tag == "localhost/t:1"
+    text = log.read_text()
+    assert text.startswith("$ podman build")
+    assert PODMAN_OK in text
+
+
+def test_build_failure_names_step_and_log(monkeypatch, tmp_path):
+    monkeypatch.setattr(engines.subprocess, "Popen", FakePopen.factory(PODMAN_FAIL, rc=1))
+    log = tmp_path / "fail.log"
+    with pytest.raises(BuildError) as info:
+        engines.PodmanEngine().build(tmp_path, tmp_path / "Dockerfile", "t", log_path=log)
+    err = info.value
+    assert err.step == "RUN false"
+    assert err.log_path == log
+    assert str(log) in str(err) and "exit status 1" in str(err)
+    assert "Error: building at STEP" in log.read_text()
+
+
+def test_missing_binary_is_an_environment_problem(tmp_path):
+    engine = engines.PodmanEngine(binary=str(tmp_path / "no-such-podman"))
+    ok, why = engine.available()
+    assert not ok and "host-setup.sh" in why
+    with pytest.raises(EnvironmentProblem, match="host-setup.sh"):
+        engine.build(tmp_path, tmp_path / "Dockerfile", "t", log_path=tmp_path / "l.log")
+
+
+def test_docker_refuses_build_volumes_and_oci_archives(tmp_path):
+    docker = engines.DockerEngine()
+    with pytest.raises(ConfigError, match="bind-mount"):
+        docker.build(tmp_path, tmp_path / "D", "t", log_path=tmp_path / "l", volumes=["/a:/b"])
+    with pytest.raises(ConfigError, match="docker-archive"):
+        docker.save("t", tmp_path / "t.tar", fmt="oci-archive")
+
+
+@pytest.mark.podman
+def test_real_podman_build_from_base_image(tmp_path):
+    from hpcenv.baseimage import ensure_base_image
+
+    podman = engines.get_engine("podman")
+    ok, why = podman.available()
+    assert ok, why
+    base = ensure_base_image(engine=podman)
+    marker = uuid.uuid4().hex[:8]
+    tag = f"localhost/hpcenv-test-engines:{marker}"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base}\n"
+        f"LABEL org.hpcenv.test={marker}\n"
+        "ARG GREETING=hi\n"
+        f'RUN echo "$GREETING {marker}" > /greeting && cat /greeting\n'
+        "RUN test -s /greeting\n"
+    )
+    seen: list[tuple[int, int, str]] = []
+    name = f"hpcenv-test-{marker}"
+    try:
+        result = podman.build(
+            tmp_path,
+            tmp_path / "Dockerfile",
+            tag,
+            log_path=tmp_path / "build.log",
+            build_args={"GREETING": "hello"},
+            on_step=lambda i, n, t, s: seen.append((i, n, t)),
+        )
+        assert [i for i, _, _ in seen] == [1, 2, 3, 4, 5]
+        assert seen[0][2].startswith("FROM localhost/hpcenv-base")
+        assert f"hello {marker}" in result.log_path.read_text()
+        assert podman.image_exists(tag)
+        assert podman.labels(tag)["org.hpcenv.test"] == marker
+        assert podman.image_size(tag) > 50_000_000
+
+        again = podman.build(
+            tmp_path,
+            tmp_path / "Dockerfile",
+            tag,
+            log_path=tmp_path / "b2.log",
+            build_args={"GREETING": "hello"},
+        )
+        assert "Using cache" in again.log_path.read_text()
+
+        archive = podman.save(tag, tmp_path / "img.tar")
+        with tarfile.open(archive) as tar:
+            assert "index.json" in tar.getnames()
+
+        podman.run_detached(tag, name, env={"X": "1"}, user="nobody")
+        out = podman._cmd("exec", name, "sh", "-c", "id -un; cat /greeting; echo $X").stdout
+        assert out.split() == ["nobody", "hello", marker, "1"]
+    finally:
+        podman.remove_container(name)
+        podman.remove_image(tag)
+    podman.remove_container(name)  # a second removal is not an error
+    assert not podman.image_exists(tag)
