@@ -1,0 +1,48 @@
+# hpcenv: every system package, service and configuration comes from these targets.
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+HPCENV := $(VENV)/bin/hpcenv
+SITE  ?= local
+RESULTS ?= results
+export CONTAINERS_CONF ?= $(CURDIR)/hpcenv/data/containers.conf
+
+.PHONY: install host venv test unit lint golden smoke-test build-local bench clean
+
+install: host venv
+
+host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI)
+	scripts/host-setup.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+test: install              ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests)
+	$(PY) -m pytest -q tests
+
+unit: venv                 ## fast tests only (no containers or services)
+	$(PY) -m pytest -q tests -m "not podman and not slurm and not ssh and not apptainer"
+
+lint: venv
+	$(VENV)/bin/ruff check hpcenv tests
+	$(VENV)/bin/mypy hpcenv
+
+golden: venv               ## regenerate tests/golden (review the diff before committing)
+	$(PY) -m hpcenv.golden tests/golden
+
+build-local: install       ## bootstrap the base and build the local image with podman
+	$(HPCENV) build --site $(SITE)
+
+smoke-test: install        ## build the local image and run the smoke suite inside it
+	$(HPCENV) build --site $(SITE) --recipe horovod-cpu
+	$(HPCENV) smoke --site $(SITE) --results $(RESULTS)/smoke
+
+bench: install             ## benchmarks: Markdown report, PNG plots and JSON under results/bench
+	$(HPCENV) bench --site $(SITE) --out $(RESULTS)/bench
+
+clean:
+	rm -rf out $(RESULTS)

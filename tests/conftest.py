@@ -1,0 +1,24 @@
+"""Shared fixtures: sites, recipes and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "hpcenv" / "data" / "containers.conf"))
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def local_site():  # type: ignore[no-untyped-def]
+    from hpcenv.site import load_site
+
+    return load_site("local")

@@ -1,0 +1,96 @@
+"""The CLI through Typer's CliRunner, mirroring the command tree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hpcenv.cli.main import app
+
+
+def run(runner: CliRunner, *args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def test_sites_list_and_show(runner: CliRunner) -> None:
+    out = run(runner, "sites", "list", "--json")
+    assert out.exit_code == 0
+    assert {r["name"] for r in json.loads(out.stdout)} >= {"local", "summit"}
+    show = run(runner, "sites", "show", "summit", "--json")
+    assert json.loads(show.stdout)["scheduler"]["launcher"] == "jsrun"
+
+
+def test_sites_validate_and_schema(runner: CliRunner, tmp_path: Path) -> None:
+    good = Path(__file__).parent.parent / "site-configs" / "local.yaml"
+    assert run(runner, "sites", "validate", str(good)).exit_code == 0
+    schema = json.loads(run(runner, "sites", "schema").stdout)
+    assert schema["title"] == "Site"
+
+
+def test_recipes(runner: CliRunner) -> None:
+    names = {r["name"] for r in json.loads(run(runner, "recipes", "--json").stdout)}
+    assert names == {"horovod-cpu", "horovod-gpu", "torch-ccl", "daal4py"}
+
+
+def test_resolve_json_shape(runner: CliRunner) -> None:
+    out = run(runner, "resolve", "--site", "local", "--recipe", "horovod-cpu", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert {"site", "recipe", "components"} <= set(data)
+    assert data["components"]["mpi"]["implementation"] == "openmpi"
+    for comp in data["components"].values():
+        assert "version" in comp and "reason" in comp
+
+
+def test_render_writes_files(runner: CliRunner, tmp_path: Path) -> None:
+    out = run(runner, "render", "-s", "frontier", "-r", "horovod-gpu", "--out", str(tmp_path))
+    assert out.exit_code == 0, out.output
+    for name in ("Dockerfile", "Singularity.def", "stack.lock.json"):
+        assert (tmp_path / name).is_file()
+
+
+def test_build_dry_run_summit(runner: CliRunner, tmp_path: Path) -> None:
+    out = run(runner, "build", "--site", "summit", "--dry-run", "--json", "--out", str(tmp_path))
+    assert out.exit_code == 0, out.output
+    (plan,) = json.loads(out.stdout)
+    assert plan["platform"] == "linux/ppc64le"
+    assert plan["components"]["cuda"].startswith("11.")
+    assert plan["components"]["mpi"].startswith("openmpi@")
+    assert {"nccl", "horovod", "torch"} <= set(plan["components"])
+    assert (tmp_path / "summit" / "horovod-gpu" / "Dockerfile").is_file()
+
+
+def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from hpcenv.cli.main import main; main()",
+         "resolve", "-s", "summit", "-r", "horovod-gpu", "--set", "cuda=12.4"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: conflict between cuda 12.4 (--set) and gpu.driver")
+
+
+def test_bad_site_file_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbogus: 1\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", "from hpcenv.cli.main import main; main()", "sites", "validate", str(bad)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{bad}:2: field 'bogus': unknown field" in proc.stderr
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; from hpcenv.cli.main import app; "
+        "heavy = [m for m in ('torch', 'jinja2', 'spython', 'fabric', 'matplotlib', 'testinfra', 'pydantic') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

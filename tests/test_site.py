@@ -1,0 +1,100 @@
+"""Site files: every built-in loads; bad input names file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcenv.errors import ConfigError
+from hpcenv.site import Site, json_schema, load_site, site_names
+
+GOOD = """\
+name: mysite
+description: test
+arch: x86_64
+node: {sockets: 2, cores_per_socket: 28, memory_gb: 192}
+mpi: {spec: openmpi@4.1.4, pmi: pmix@4, model: hybrid}
+scheduler: {kind: slurm, launcher: srun}
+runtime: {kind: apptainer}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mysite.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_builtin_sites_load() -> None:
+    assert {"local", "summit", "frontier", "perlmutter", "aurora", "generic-slurm"} <= set(site_names())
+    for name in site_names():
+        site = load_site(name)
+        assert site.name == name
+        assert site.provenance.verified or site.provenance.assumed, f"{name} marks no provenance"
+
+
+def test_summit_facts() -> None:
+    s = load_site("summit")
+    assert (s.arch, s.scheduler.kind, s.scheduler.launcher, s.mpi.model) == ("ppc64le", "lsf", "jsrun", "bind")
+    assert s.node.gpus == 6 and s.node_local and s.node_local.kind == "nvme"
+
+
+def test_user_site_by_path(tmp_path: Path) -> None:
+    assert load_site(str(write(tmp_path, GOOD))).name == "mysite"
+
+
+def test_site_search_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, GOOD)
+    monkeypatch.setenv("HPCENV_SITE_PATH", str(tmp_path))
+    assert "mysite" in site_names()
+    assert load_site("mysite").node.cores == 56
+
+
+def test_unknown_key_names_file_line_field(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "runtimes: {kind: podman}\n")
+    with pytest.raises(ConfigError) as err:
+        load_site(str(path))
+    assert f"{path}:8: field 'runtimes': unknown field" in str(err.value)
+
+
+def test_wrong_type_names_nested_field_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("cores_per_socket: 28", "cores_per_socket: many"))
+    with pytest.raises(ConfigError) as err:
+        load_site(str(path))
+    assert f"{path}:4: field 'node.cores_per_socket'" in str(err.value)
+
+
+def test_shell_metacharacters_rejected(tmp_path: Path) -> None:
+    text = GOOD + "modules: ['cuda; rm -rf /']\n"
+    with pytest.raises(ConfigError) as err:
+        load_site(str(write(tmp_path, text)))
+    assert "field 'modules.0'" in str(err.value)
+
+
+def test_bind_model_needs_root(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="bind model needs 'root'"):
+        load_site(str(write(tmp_path, GOOD.replace("model: hybrid", "model: bind"))))
+
+
+def test_provenance_must_name_real_fields(tmp_path: Path) -> None:
+    text = GOOD + "provenance:\n  verified: {node.cpus: 'guide'}\n"
+    with pytest.raises(ConfigError, match="node.cpus"):
+        load_site(str(write(tmp_path, text)))
+
+
+def test_invalid_yaml_names_line(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "node: [unclosed\n")
+    with pytest.raises(ConfigError, match=f"{path}:"):
+        load_site(str(path))
+
+
+def test_unknown_site_lists_known() -> None:
+    with pytest.raises(ConfigError, match="known: .*summit"):
+        load_site("nowhere")
+
+
+def test_schema_is_generated_from_model() -> None:
+    schema = json_schema()
+    assert schema["additionalProperties"] is False
+    assert set(Site.model_fields) == set(schema["properties"])
