@@ -17,6 +17,7 @@ from hpcenv.errors import HpcenvError
 COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.sites",
     "hpcenv.cli.stack",
+    "hpcenv.cli.doctor",
 )
 
 app = typer.Typer(

@@ -1,0 +1,98 @@
+"""hpcenv doctor: real checks on this host, and fix messages under a faked PATH."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hpcenv import doctor
+from hpcenv.cli.main import app
+
+
+def _script(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
+    return {c.name: c for c in checks}
+
+
+@pytest.mark.podman
+def test_real_host_reports_podman_ok():
+    checks = _by_name(doctor.run_checks())
+    podman = checks["podman"]
+    assert podman.status == "ok", podman
+    assert "runc runtime" in podman.why and "containers.conf" in podman.why
+    assert checks["runc"].status == "ok"
+    assert doctor.healthy(list(checks.values()))
+    # every check says why; every problem says how to fix it
+    for c in checks.values():
+        assert c.why
+        assert c.status == "ok" or c.fix, c
+
+
+def test_empty_path_reports_missing_with_fix(tmp_path):
+    checks = _by_name(doctor.run_checks(path=str(tmp_path)))
+    podman = checks["podman"]
+    assert podman.status == "missing" and podman.required
+    assert "scripts/host-setup.sh" in podman.fix
+    assert checks["runc"].status == "missing"
+    assert checks["debootstrap"].status == "missing"
+    assert "podman helper container" in checks["apptainer"].why
+    for name in ("mpirun", "srun", "jsrun", "mpiexec", "slurm", "lsf", "pbs", "shellcheck"):
+        assert checks[name].status == "missing" and checks[name].fix
+    assert not doctor.healthy(list(checks.values()))
+
+
+def test_broken_podman_explains_the_runtime(tmp_path):
+    _script(
+        tmp_path,
+        "podman",
+        'echo "Error: crun: cgroups in hybrid mode not supported, use runc" >&2; exit 125',
+    )
+    _script(tmp_path, "scontrol", 'echo "Slurmctld(primary) at node is DOWN"; exit 1')
+    checks = _by_name(doctor.run_checks(path=str(tmp_path)))
+    podman = checks["podman"]
+    assert podman.status == "broken"
+    assert "hybrid mode" in podman.why and "runc" in podman.fix
+    assert checks["slurm"].status == "broken" and "slurm-up.sh" in checks["slurm"].fix
+
+
+def test_crun_on_hybrid_cgroups_is_refused(tmp_path):
+    cg = tmp_path / "cgroup"
+    (cg / "unified").mkdir(parents=True)
+    (cg / "unified" / "cgroup.controllers").write_text("cpu memory\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir, "crun", 'echo "crun version 1.8"')
+    host = doctor.Host(str(bin_dir), cgroup_root=cg)
+    assert host.cgroup_layout() == "hybrid"
+    check = doctor.check_crun(host)
+    assert check.status == "broken" and "hybrid" in check.why and "runc" in check.fix
+    (cg / "cgroup.controllers").write_text("cpu\n")
+    assert doctor.check_crun(host).status == "ok"
+
+
+def test_cli_json_with_faked_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = CliRunner().invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["healthy"] is False
+    podman = next(c for c in data["checks"] if c["name"] == "podman")
+    assert podman["status"] == "missing"
+    assert "run scripts/host-setup.sh" in podman["fix"]
+
+
+@pytest.mark.podman
+def test_cli_table_on_real_host():
+    result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.stdout
+    assert "podman" in result.stdout and "all ok" in result.stdout
