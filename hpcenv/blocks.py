@@ -117,7 +117,9 @@ class Blocks:
             self.pip_packages(),
         ]
         build = [shell_setup(), *[p for part in parts for p in part.build]]
-        apt = sorted({pkg for part in parts for pkg in part.runtime_apt} | set(self.apt["runtime_base"]))
+        apt = sorted(
+            {pkg for part in parts for pkg in part.runtime_apt} | set(self.apt["runtime_base"])
+        )
         runtime = [
             shell_setup(),
             comment("runtime libraries only: no compilers, headers or build credentials"),
@@ -139,7 +141,9 @@ class Blocks:
 
     def build_tools(self) -> Parts:
         return Parts(
-            build=[apt_install(list(self.apt["build_tools"]), self.site.build.apt_mirror, self.suite)]
+            build=[
+                apt_install(list(self.apt["build_tools"]), self.site.build.apt_mirror, self.suite)
+            ]
         )
 
     def mpi(self) -> Parts:
@@ -149,7 +153,9 @@ class Blocks:
             pkgs = self.apt[name]
             return Parts(
                 build=[
-                    comment(f"MPI: {name} {mpi.version} ({mpi.options.get('abi')} ABI) - {mpi.reason}"),
+                    comment(
+                        f"MPI: {name} {mpi.version} ({mpi.options.get('abi')} ABI) - {mpi.reason}"
+                    ),
                     apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 ],
                 runtime_apt=list(pkgs["runtime"]),
@@ -170,7 +176,9 @@ class Blocks:
                     f"make -C /tmp/mpi-src -j{self.lock.build['jobs']} install",
                     "rm -rf /tmp/mpi-src",
                 ),
-                env(PATH=f"/opt/mpi/bin:{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+                env(
+                    PATH=f"/opt/mpi/bin:{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                ),
             ],
             runtime=[copy("/opt/mpi", "/opt/mpi", from_stage="build")],
         )
@@ -194,7 +202,9 @@ class Blocks:
         pkgs = self.apt["mpich"]
         return Parts(
             build=[
-                comment(f"daal4py side MPI: {d4p.options['side_mpi']} as libmpi.so.12 in {lib_dir}"),
+                comment(
+                    f"daal4py side MPI: {d4p.options['side_mpi']} as libmpi.so.12 in {lib_dir}"
+                ),
                 apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 shell(
                     f"mkdir -p {lib_dir}",
@@ -224,8 +234,13 @@ class Blocks:
         return Parts(
             build=[
                 comment(f"python {self.lock.components['python'].version} venv at {VENV}"),
-                shell(f"python3 -m venv {VENV}", pip_install("--upgrade", "pip", "setuptools", "wheel")),
-                env(PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+                shell(
+                    f"python3 -m venv {VENV}",
+                    pip_install("--upgrade", "pip", "setuptools", "wheel"),
+                ),
+                env(
+                    PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                ),
             ],
             runtime=[copy(VENV, VENV, from_stage="build")],
         )
@@ -252,7 +267,9 @@ class Blocks:
                         + shlex.quote(f"pytorch={torch.version}={build}"),
                         "/opt/conda/bin/conda clean -afy",
                     ),
-                    env(PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+                    env(
+                        PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                    ),
                 ],
                 runtime=[copy(VENV, VENV, from_stage="build")],
             )
@@ -309,7 +326,10 @@ class Blocks:
             reqs.append(f"mpi4py=={comps['mpi4py'].version}")
         if "daal4py" in comps:
             reqs += [comps["daal4py"].options["package"], "scikit-learn"]
-        for name, dist in (("torch-ccl", "oneccl_bind_pt"), ("ipex", "intel_extension_for_pytorch")):
+        for name, dist in (
+            ("torch-ccl", "oneccl_bind_pt"),
+            ("ipex", "intel_extension_for_pytorch"),
+        ):
             if name in comps:
                 reqs.append(f"{dist}=={comps[name].version}")
                 index = f"--extra-index-url {shlex.quote(comps[name].options['index'])} "
@@ -322,14 +342,25 @@ class Blocks:
         lock = self.lock
         labels = [
             ("org.opencontainers.image.title", f"hpcenv {lock.recipe} for {lock.site}"),
-            ("org.opencontainers.image.description", f"hpcenv recipe {lock.recipe}, site {lock.site}"),
+            (
+                "org.opencontainers.image.description",
+                f"hpcenv recipe {lock.recipe}, site {lock.site}",
+            ),
             ("io.hpcenv.site", lock.site),
             ("io.hpcenv.recipe", lock.recipe),
-            ("io.hpcenv.lock", json.dumps(json.loads(lock_json), sort_keys=True, separators=(",", ":"))),
+            (
+                "io.hpcenv.lock",
+                json.dumps(json.loads(lock_json), sort_keys=True, separators=(",", ":")),
+            ),
         ]
         for name in sorted(lock.components):
             c = lock.components[name]
-            labels.append((f"io.hpcenv.component.{name}", f"{c.implementation}@{c.version}" if c.implementation else c.version))
+            labels.append(
+                (
+                    f"io.hpcenv.component.{name}",
+                    f"{c.implementation}@{c.version}" if c.implementation else c.version,
+                )
+            )
         out: list[Primitive] = [
             env(
                 PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -362,7 +393,9 @@ class Blocks:
         return "; ".join(f"import {m}" for m in mods) or "import sys"
 
     def test_commands(self) -> list[str]:
-        return [f"{VENV}/bin/python -c {shlex.quote(self.import_check() + '; print(' + repr('hpcenv: imports ok') + ')')}"]
+        return [
+            f"{VENV}/bin/python -c {shlex.quote(self.import_check() + '; print(' + repr('hpcenv: imports ok') + ')')}"
+        ]
 
 
 def shell_setup() -> Primitive:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcenv.engines import BuildResult, BuildStep, get_engine
+from hpcenv.engines import BuildResult, StepCallback, get_engine
 from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
 from hpcenv.paths import cache_dir
@@ -106,7 +105,7 @@ def stage_build_inputs(plan: BuildPlan) -> None:
                 _link_or_copy(wheel, wheels / wheel.name)
 
 
-def ensure_base(plan: BuildPlan, on_step: Callable[[BuildStep], None] | None = None) -> None:
+def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
     """Make the locally bootstrapped base image when the site builds without a registry."""
     lock = plan.lock
     if not lock.build.get("bootstrap_base"):
@@ -126,7 +125,7 @@ def build_image(
     plan: BuildPlan,
     *,
     engine_name: str | None = None,
-    on_step: Callable[[BuildStep], None] | None = None,
+    on_step: StepCallback | None = None,
 ) -> BuildResult:
     """Build one plan for real; a failure names the step and its log (BuildError)."""
     engine = get_engine(engine_name or plan.site.build.engine)

@@ -114,6 +114,8 @@ def write(rendered: Rendered, out: Path, *, checks: bool = True) -> list[Path]:
         if dest.exists():
             shutil.rmtree(dest)
         src = checks_dir()
-        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")) if src.is_dir() else dest.mkdir()
+        shutil.copytree(
+            src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        ) if src.is_dir() else dest.mkdir()
         written.append(dest)
     return written

@@ -78,8 +78,7 @@ class Resolver:
     def conflict(self, rule_id: str, a: Fact, b: Fact, detail: str) -> ConflictError:
         self.use(rule_id)
         return ConflictError(
-            f"conflict between {a} and {b}: {detail} "
-            f"[rule {rule_id}; source: {source(rule_id)}]"
+            f"conflict between {a} and {b}: {detail} [rule {rule_id}; source: {source(rule_id)}]"
         )
 
     def fact(self, name: str) -> Fact:
@@ -409,7 +408,9 @@ class Resolver:
         if pin:
             name, version = parse_spec(pin.value)
             if name not in families:
-                raise ConfigError(f"{pin.describe('mpi')}: unknown MPI; known: {', '.join(families)}")
+                raise ConfigError(
+                    f"{pin.describe('mpi')}: unknown MPI; known: {', '.join(families)}"
+                )
             version = version or pkgs.get(name, "")
             abi = families[name]["abi"]
             host_fact = Fact("host mpi", host.spec, f"site {self.site.name}, {host.model} model")
@@ -477,7 +478,10 @@ class Resolver:
                 )
             reason += f"; major {major(version)} matches host {host.pmi} (srun --mpi=pmix)"
         self.components["pmix"] = Choice(
-            version, reason, "apt" if version == pkgs["pmix"] else "source", rules=["mpi-hybrid-pmi"]
+            version,
+            reason,
+            "apt" if version == pkgs["pmix"] else "source",
+            rules=["mpi-hybrid-pmi"],
         )
 
     def decide_fabric(self) -> None:
@@ -621,7 +625,9 @@ class Resolver:
         mpi = self.components["mpi"]
         self.components["mpi4py"] = Choice(
             version,
-            self.pin_reason("mpi4py", f"binary wheel; loads the image's {mpi.implementation} at run time"),
+            self.pin_reason(
+                "mpi4py", f"binary wheel; loads the image's {mpi.implementation} at run time"
+            ),
             "pip",
         )
 

@@ -199,7 +199,9 @@ class Site(Strict):
         for kind in ("verified", "assumed"):
             for dotted in getattr(self.provenance, kind):
                 if not _has_path(data, dotted):
-                    raise ValueError(f"provenance.{kind} names {dotted!r}, not a field of this site")
+                    raise ValueError(
+                        f"provenance.{kind} names {dotted!r}, not a field of this site"
+                    )
         return self
 
 

@@ -18,7 +18,7 @@ def runner() -> CliRunner:
 
 
 @pytest.fixture
-def local_site():  # type: ignore[no-untyped-def]
+def local_site():
     from hpcenv.site import load_site
 
     return load_site("local")

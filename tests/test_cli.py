@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hpcenv.cli.main import app
 
 
-def run(runner: CliRunner, *args: str):  # type: ignore[no-untyped-def]
+def run(runner: CliRunner, *args: str):
     return runner.invoke(app, list(args))
 
 

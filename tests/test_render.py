@@ -52,7 +52,12 @@ def test_spython_parses_definition(rel: str, tmp_path: Path) -> None:
     text = FILES[rel]
     # spython 0.3 accepts only "Bootstrap: docker"; defs of sites that bootstrap their base
     # locally use oci-archive. Parse the same body with the header spython knows.
-    text = re.sub(r"^Bootstrap: oci-archive\nFrom: \S+", "Bootstrap: docker\nFrom: debian:bookworm", text, flags=re.M)
+    text = re.sub(
+        r"^Bootstrap: oci-archive\nFrom: \S+",
+        "Bootstrap: docker\nFrom: debian:bookworm",
+        text,
+        flags=re.M,
+    )
     path = tmp_path / "Singularity.def"
     path.write_text(text)
     recipe = SingularityParser(str(path)).recipe
@@ -64,10 +69,14 @@ def test_spython_parses_definition(rel: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rel", DOCKERFILES)
 def test_hadolint_no_errors(rel: str, tmp_path: Path) -> None:
-    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
+    hadolint = shutil.which("hadolint") or str(
+        Path(__import__("sys").executable).parent / "hadolint"
+    )
     path = tmp_path / "Dockerfile"
     path.write_text(FILES[rel])
-    proc = subprocess.run([hadolint, "--failure-threshold", "error", str(path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [hadolint, "--failure-threshold", "error", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -116,9 +125,15 @@ def test_local_has_horovod_patch_and_side_mpich() -> None:
 def test_site_mirror_used_and_removed(tmp_path: Path) -> None:
     src = Path(__file__).parent.parent / "site-configs" / "generic-slurm.yaml"
     path = tmp_path / "mirrored.yaml"
-    path.write_text(src.read_text().replace("name: generic-slurm", "name: mirrored")
-                    .replace("defaults:", "build:\n  apt_mirror: http://mirror.example/debian\n"
-                             "  pip_index_url: https://user:token@pypi.example/simple\ndefaults:"))
+    path.write_text(
+        src.read_text()
+        .replace("name: generic-slurm", "name: mirrored")
+        .replace(
+            "defaults:",
+            "build:\n  apt_mirror: http://mirror.example/debian\n"
+            "  pip_index_url: https://user:token@pypi.example/simple\ndefaults:",
+        )
+    )
     site = load_site(str(path))
     rendered = render(resolve(site, load_recipe("daal4py")), site)
     assert "http://mirror.example/debian" in rendered.dockerfile
@@ -127,8 +142,16 @@ def test_site_mirror_used_and_removed(tmp_path: Path) -> None:
     assert "index-url = https://user:token@pypi.example/simple" in rendered.pip_conf
 
 
-def test_write_context(tmp_path: Path, local_site) -> None:  # type: ignore[no-untyped-def]
+def test_write_context(tmp_path: Path, local_site) -> None:
     rendered = render(resolve(local_site, load_recipe("horovod-cpu")), local_site)
     names = {p.relative_to(tmp_path).as_posix() for p in write(rendered, tmp_path)}
-    assert {"Dockerfile", "Singularity.def", "stack.lock.json", "hpcenv-build/pip.conf", "checks"} <= names
-    assert "find-links = /opt/hpcenv-build/wheels" in (tmp_path / "hpcenv-build/pip.conf").read_text()
+    assert {
+        "Dockerfile",
+        "Singularity.def",
+        "stack.lock.json",
+        "hpcenv-build/pip.conf",
+        "checks",
+    } <= names
+    assert (
+        "find-links = /opt/hpcenv-build/wheels" in (tmp_path / "hpcenv-build/pip.conf").read_text()
+    )

@@ -27,7 +27,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_builtin_sites_load() -> None:
-    assert {"local", "summit", "frontier", "perlmutter", "aurora", "generic-slurm"} <= set(site_names())
+    assert {"local", "summit", "frontier", "perlmutter", "aurora", "generic-slurm"} <= set(
+        site_names()
+    )
     for name in site_names():
         site = load_site(name)
         assert site.name == name
@@ -36,7 +38,12 @@ def test_builtin_sites_load() -> None:
 
 def test_summit_facts() -> None:
     s = load_site("summit")
-    assert (s.arch, s.scheduler.kind, s.scheduler.launcher, s.mpi.model) == ("ppc64le", "lsf", "jsrun", "bind")
+    assert (s.arch, s.scheduler.kind, s.scheduler.launcher, s.mpi.model) == (
+        "ppc64le",
+        "lsf",
+        "jsrun",
+        "bind",
+    )
     assert s.node.gpus == 6 and s.node_local and s.node_local.kind == "nvme"
 
 

@@ -82,5 +82,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps([r.model_dump() for r in items], indent=2))
             return
         for r in items:
-            comps = ", ".join(f"{k}{'' if v == 'required' else '?'}" for k, v in r.components.items())
+            comps = ", ".join(
+                f"{k}{'' if v == 'required' else '?'}" for k, v in r.components.items()
+            )
             typer.echo(f"{r.name:<12} {comps}\n{'':<12} {r.description}")

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hpcenv.cli.options import JsonOpt, RecipeOpt, SetOpt, SiteOpt
 
+if TYPE_CHECKING:
+    from hpcenv.lock import Lock
+    from hpcenv.site import Site
 
-def _lock(site_name: str, recipe: str, sets: list[str] | None):  # type: ignore[no-untyped-def]
+
+def _lock(site_name: str, recipe: str, sets: list[str] | None) -> tuple[Site, Lock]:
     from hpcenv.recipe import load_recipe
     from hpcenv.resolver import parse_overrides, resolve
     from hpcenv.site import load_site
@@ -22,7 +26,9 @@ def _lock(site_name: str, recipe: str, sets: list[str] | None):  # type: ignore[
 
 def register(app: typer.Typer) -> None:
     @app.command("resolve")
-    def resolve_cmd(site: SiteOpt, recipe: RecipeOpt, set_: SetOpt = None, as_json: JsonOpt = False) -> None:
+    def resolve_cmd(
+        site: SiteOpt, recipe: RecipeOpt, set_: SetOpt = None, as_json: JsonOpt = False
+    ) -> None:
         """Resolve a matched stack and print the lock (each version and the reason for it)."""
         _, lock = _lock(site, recipe, set_)
         if as_json:
@@ -31,7 +37,9 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table("component", "version", "from", "reason", title=f"{lock.recipe} on {lock.site}")
+        table = Table(
+            "component", "version", "from", "reason", title=f"{lock.recipe} on {lock.site}"
+        )
         for name, c in lock.components.items():
             ver = f"{c.implementation}@{c.version}" if c.implementation else c.version
             table.add_row(name, ver, c.source, c.reason)
@@ -56,11 +64,19 @@ def register(app: typer.Typer) -> None:
     @app.command("build")
     def build_cmd(
         site: SiteOpt,
-        recipe: Annotated[list[str] | None, typer.Option("--recipe", "-r", help="default: the site's recipes")] = None,
+        recipe: Annotated[
+            list[str] | None, typer.Option("--recipe", "-r", help="default: the site's recipes")
+        ] = None,
         set_: SetOpt = None,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="render and print the plan only")] = False,
-        engine: Annotated[str | None, typer.Option("--engine", help="podman (default), docker, buildah")] = None,
-        out: Annotated[Path | None, typer.Option("--out", "-o", help="build contexts folder")] = None,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="render and print the plan only")
+        ] = False,
+        engine: Annotated[
+            str | None, typer.Option("--engine", help="podman (default), docker, buildah")
+        ] = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", "-o", help="build contexts folder")
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Resolve, render and build the site's images (podman by default)."""
@@ -90,11 +106,20 @@ def register(app: typer.Typer) -> None:
         for plan in plans:
             console.print(f"[bold]build[/] {plan.recipe} for {plan.site.name} -> {plan.tag}")
 
-            def show(step, _c=console):  # type: ignore[no-untyped-def]
-                _c.print(f"  [{step.index}] {step.text[:110]}  ({step.seconds:.1f} s)")
+            def show(
+                index: int, total: int, text: str, previous: float | None, _c: Console = console
+            ) -> None:
+                took = f"  (previous step {previous:.1f} s)" if previous is not None else ""
+                _c.print(f"  [{index}/{total}] {text[:100]}{took}")
 
             result = build_image(plan, engine_name=engine, on_step=show)
             console.print(f"  done in {result.seconds:.0f} s; log: {result.log_path}")
-            results.append({"tag": result.tag, "seconds": round(result.seconds, 1), "log": str(result.log_path)})
+            results.append(
+                {
+                    "tag": result.tag,
+                    "seconds": round(result.seconds, 1),
+                    "log": str(result.log_path),
+                }
+            )
         if as_json:
             typer.echo(json.dumps(results, indent=2))
