@@ -18,6 +18,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.sites",
     "hpcenv.cli.stack",
     "hpcenv.cli.doctor",
+    "hpcenv.cli.data",
+    "hpcenv.cli.smoke",
 )
 
 app = typer.Typer(

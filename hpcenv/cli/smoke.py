@@ -1,0 +1,76 @@
+"""``hpcenv smoke``: run the in-image smoke suite against a built image and report numbers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hpcenv.errors import ConfigError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("smoke")
+    def smoke(
+        image: Annotated[
+            str | None, typer.Option("--image", "-i", help="image tag to test")
+        ] = None,
+        site: Annotated[
+            str | None,
+            typer.Option("--site", "-s", help="with --recipe: test localhost/hpcenv/RECIPE:SITE"),
+        ] = None,
+        recipe: Annotated[str | None, typer.Option("--recipe", "-r", help="recipe name")] = None,
+        results: Annotated[
+            Path | None,
+            typer.Option("--results", help="results folder (default: <cache>/results/smoke-...)"),
+        ] = None,
+        data: Annotated[
+            Path | None,
+            typer.Option("--data", help="staged MNIST folder (default: hpcenv data mnist's)"),
+        ] = None,
+        mount_checks: Annotated[
+            bool,
+            typer.Option(
+                "--mount-checks",
+                help="bind this checkout's hpcenv/checks at /opt/hpcenv/checks (prototype images)",
+            ),
+        ] = False,
+        volume: Annotated[
+            list[str] | None, typer.Option("--volume", "-v", help="extra HOST:CTR[:OPTS] mount")
+        ] = None,
+        keep: Annotated[bool, typer.Option("--keep", help="leave the container running")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no live pytest output")] = False,
+    ) -> None:
+        """Start IMAGE, run allreduce / MNIST-Horovod / daal4py K-Means / CCL checks in it.
+
+        Writes junit.xml, report.json and allreduce_bandwidth.png; exits 1 when a test fails.
+        """
+        from rich.console import Console
+
+        from hpcenv.datasets import prepare_mnist
+        from hpcenv.paths import cache_dir
+        from hpcenv.smoke.report import summary_table
+        from hpcenv.smoke.runner import image_tag, run_smoke
+
+        if image is None:
+            if not (site and recipe):
+                raise ConfigError("name the image: --image TAG, or --site SITE with --recipe NAME")
+            image = image_tag(recipe, site)
+        elif site or recipe:
+            raise ConfigError("--image and --site/--recipe are exclusive")
+        if results is None:
+            slug = image.rsplit("/", 1)[-1].replace(":", "-")
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            results = cache_dir() / "results" / f"smoke-{slug}-{stamp}"
+        data_dir = data or prepare_mnist().directory
+        report = run_smoke(
+            image, results, data_dir=data_dir, extra_volumes=volume or [],
+            mount_checks=mount_checks, keep=keep, echo=not quiet,
+        )  # fmt: skip
+        console = Console()
+        console.print(summary_table(report))
+        console.print(f"results: {report.results_dir} ({', '.join(report.files.values())})")
+        if not report.ok:
+            raise typer.Exit(1)

@@ -1,0 +1,72 @@
+"""Where the smoke suite finds things inside a target and how it launches them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Open MPI refuses root without these two; for a non-root user (the images default to ``hpc``)
+# they change nothing, and they let the same commands run where a target executes as root.
+OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Paths and launch lines inside the target; every launcher oversubscribes (2 cores)."""
+
+    checks_dir: str
+    mnist_dir: str
+    mpich_abi_lib: str
+    ranks: int
+    timeout: int
+
+    def script(self, name: str) -> str:
+        return f"{self.checks_dir}/{name}"
+
+    @property
+    def mpirun(self) -> str:
+        """Open MPI (the primary MPI); ``--oversubscribe`` because ranks may exceed cores."""
+        return f"mpirun -np {self.ranks} --oversubscribe"
+
+    @property
+    def mpiexec_mpich(self) -> str:
+        """MPICH's hydra launcher, for the MPICH-ABI world daal4py needs."""
+        return f"mpiexec.mpich -n {self.ranks}"
+
+    @property
+    def horovodrun_gloo(self) -> str:
+        return f"horovodrun -np {self.ranks} -H localhost:{self.ranks} --gloo"
+
+    @property
+    def torchrun(self) -> str:
+        """torchrun runs the command as given (``--no-python``), like the MPI launchers."""
+        return f"torchrun --standalone --nproc-per-node {self.ranks} --no-python"
+
+    def command(
+        self, launcher: str, script: str, args: tuple[str, ...], env: Mapping[str, str]
+    ) -> str:
+        """Shell line: ``cd /tmp && env K=V timeout ... LAUNCHER python3 SCRIPT ARGS``."""
+        env_part = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        argv = " ".join(shlex.quote(a) for a in (self.script(script), *args))
+        return f"cd /tmp && env {env_part} timeout -k 10 {self.timeout} {launcher} python3 {argv}"
+
+
+_RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")  # horovodrun's per-rank line prefix
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    """The last line of ``stdout`` that is a JSON object (launchers may print around it)."""
+    for line in reversed(stdout.splitlines()):
+        line = _RANK_PREFIX.sub("", line.strip())
+        if line.startswith("{"):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return None

@@ -1,0 +1,141 @@
+"""Fixtures of the smoke suite: where checks and data live in the target, how they are launched,
+and ``record`` for the numbers that end up in ``report.json`` and the JUnit properties.
+
+Everything reaches the target through testinfra's ``host.run``, so the suite works for any host
+URL (``podman://NAME``, ``apptainer://NAME``). ``--smoke-json PATH`` writes every test's
+outcome, duration, message and recorded metrics to PATH when the session ends.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from hpcenv.smoke._target import OMPI_ROOT_ENV, Target, last_json
+
+RESULTS = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hpcenv-smoke")
+    group.addoption("--checks-dir", default="/opt/hpcenv/checks", help="checks in the target")
+    group.addoption("--mnist-dir", default="/data/mnist", help="staged MNIST IDX in the target")
+    group.addoption(
+        "--mpich-abi-lib",
+        default="/opt/mpich-abi/lib",
+        help="folder with the MPICH-ABI libmpi.so.12 used by daal4py SPMD",
+    )
+    group.addoption("--ranks", type=int, default=2, help="ranks per distributed check")
+    group.addoption("--check-timeout", type=int, default=600, help="seconds per check command")
+    group.addoption("--smoke-json", default=None, help="write outcomes + metrics as JSON here")
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig: pytest.Config) -> Target:
+    opt = pytestconfig.getoption
+    return Target(
+        checks_dir=str(opt("--checks-dir")),
+        mnist_dir=str(opt("--mnist-dir")),
+        mpich_abi_lib=str(opt("--mpich-abi-lib")),
+        ranks=int(opt("--ranks")),
+        timeout=int(opt("--check-timeout")),
+    )
+
+
+def test_name(item: pytest.Item) -> str:
+    """``file::test[params]`` without testinfra's host parameter (a random container name)."""
+    name = item.nodeid
+    callspec = getattr(item, "callspec", None)
+    host = callspec.params.get("_testinfra_host") if callspec else None
+    if callspec is None or host is None:
+        return name
+    host_id = host.backend.get_pytest_id()
+    ids = callspec.id
+    rest = ids.removeprefix(host_id + "-") if ids != host_id else ""
+    rest = rest.removesuffix("-" + host_id) if rest == ids else rest
+    base = name[: name.index("[")] if "[" in name else name
+    return f"{base}[{rest}]" if rest else base
+
+
+def _entry(item: pytest.Item) -> dict[str, Any]:
+    results = item.config.stash.setdefault(RESULTS, {})
+    return results.setdefault(
+        item.nodeid,
+        {"nodeid": test_name(item), "outcome": "unknown", "duration": 0.0, "metrics": {}},
+    )
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """``record(name=value, ...)``: keep numbers for the report (and as JUnit properties)."""
+    metrics = _entry(request.node)["metrics"]
+
+    def _record(**values: Any) -> None:
+        for key, value in values.items():
+            metrics[key] = value
+            scalar = isinstance(value, str | int | float | bool) or value is None
+            request.node.user_properties.append((key, value if scalar else json.dumps(value)))
+
+    return _record
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+@pytest.fixture
+def run_check(
+    host: Any, target: Target, record: Callable[..., None]
+) -> Callable[..., dict[str, Any]]:
+    """Run a check script in the target under a launcher; its JSON document, else fail."""
+
+    def _run(
+        launcher: str, script: str, *args: str, env: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        command = target.command(launcher, script, args, {**OMPI_ROOT_ENV, **(env or {})})
+        started = time.monotonic()
+        result = host.run(command)
+        wall = time.monotonic() - started
+        record(command=command, wall_seconds=round(wall, 2))
+        doc = last_json(result.stdout)
+        if result.rc != 0 or doc is None:
+            pytest.fail(
+                f"{script} exited {result.rc} after {wall:.1f} s"
+                + ("" if doc else " without a JSON result")
+                + f"\n$ {command}\n--- stdout ---\n{_tail(result.stdout)}"
+                + f"\n--- stderr ---\n{_tail(result.stderr)}",
+                pytrace=False,
+            )
+        return doc
+
+    return _run
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Fold each phase's report into the test's entry: outcome, duration, message."""
+    report: pytest.TestReport = yield
+    entry = _entry(item)
+    entry["duration"] += report.duration
+    if report.when == "call" or report.outcome != "passed":
+        failed_outside_call = report.outcome == "failed" and report.when != "call"
+        entry["outcome"] = "error" if failed_outside_call else report.outcome
+        if report.skipped and isinstance(report.longrepr, tuple):
+            entry["message"] = str(report.longrepr[2]).removeprefix("Skipped: ")
+        elif report.failed:
+            entry["message"] = report.longreprtext[-4000:]
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--smoke-json")
+    if not path:
+        return
+    results = list(session.config.stash.get(RESULTS, {}).values())
+    with open(path, "w") as fh:
+        json.dump({"tests": results}, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")

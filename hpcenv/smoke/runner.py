@@ -1,0 +1,146 @@
+"""Run the smoke suite against an image: start a target, run pytest + testinfra, report.
+
+For podman: ``podman run -d --name hpcenv-smoke-<random> -v DATA:/data/mnist:ro IMAGE sleep
+infinity``, then ``python -m pytest hpcenv/smoke --hosts=podman://NAME`` (with hpcenv's
+``CONTAINERS_CONF``), and the container is always removed. The results folder gets
+``junit.xml``, ``results.json`` (raw), ``report.json``, ``allreduce_bandwidth.png``, ``pytest.log``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hpcenv.errors import ConfigError, EnvironmentProblem, HpcenvError
+from hpcenv.smoke.report import (
+    PLOT_NAME,
+    REPORT_NAME,
+    SmokeReport,
+    load_results,
+    plot_allreduce,
+    write_report,
+)
+
+SMOKE_DIR = Path(__file__).resolve().parent
+CHECKS_DIR = SMOKE_DIR.parent / "checks"
+DATA_MOUNT = "/data/mnist"
+CHECKS_MOUNT = "/opt/hpcenv/checks"
+BACKENDS = ("podman",)
+
+
+def image_tag(recipe: str, site: str) -> str:
+    """The local tag hpcenv builds ``recipe`` for ``site`` under."""
+    return f"localhost/hpcenv/{recipe}:{site}"
+
+
+@contextmanager
+def podman_target(image: str, volumes: Sequence[str], *, keep: bool = False) -> Iterator[str]:
+    """A running ``sleep infinity`` container of ``image``; yields its name, then removes it."""
+    from hpcenv.engines import get_engine
+
+    engine = get_engine("podman")
+    if not engine.image_exists(image):
+        raise EnvironmentProblem(f"image {image} does not exist in podman; build it first")
+    name = f"hpcenv-smoke-{secrets.token_hex(4)}"
+    try:
+        engine.run_detached(image, name, volumes=volumes)
+        yield name
+    finally:
+        if not keep:
+            engine.remove_container(name)
+
+
+def pytest_argv(host_url: str, results_dir: Path, pytest_args: Sequence[str] = ()) -> list[str]:
+    """The pytest command that runs the packaged smoke suite against ``host_url``."""
+    return [
+        sys.executable, "-m", "pytest", str(SMOKE_DIR),
+        "-c", str(SMOKE_DIR / "pytest.ini"), "--rootdir", str(SMOKE_DIR),
+        f"--hosts={host_url}",
+        f"--junitxml={results_dir / 'junit.xml'}",
+        f"--smoke-json={results_dir / 'results.json'}",
+        *pytest_args,
+    ]  # fmt: skip
+
+
+def run_smoke(
+    image: str,
+    results_dir: Path,
+    *,
+    data_dir: Path,
+    backend: str = "podman",
+    extra_volumes: Sequence[str] = (),
+    mount_checks: bool = False,
+    pytest_args: Sequence[str] = (),
+    keep: bool = False,
+    echo: bool = False,
+) -> SmokeReport:
+    """Run the smoke suite against ``image`` and write its results to ``results_dir``.
+
+    ``data_dir`` (staged MNIST IDX, see :func:`hpcenv.datasets.prepare_mnist`) is mounted
+    read-only at ``/data/mnist``; ``mount_checks`` mounts this checkout's ``hpcenv/checks`` at
+    ``/opt/hpcenv/checks`` for images that do not have them baked in. ``extra_volumes`` are
+    more ``HOST:CONTAINER[:OPTS]`` mounts. ``echo`` streams pytest's output to stdout.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"smoke backend {backend!r} is not supported by the runner; valid: {', '.join(BACKENDS)}"
+        )
+    data_dir = Path(data_dir).resolve()
+    if not (data_dir / "manifest.json").is_file():
+        raise ConfigError(f"{data_dir} has no manifest.json; run `hpcenv data mnist` first")
+    results_dir = Path(results_dir).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("junit.xml", "results.json", REPORT_NAME, PLOT_NAME):
+        (results_dir / stale).unlink(missing_ok=True)
+    volumes = [f"{data_dir}:{DATA_MOUNT}:ro", *extra_volumes]
+    if mount_checks:
+        volumes.append(f"{CHECKS_DIR}:{CHECKS_MOUNT}:ro")
+
+    from hpcenv.engines import engine_env
+
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    log_path = results_dir / "pytest.log"
+    with podman_target(image, volumes, keep=keep) as name:
+        host_url = f"{backend}://{name}"
+        argv = pytest_argv(host_url, results_dir, pytest_args)
+        with log_path.open("w") as log:
+            log.write("$ " + " ".join(argv) + "\n")
+            log.flush()
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env=engine_env(), stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+            code = proc.wait()
+    seconds = time.monotonic() - t0
+    raw = results_dir / "results.json"
+    if code not in (0, 1) or not raw.is_file():
+        raise HpcenvError(f"smoke pytest run ended with exit code {code}; see {log_path}")
+    report = SmokeReport(
+        image=image,
+        backend=backend,
+        host=host_url,
+        started=started.isoformat(timespec="seconds"),
+        seconds=round(seconds, 1),
+        pytest_exit_code=code,
+        tests=load_results(raw),
+        results_dir=results_dir,
+    )
+    report.files = {"junit": "junit.xml", "raw": "results.json", "log": "pytest.log"}
+    plot = plot_allreduce(report.tests, results_dir / PLOT_NAME, title=f"allreduce, {image}")
+    if plot is not None:
+        report.files["plot"] = plot.name
+    write_report(report)
+    return report

@@ -1,0 +1,44 @@
+"""Data-parallel MNIST with Horovod over MPI: held-out accuracy and identical parameters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from hpcenv.smoke._target import Target
+
+MIN_ACCURACY = 0.90
+
+
+def test_mnist_horovod(
+    host: Any,
+    target: Target,
+    run_check: Callable[..., dict[str, Any]],
+    record: Callable[..., None],
+) -> None:
+    manifest = json.loads(host.file(f"{target.mnist_dir}/manifest.json").content_string)
+    doc = run_check(target.mpirun, "mnist_horovod.py", target.mnist_dir)
+    record(
+        accuracy=doc["test_accuracy"],
+        train_seconds=round(doc["train_seconds"], 2),
+        samples_per_second=round(doc["samples_per_second"], 1),
+        epochs=doc["epochs"],
+        final_loss=round(doc["epoch_loss"][-1], 4),
+        epoch_loss=doc["epoch_loss"],
+        param_checksums=doc["param_checksums"],
+    )
+    assert doc["world_size"] == target.ranks
+    assert doc["train_samples"] == manifest["split"]["train"]
+    assert doc["test_samples"] == manifest["split"]["test"]
+    assert sum(doc["samples_per_rank"]) == doc["train_samples"]
+    assert doc["test_accuracy"] == doc["correct"] / doc["test_samples"]
+    assert doc["test_accuracy"] >= MIN_ACCURACY
+    assert doc["epoch_loss"][-1] < doc["epoch_loss"][0]
+    # ranks start from different seeds: the broadcast must make them equal, training keep them so
+    assert len(set(doc["initial_param_sha256"])) == 1
+    sums = doc["param_checksums"]
+    assert sorted(c["rank"] for c in sums) == list(range(target.ranks))
+    assert len({c["sha256"] for c in sums}) == 1, sums
+    assert len({c["sum"] for c in sums}) == 1
+    assert doc["param_max_spread"] == 0.0
