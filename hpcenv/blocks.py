@@ -194,7 +194,11 @@ class Blocks:
         return Parts()
 
     def daal4py_mpi(self) -> Parts:
-        """An MPICH-ABI side runtime for daal4py when the main MPI is Open MPI (hybrid)."""
+        """An MPICH-ABI side runtime for daal4py when the main MPI is Open MPI (hybrid).
+
+        Both register the ``mpirun``/``mpi`` alternatives; Open MPI is pinned so the result
+        does not depend on package priorities.
+        """
         d4p = self.lock.components.get("daal4py")
         if not d4p or "side_mpi" not in d4p.options:
             return Parts()
@@ -207,12 +211,17 @@ class Blocks:
                 ),
                 apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 shell(
+                    "update-alternatives --set mpirun /usr/bin/mpirun.openmpi",
+                    "update-alternatives --set mpi /usr/bin/mpicc.openmpi",
                     f"mkdir -p {lib_dir}",
                     "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" "
                     f"{lib_dir}/libmpi.so.12",
                 ),
             ],
-            runtime=[copy(lib_dir, lib_dir, from_stage="build")],
+            runtime=[
+                shell("update-alternatives --set mpirun /usr/bin/mpirun.openmpi"),
+                copy(lib_dir, lib_dir, from_stage="build"),
+            ],
             runtime_apt=list(pkgs["runtime"]),
         )
 
