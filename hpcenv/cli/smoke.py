@@ -10,6 +10,8 @@ import typer
 
 from hpcenv.errors import ConfigError
 
+SMOKE_RECIPE = "horovod-cpu"  # the recipe whose image carries every smoke check's stack
+
 
 def register(app: typer.Typer) -> None:
     @app.command("smoke")
@@ -21,7 +23,10 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--site", "-s", help="with --recipe: test localhost/hpcenv/RECIPE:SITE"),
         ] = None,
-        recipe: Annotated[str | None, typer.Option("--recipe", "-r", help="recipe name")] = None,
+        recipe: Annotated[
+            str | None,
+            typer.Option("--recipe", "-r", help="recipe name (with --site; default horovod-cpu)"),
+        ] = None,
         results: Annotated[
             Path | None,
             typer.Option("--results", help="results folder (default: <cache>/results/smoke-...)"),
@@ -55,9 +60,9 @@ def register(app: typer.Typer) -> None:
         from hpcenv.smoke.runner import image_tag, run_smoke
 
         if image is None:
-            if not (site and recipe):
-                raise ConfigError("name the image: --image TAG, or --site SITE with --recipe NAME")
-            image = image_tag(recipe, site)
+            if not site:
+                raise ConfigError("name the image: --image TAG, or --site SITE [--recipe NAME]")
+            image = image_tag(recipe or SMOKE_RECIPE, site)
         elif site or recipe:
             raise ConfigError("--image and --site/--recipe are exclusive")
         if results is None:
