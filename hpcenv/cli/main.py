@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.doctor",
     "hpcenv.cli.data",
     "hpcenv.cli.smoke",
+    "hpcenv.cli.jobs",
 )
 
 app = typer.Typer(

@@ -1,0 +1,321 @@
+"""``hpcenv submit|status|cancel|logs|tune|manifest``: render, submit and follow batch jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hpcenv.cli.options import JsonOpt, SiteOpt
+
+if TYPE_CHECKING:
+    from hpcenv.jobs.submit import Submission
+    from hpcenv.jobs.transport import Transport
+    from hpcenv.site import Site
+
+IntOpt = Annotated[int | None, typer.Option()]
+
+
+def _transport(
+    site: Site,
+    kind: str,
+    host: str | None,
+    port: int | None,
+    user: str | None,
+    key: str | None,
+    known_hosts: str | None,
+) -> Transport:
+    from hpcenv.errors import ConfigError
+    from hpcenv.jobs.transport import LocalTransport, SshTransport, ssh_spec
+
+    if kind == "local":
+        return LocalTransport()
+    if kind == "ssh":
+        return SshTransport(ssh_spec(site, host, port, user, key, known_hosts))
+    raise ConfigError(f"unknown transport {kind!r}; use local or ssh")
+
+
+def _record(job_id: str, site: str | None) -> tuple[Submission, Transport]:
+    """A submitted job's record, or a bare one for --site (local transport)."""
+    from hpcenv.errors import ConfigError
+    from hpcenv.jobs.submit import Submission, load_record, transport_for
+    from hpcenv.jobs.transport import LocalTransport, TransportSpec
+
+    sub = load_record(job_id)
+    if sub is not None:
+        return sub, transport_for(sub)
+    if site is None:
+        raise ConfigError(f"no record of job {job_id} here; pass --site to ask its scheduler")
+    from hpcenv.site import load_site
+
+    s = load_site(site)
+    bare = Submission(job_id, "?", s.name, s.scheduler.kind, "", TransportSpec(), (None, None), "")
+    return bare, LocalTransport()
+
+
+def _check_local_image(site: Site, image: str) -> None:
+    """Fail early when the local podman runtime lacks the image."""
+    if site.runtime.kind != "podman":
+        return
+    from hpcenv.engines import get_engine
+    from hpcenv.errors import EnvironmentProblem
+
+    if not get_engine("podman").image_exists(image):
+        raise EnvironmentProblem(
+            f"image {image} not found in local podman storage; build it first "
+            f"(hpcenv build --site {site.name} --recipe ...) or pass --image / --no-container"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("submit")
+    def submit_cmd(
+        site: SiteOpt,
+        command: Annotated[
+            list[str] | None, typer.Argument(help="command to run (after --)")
+        ] = None,
+        recipe: Annotated[
+            str | None, typer.Option("--recipe", "-r", help="recipe (default image)")
+        ] = None,
+        nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
+        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node", "-n")] = None,
+        cores_per_rank: Annotated[int | None, typer.Option("--cores-per-rank")] = None,
+        ccl_workers: Annotated[int | None, typer.Option("--ccl-workers")] = None,
+        image: Annotated[str | None, typer.Option("--image", help="image tag or SIF path")] = None,
+        no_container: Annotated[
+            bool, typer.Option("--no-container", help="run on the host")
+        ] = False,
+        name: Annotated[str | None, typer.Option("--name", help="job name")] = None,
+        workdir: Annotated[
+            str | None, typer.Option("--workdir", help="default <scratch>/hpcenv-jobs")
+        ] = None,
+        walltime: Annotated[str | None, typer.Option("--walltime")] = None,
+        single: Annotated[
+            bool, typer.Option("--single", help="run once in the batch shell, not per rank")
+        ] = False,
+        stage_in: Annotated[
+            str | None,
+            typer.Option("--stage-in", help="dataset dir to stage to node-local storage"),
+        ] = None,
+        stage_out: Annotated[
+            str | None, typer.Option("--stage-out", help="copy {output} here atomically")
+        ] = None,
+        array: Annotated[
+            int | None, typer.Option("--array", help="job array of N tasks ({task})")
+        ] = None,
+        after: Annotated[
+            list[str] | None, typer.Option("--after", help="start after this job succeeds")
+        ] = None,
+        force: Annotated[
+            bool, typer.Option("--force", help="allow over-subscription / overwrite")
+        ] = False,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="print the script, submit nothing")
+        ] = False,
+        as_json: JsonOpt = False,
+        transport: Annotated[str, typer.Option("--transport", help="local or ssh")] = "local",
+        ssh_host: Annotated[str | None, typer.Option("--ssh-host")] = None,
+        ssh_port: Annotated[int | None, typer.Option("--ssh-port")] = None,
+        ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
+        ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
+        known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
+        wait: Annotated[
+            bool,
+            typer.Option("--wait", help="wait; exit 2 with the scheduler's message on failure"),
+        ] = False,
+        timeout: Annotated[float, typer.Option("--timeout", help="seconds for --wait")] = 600,
+    ) -> None:
+        """Render a job script for SITE and submit it (``-- COMMAND...``)."""
+        from hpcenv.errors import ConfigError
+        from hpcenv.jobs.containers import default_image
+        from hpcenv.jobs.render import prepare
+        from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut
+        from hpcenv.jobs.submit import submit
+        from hpcenv.jobs.submit import wait as wait_for
+        from hpcenv.site import load_site
+
+        s = load_site(site)
+        if image and no_container:
+            raise ConfigError("--image and --no-container exclude each other")
+        if not image and not no_container:
+            if not recipe:
+                raise ConfigError("give --recipe (default image), --image, or --no-container")
+            image = default_image(s, recipe)
+        try:
+            job = JobSpec(
+                name=name or recipe or "hpcenv",
+                command=list(command or []),
+                launch="single" if single else "mpi",
+                nodes=nodes,
+                ranks_per_node=ranks_per_node,
+                cores_per_rank=cores_per_rank,
+                ccl_workers=ccl_workers,
+                recipe=recipe,
+                image=None if no_container else image,
+                workdir=workdir,
+                walltime=walltime,
+                stage_in=StageIn(source=stage_in) if stage_in else None,
+                stage_out=StageOut(dest=stage_out, force=force) if stage_out else None,
+                array=ArraySpec(count=array) if array else None,
+                force=force,
+            )
+        except ValueError as err:
+            raise ConfigError(f"invalid job: {err}") from None
+        rendered = prepare(s, job)
+        if dry_run:
+            if as_json:
+                out = {"site": s.name, "scheduler": rendered.scheduler.name, "image": rendered.image,
+                       "workdir": rendered.workdir, "tuning": rendered.tuning.to_dict(),
+                       "script": rendered.script}  # fmt: skip
+                typer.echo(json.dumps(out, indent=2))
+            else:
+                typer.echo(rendered.script, nl=False)
+            return
+        t = _transport(s, transport, ssh_host, ssh_port, ssh_user, ssh_key, known_hosts)
+        try:
+            if job.image and transport == "local":
+                _check_local_image(s, job.image)
+            if stage_in and transport == "local" and "$" not in stage_in:
+                _ensure_manifest(Path(stage_in))
+            sub = submit(s, job, t, after=list(after or []), rendered=rendered)
+            result: dict[str, Any] = sub.to_dict()
+            if wait:
+                st = wait_for(sub, t, timeout=timeout)
+                result["status"] = st.to_dict()
+        finally:
+            t.close()
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+        else:
+            typer.echo(f"submitted {sub.job_id} ({sub.name}) to {sub.scheduler} via "
+                       f"{t.describe()}; workdir {sub.workdir}")  # fmt: skip
+            if wait:
+                typer.echo(st.message())
+
+    @app.command("status")
+    def status_cmd(
+        job_id: str,
+        site: Annotated[
+            str | None, typer.Option("--site", "-s", help="for jobs not submitted here")
+        ] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Show a job's state in the scheduler's own words."""
+        from hpcenv.jobs.submit import status
+
+        sub, t = _record(job_id, site)
+        try:
+            st = status(sub, t)
+        finally:
+            t.close()
+        if as_json:
+            typer.echo(json.dumps(st.to_dict(), indent=2))
+            return
+        typer.echo(st.message())
+        for task in st.tasks:
+            typer.echo(f"  {task.message()}")
+
+    @app.command("cancel")
+    def cancel_cmd(
+        job_id: str,
+        site: Annotated[
+            str | None, typer.Option("--site", "-s", help="for jobs not submitted here")
+        ] = None,
+    ) -> None:
+        """Cancel a job."""
+        from hpcenv.jobs.submit import cancel
+
+        sub, t = _record(job_id, site)
+        try:
+            cancel(sub, t)
+        finally:
+            t.close()
+        typer.echo(f"cancelled {job_id}")
+
+    @app.command("logs")
+    def logs_cmd(job_id: str) -> None:
+        """Print a job's stdout and stderr files."""
+        from hpcenv.jobs.submit import logs
+
+        sub, t = _record(job_id, None)
+        try:
+            typer.echo(logs(sub, t), nl=False)
+        finally:
+            t.close()
+
+    @app.command("tune")
+    def tune_cmd(
+        site: SiteOpt,
+        nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
+        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node", "-n")] = None,
+        cores_per_rank: Annotated[int | None, typer.Option("--cores-per-rank")] = None,
+        ccl_workers: Annotated[int | None, typer.Option("--ccl-workers")] = None,
+        recipe: Annotated[str | None, typer.Option("--recipe", "-r")] = None,
+        force: Annotated[bool, typer.Option("--force", help="allow over-subscription")] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Launch settings (threads, binding, masks, launcher flags) from the site's topology."""
+        from hpcenv.jobs.shell import join
+        from hpcenv.jobs.tuning import tune
+        from hpcenv.site import load_site
+
+        s = load_site(site)
+        t = tune(s, nodes, ranks_per_node, cores_per_rank=cores_per_rank,
+                 ccl_workers=ccl_workers, recipe=recipe, force=force)  # fmt: skip
+        if as_json:
+            typer.echo(json.dumps(t.to_dict(), indent=2))
+            return
+        n = s.node
+        typer.echo(f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
+                   f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks")  # fmt: skip
+        typer.echo("why:")
+        for r in t.reasons:
+            typer.echo(f"  - {r}")
+        typer.echo("environment:")
+        for k, v in t.env.items():
+            typer.echo(f"  {k}={v}")
+        typer.echo("launchers:")
+        typer.echo(f"  srun    {join(t.srun)}")
+        typer.echo(f"  mpirun  {join(t.openmpi)}")
+        typer.echo(f"  jsrun   {join(t.jsrun)}")
+        typer.echo(f"  mpiexec {join(t.mpiexec)}")
+        typer.echo("cores per local rank (compute | CCL workers):")
+        for i, (c, w) in enumerate(zip(t.compute_cores, t.worker_cores, strict=True)):
+            typer.echo(f"  rank {i}: {_span(c)} | {_span(w) or '-'}")
+
+    @app.command("manifest")
+    def manifest_cmd(
+        directory: Path,
+        verify: Annotated[bool, typer.Option("--verify", help="check instead of write")] = False,
+    ) -> None:
+        """Write (or --verify) DIR/.hpcenv-manifest: sizes and sha256 of every file."""
+        from hpcenv.errors import JobError
+        from hpcenv.jobs.spec import MANIFEST_NAME
+        from hpcenv.jobs.staging import verify_manifest, write_manifest
+
+        if verify:
+            problems = verify_manifest(directory, directory / MANIFEST_NAME)
+            if problems:
+                raise JobError(f"{directory}: " + "; ".join(problems[:10]))
+            typer.echo(f"{directory}: verified")
+        else:
+            path = write_manifest(directory)
+            typer.echo(f"wrote {path} ({len(path.read_text().splitlines())} files)")
+
+
+def _span(cores: tuple[int, ...]) -> str:
+    from hpcenv.jobs.tuning import core_ranges
+
+    return core_ranges(cores) if cores else ""
+
+
+def _ensure_manifest(directory: Path) -> None:
+    """For a local dataset without a manifest, write one now (trusting the current files)."""
+    from hpcenv.jobs.spec import MANIFEST_NAME
+    from hpcenv.jobs.staging import write_manifest
+
+    if directory.is_dir() and not (directory / MANIFEST_NAME).is_file():
+        write_manifest(directory)
+        typer.echo(f"wrote {directory / MANIFEST_NAME} (no manifest was there)", err=True)

@@ -1,0 +1,196 @@
+"""Container runtimes: how each rank enters the image, per the site's ``runtime.kind``.
+
+A runtime turns (site, image, context) into a :class:`ContainerLaunch`: options for the launcher
+(pyxis), an argv prefix put before the command, and variables to export. Bind-model MPI binds
+``mpi.root`` and ``mpi.bind_paths`` and puts the host MPI's libraries first on the loader path;
+hybrid MPI relies on the PMI match (``srun --mpi=pmix`` + the image's own Open MPI).
+
+``podman`` (site ``local``) starts one rootful container per rank under ``srun --mpi=pmix``. What
+makes the image's Open MPI join the host Slurm's PMIx server (measured with Slurm 22.05 + PMIx
+4.2 + Open MPI 4.1.4 on both sides):
+
+- ``--network=host``: slurmstepd's PMIx server listens on ``tcp4://127.0.0.1`` (PMIX_SERVER_URI*).
+- ``--env PMIX_* --env SLURM_* --env OMPI_*``: the client finds its namespace, rank and server.
+- ``--volume=$PMIX_SERVER_TMPDIR``: the server's shared-memory data store (gds ds12/ds21); without
+  it clients fall back to slower hash lookups and print ``gds_ds12_lock_pthread.c`` errors.
+- ``--user $(id -u):$(id -g)``: PMIx ``native`` security accepts only the job owner's uid, and the
+  data store belongs to it. The image's default user ``hpc`` (uid 1000) is refused and Open MPI
+  then claims it was "not built with SLURM's PMI support". Rootful podman maps uid 0 to host 0.
+- ``--pid=host --ipc=host``: Open MPI's shared-memory BTL (vader) between ranks in different
+  containers needs one /dev/shm and peer pids it can see (CMA single-copy); without --pid=host
+  the first Allreduce segfaults in ``mca_btl_vader_sendi``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from hpcenv.errors import ConfigError
+from hpcenv.jobs.shell import Expand
+from hpcenv.site import Site
+
+# One container per rank; PMIx store mounted when the rank runs under a PMIx server.
+PODMAN_RANK = (
+    'set -- ${PMIX_SERVER_TMPDIR:+"--volume=$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR"} "$@"; '
+    "exec podman run --rm --network=host --ipc=host --pid=host "
+    '--user "$(id -u):$(id -g)" --env "PMIX_*" --env "SLURM_*" --env "OMPI_*" '
+    '--env "HPCENV_*" "$@"'
+)
+_PODMAN_WILDCARDS = ("PMIX_", "SLURM_", "OMPI_", "HPCENV_")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the container must see: host paths to bind, variables to pass, where to start."""
+
+    workdir: str
+    binds: list[str] = field(default_factory=list)
+    env_names: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ContainerLaunch:
+    launcher_args: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _p(path: str) -> str:
+    """An argv item for a path that may name variables."""
+    return Expand(path) if "$" in path else path
+
+
+def _binds(site: Site, ctx: RunContext) -> list[str]:
+    paths = [*site.runtime.binds, ctx.workdir, *ctx.binds]
+    if site.mpi.model == "bind":
+        assert site.mpi.root is not None  # the site model requires it
+        paths += [site.mpi.root, *site.mpi.bind_paths]
+    seen: list[str] = []
+    for p in paths:
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
+class ContainerRuntime(ABC):
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch: ...
+
+
+class Apptainer(ContainerRuntime):
+    """``apptainer exec [--nv|--rocm] --bind ... IMAGE``; host env passes by default."""
+
+    kind = "apptainer"
+    env_prefix = "APPTAINERENV_"
+
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        argv = [self.kind, "exec", *site.runtime.flags]
+        for path in _binds(site, ctx):
+            argv += ["--bind", _p(path)]
+        argv += ["--pwd", _p(ctx.workdir), _p(image)]
+        env: dict[str, str] = {}
+        notes = []
+        if site.mpi.model == "bind":
+            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = f"{site.mpi.root}/lib"
+            notes.append(
+                f"bind model: host {site.mpi.spec} from {site.mpi.root} bound over the image's"
+            )
+        return ContainerLaunch(prefix=argv, env=env, notes=notes)
+
+
+class Singularity(Apptainer):
+    kind = "singularity"
+    env_prefix = "SINGULARITYENV_"
+
+
+def _oci_run(cmd: list[str], site: Site, image: str, ctx: RunContext) -> list[str]:
+    argv = list(cmd)
+    for path in _binds(site, ctx):
+        argv.append(_p(f"--volume={path}:{path}"))
+    argv.append(_p(f"--workdir={ctx.workdir}"))
+    argv += [f"--env={name}" for name in ctx.env_names]
+    return [*argv, image]
+
+
+class Podman(ContainerRuntime):
+    """Rootful podman, one container per rank (see the module docstring for why each flag)."""
+
+    kind = "podman"
+
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        # PMIX_*, SLURM_*, OMPI_*, HPCENV_* pass by wildcard in PODMAN_RANK.
+        names = [n for n in ctx.env_names if not n.startswith(_PODMAN_WILDCARDS)]
+        ctx = RunContext(workdir=ctx.workdir, binds=ctx.binds, env_names=names)
+        return ContainerLaunch(
+            prefix=_oci_run(["bash", "-c", PODMAN_RANK, "hpcenv-rank"], site, image, ctx),
+            notes=["podman per rank: host network/ipc/pid, job owner's uid, PMIx store mounted"],
+        )
+
+
+class PodmanHpc(ContainerRuntime):
+    """NERSC podman-hpc; ``runtime.flags`` carry ``--mpi``/``--gpu``/``--openmpi-pmix``."""
+
+    kind = "podman-hpc"
+
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        return ContainerLaunch(
+            prefix=_oci_run(["podman-hpc", "run", "--rm", *site.runtime.flags], site, image, ctx)
+        )
+
+
+class Shifter(ContainerRuntime):
+    """NERSC shifter: ``shifter --image=docker:IMAGE [--module=...] --volume=...``."""
+
+    kind = "shifter"
+
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        ref = image if image.startswith(("docker:", "id:")) else f"docker:{image}"
+        argv = ["shifter", f"--image={ref}", *site.runtime.flags]
+        for path in _binds(site, ctx):
+            argv.append(_p(f"--volume={path}:{path}"))
+        return ContainerLaunch(prefix=argv)
+
+
+class Pyxis(ContainerRuntime):
+    """NVIDIA pyxis/enroot: the container is an ``srun`` option, not a command prefix."""
+
+    kind = "pyxis"
+
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        mounts = ",".join(f"{p}:{p}" for p in _binds(site, ctx))
+        args = [f"--container-image={image}", _p(f"--container-workdir={ctx.workdir}")]
+        if mounts:
+            args.append(_p(f"--container-mounts={mounts}"))
+        return ContainerLaunch(launcher_args=[*args, *site.runtime.flags])
+
+
+RUNTIMES: dict[str, type[ContainerRuntime]] = {
+    c.kind: c for c in (Apptainer, Singularity, Podman, PodmanHpc, Shifter, Pyxis)
+}
+
+
+def get_runtime(kind: str) -> ContainerRuntime:
+    try:
+        return RUNTIMES[kind]()
+    except KeyError:
+        raise ConfigError(
+            f"unknown container runtime {kind!r}; known: {', '.join(sorted(RUNTIMES))}"
+        ) from None
+
+
+def default_image(site: Site, recipe: str) -> str:
+    """The image a site/recipe runs by default.
+
+    OCI runtimes use the tag hpcenv builds, ``localhost/hpcenv/<recipe>:<site>``; SIF runtimes
+    (apptainer, singularity) use ``<scratch>/hpcenv/images/<recipe>-<site>.sif``, the file
+    ``apptainer build`` makes from that tag's archive.
+    """
+    if site.runtime.kind in ("apptainer", "singularity"):
+        scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), "$HOME")
+        return f"{scratch}/hpcenv/images/{recipe}-{site.name}.sif"
+    return f"localhost/hpcenv/{recipe}:{site.name}"

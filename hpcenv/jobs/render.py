@@ -1,0 +1,264 @@
+"""Render a job script from ``templates/jobs/`` for a site and a :class:`JobSpec`.
+
+The scheduler gives the directives, the launcher the rank launch, the container runtime the
+per-rank prefix and the tuning the environment. Every value is quoted here (see
+:mod:`hpcenv.jobs.shell`); the template only places pre-quoted text.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import jinja2
+
+from hpcenv.errors import ConfigError
+from hpcenv.jobs.containers import RunContext, get_runtime
+from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.schedulers import Scheduler, get_scheduler
+from hpcenv.jobs.shell import (
+    PLACEHOLDERS,
+    command_arg,
+    env_name,
+    join,
+    placeholders,
+    qpath,
+    word,
+)
+from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
+from hpcenv.jobs.tuning import LaunchTuning, tune
+from hpcenv.paths import templates_dir
+from hpcenv.site import Site
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """A rendered script and what submission and monitoring need to know about it."""
+
+    script: str
+    scheduler: Scheduler
+    tuning: LaunchTuning
+    workdir: str
+    log_names: tuple[str | None, str | None]
+    image: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+
+
+def step_script(name: str) -> str:
+    """A staging step script (``stage_in``, ``stage_out``, ``stitch``) as a standalone text."""
+    return _env().get_template(f"jobs/{name}.sh.j2").render().rstrip("\n")
+
+
+def default_workdir(site: Site) -> str:
+    scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), "$HOME")
+    return f"{scratch}/hpcenv-jobs"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
+    """Render ``job`` for ``site``; ``image`` overrides ``job.image`` (None: run on the host)."""
+    if site.scheduler.kind == "none":
+        raise ConfigError(f"site {site.name!r} has no batch scheduler (scheduler.kind: none)")
+    scheduler = get_scheduler(site.scheduler.kind)
+    launcher = get_launcher(site.scheduler.launcher)
+    image = image if image is not None else job.image
+    if not job.command and not (job.stage_in or job.stage_out or job.stitch):
+        raise ConfigError("nothing to run: give a command or a staging/stitch step")
+    used = set().union(*(placeholders(a) for a in job.command)) if job.command else set()
+    if "task" in used and not job.array:
+        raise ConfigError("{task} is only defined in a job array (--array N)")
+
+    if job.launch == "mpi":
+        tuning = tune(
+            site,
+            job.nodes,
+            job.ranks_per_node,
+            cores_per_rank=job.cores_per_rank,
+            ccl_workers=job.ccl_workers,
+            recipe=job.recipe,
+            force=job.force,
+        )
+    else:
+        tuning = tune(
+            site,
+            job.nodes,
+            1,
+            cores_per_rank=job.cores_per_rank or site.node.cores,
+            ccl_workers=job.ccl_workers or 0,
+            recipe=job.recipe,
+            force=job.force,
+        )
+
+    workdir = job.workdir or default_workdir(site)
+    per_node = bool(job.stage_in and job.stage_in.per_node)
+    node_local: str | None = None
+    if site.node_local:
+        node_local = f"{site.node_local.path}/{job.name}"
+    if (per_node or "node_local" in used) and node_local is None:
+        raise ConfigError(f"site {site.name!r} has no node_local storage to stage into")
+    data: str | None = None
+    if job.stage_in:
+        data = job.stage_in.dest or (f"{node_local}/data" if per_node else None)
+        if data is None:
+            raise ConfigError("stage-in without per_node needs a dest")
+    elif "data" in used:
+        raise ConfigError("{data} needs a stage-in (--stage-in DIR)")
+    output: str | None = None
+    if job.stage_out:
+        output = job.stage_out.source or f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
+    elif "output" in used:
+        output = f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
+
+    env: dict[str, str] = {}
+    env.update(tuning.env)
+    env.update(site.mpi.env)
+    env.update(site.tuning)
+    env.update(job.env)
+    notes = [f"tuning: {r}" for r in tuning.reasons]
+
+    launch: str | None = None
+    launch_what = ""
+    if job.command:
+        prefix: list[str] = []
+        launcher_args: list[str] = []
+        if image:
+            runtime = get_runtime(site.runtime.kind)
+            binds = (
+                [node_local] if node_local and (per_node or used & {"node_local", "data"}) else []
+            )
+            if data and data not in binds and not per_node:
+                binds.append(data)
+            if output and not output.startswith((workdir, node_local or workdir)):
+                binds.append(output)
+            names = [*env, *(v for v in PLACEHOLDERS.values())]
+            cl = runtime.launch(
+                site, image, RunContext(workdir=workdir, binds=binds, env_names=names)
+            )
+            env.update(cl.env)
+            prefix, launcher_args = cl.prefix, cl.launcher_args
+            notes += cl.notes
+            if site.runtime.kind == "podman":
+                from hpcenv.engines import containers_conf_path
+
+                conf = word(str(containers_conf_path()), "containers.conf path")
+                env.setdefault("CONTAINERS_CONF", f"${{CONTAINERS_CONF:-{conf}}}")
+        if job.launch == "mpi":
+            head = launcher.command(site, tuning, launcher_args)
+            launch_what = f"{tuning.ranks} ranks, {tuning.ranks_per_node} per node"
+        elif launcher_args:  # pyxis: the container is an srun option
+            head = ["srun", "--ntasks=1", "--nodes=1", *launcher_args]
+            launch_what = "one task"
+        else:
+            head = []
+            launch_what = "in the batch shell"
+        launch = " ".join(
+            part
+            for part in (join(head), join(prefix), " ".join(command_arg(a) for a in job.command))
+            if part
+        )
+
+    exports = []
+    for key, value in env.items():
+        env_name(key)
+        if key == "CONTAINERS_CONF":
+            exports.append((key, f'"{value}"'))
+        else:
+            exports.append((key, shlex.quote(value)))
+
+    stage_in = stage_out = stitch = None
+    if job.stage_in:
+        src = job.stage_in.source
+        manifest = job.stage_in.manifest or f"{src}/{MANIFEST_NAME}"
+        assert data is not None
+        args = " ".join(qpath(p) for p in (src, data, manifest))
+        run = f'bash "$HPCENV_STEPS/stage-in.sh" {args}'
+        if per_node:
+            run = f"{join(launcher.per_node(tuning.nodes))} {run}"
+        where = "once per node to node-local storage" if per_node else "once"
+        stage_in = {
+            "what": f"{src} -> {data}, {where}, verified against {manifest}",
+            "script": step_script("stage_in"),
+            "command": run,
+        }
+    if job.stitch:
+        s = job.stitch
+        args = " ".join(
+            [
+                qpath(s.parts),
+                str(s.count),
+                shlex.quote(s.prefix),
+                shlex.quote(s.suffix),
+                qpath(s.output),
+                "1" if s.force else "0",
+                '"$HPCENV_JOB_ID"',
+            ]
+        )
+        stitch = {
+            "what": f"{s.count} parts {s.parts}/{s.prefix}<i>{s.suffix} -> {s.output}",
+            "script": step_script("stitch"),
+            "command": f'bash "$HPCENV_STEPS/stitch.sh" {args}',
+        }
+    if job.stage_out:
+        assert output is not None
+        force = "1" if job.stage_out.force else "0"
+        args = f'{qpath(output)} {qpath(job.stage_out.dest)} {force} "$HPCENV_JOB_ID"'
+        stage_out = {
+            "what": f"{output} -> {job.stage_out.dest}, atomic, verified",
+            "script": step_script("stage_out"),
+            "command": f'bash "$HPCENV_STEPS/stage-out.sh" {args}',
+        }
+
+    context = {
+        "directives": scheduler.directives(site, job, tuning, node_local=per_node),
+        "site": site.name,
+        "scheduler": scheduler.name,
+        "launcher": launcher.name,
+        "runtime": site.runtime.kind if image else "host (no container)",
+        "mpi": f"{site.mpi.model} MPI {site.mpi.spec} over {site.mpi.pmi}",
+        "notes": [_one_line(n) for n in notes],
+        "modules": " ".join(shlex.quote(m) for m in site.modules),
+        "name": shlex.quote(job.name),
+        "job_id_expr": scheduler.job_id_expr,
+        "workdir": qpath(workdir),
+        "task_id_expr": scheduler.task_id_expr if job.array else None,
+        "task_count": job.array.count if job.array else 0,
+        "node_local": qpath(node_local) if node_local else None,
+        "data": qpath(data) if data else None,
+        "output": qpath(output) if output else None,
+        "exports": exports,
+        "stage_in": stage_in,
+        "launch": launch,
+        "launch_what": launch_what,
+        "launch_expands_per_rank": bool(launch and "bash -c" in launch),
+        "stitch": stitch,
+        "stage_out": stage_out,
+    }
+    script = _env().get_template("jobs/job.sh.j2").render(**context)
+    return RenderedJob(
+        script=script,
+        scheduler=scheduler,
+        tuning=tuning,
+        workdir=workdir,
+        log_names=scheduler.log_names(job),
+        image=image,
+        notes=notes,
+    )
+
+
+def render_job(site: Site, job: JobSpec, image: str | None = None) -> str:
+    """The job script text for ``job`` on ``site``; ``image`` overrides ``job.image``."""
+    return prepare(site, job, image).script

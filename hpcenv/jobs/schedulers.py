@@ -1,0 +1,472 @@
+"""Batch schedulers behind one small interface: directives, submit, status, cancel, logs.
+
+Registered by name (``slurm``, ``lsf``, ``pbs``); an unknown name is a ConfigError. Scripts go
+to ``sbatch``/``bsub``/``qsub`` on stdin; job ids are parsed with a strict pattern and a missing
+id is a JobError carrying the scheduler's message. State comes from ``scontrol show job``
+(``sacct`` needs slurmdbd), falling back to the ``jobcomp/filetxt`` file once a job is purged;
+``bjobs -json`` for LSF; ``qstat -fx -F json`` for PBS Pro.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from hpcenv.errors import ConfigError, JobError
+from hpcenv.jobs.shell import job_id as job_id_word
+from hpcenv.jobs.shell import join, word
+from hpcenv.jobs.spec import JobSpec
+from hpcenv.jobs.status import JobStatus, Phase, aggregate
+from hpcenv.jobs.transport import Completed, Transport
+from hpcenv.jobs.tuning import LaunchTuning
+from hpcenv.site import Site
+
+
+def directive_pairs(words: list[str]) -> list[tuple[str, str | None]]:
+    """``["-C", "gpu", "--exclusive"]`` -> ``[("-C", "gpu"), ("--exclusive", None)]``."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(words):
+        flag = words[i]
+        if not flag.startswith("-"):
+            raise ConfigError(f"directive words must start with a flag, got {flag!r} in {words}")
+        if "=" in flag:
+            name, value = flag.split("=", 1)
+            pairs.append((name, value))
+            i += 1
+        elif i + 1 < len(words) and not words[i + 1].startswith("-"):
+            pairs.append((flag, words[i + 1]))
+            i += 2
+        else:
+            pairs.append((flag, None))
+            i += 1
+    return pairs
+
+
+def _merge(
+    pairs: list[tuple[str, str | None]], joins: dict[str, str]
+) -> list[tuple[str, str | None]]:
+    """Merge repeated flags that the scheduler would otherwise let the last one win."""
+    out: list[tuple[str, str | None]] = []
+    for flag, value in pairs:
+        prev = next((i for i, (f, _) in enumerate(out) if f == flag), None)
+        if flag in joins and prev is not None and value is not None:
+            old = out[prev][1] or ""
+            sep = joins[flag]
+            items = old.split(sep) if sep != " " else old.split()
+            new = value.split(sep) if sep != " " else value.split()
+            out[prev] = (flag, sep.join([*items, *[v for v in new if v not in items]]))
+        elif (flag, value) not in out:
+            out.append((flag, value))
+    return out
+
+
+def _val(value: str) -> str:
+    return f'"{value}"' if re.search(r"[\s&|]", value) else value
+
+
+class Scheduler(ABC):
+    name: ClassVar[str]
+    prefix: ClassVar[str]
+    job_id_expr: ClassVar[str]
+    task_id_expr: ClassVar[str]
+    merge: ClassVar[dict[str, str]] = {}
+    id_pattern: ClassVar[re.Pattern[str]]
+
+    # -- rendering --------------------------------------------------------------------------
+    @abstractmethod
+    def resources(
+        self, site: Site, job: JobSpec, tuning: LaunchTuning
+    ) -> list[tuple[str, str | None]]:
+        """Directive (flag, value) pairs for the job's shape, names, logs and array."""
+
+    def directives(
+        self, site: Site, job: JobSpec, tuning: LaunchTuning, node_local: bool
+    ) -> list[str]:
+        """Complete directive lines: the job's resources + the site's extra directives."""
+        extra = list(site.scheduler.extra_directives)
+        if node_local and site.node_local:
+            extra += site.node_local.request
+        pairs = _merge([*self.resources(site, job, tuning), *directive_pairs(extra)], self.merge)
+        return [self.line(f, v) for f, v in pairs]
+
+    def line(self, flag: str, value: str | None) -> str:
+        if value is None:
+            return f"{self.prefix} {flag}"
+        return f"{self.prefix} {flag} {_val(value)}"
+
+    def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
+        """stdout/stderr file names relative to the workdir, with the scheduler's patterns."""
+        return None, None
+
+    # -- submission -------------------------------------------------------------------------
+    @abstractmethod
+    def submit_argv(self, after: list[str]) -> list[str]:
+        """argv that reads a job script on stdin and waits for ``after`` to succeed."""
+
+    def parse_job_id(self, result: Completed) -> str:
+        if result.returncode == 0:
+            for line in result.stdout.splitlines():
+                m = self.id_pattern.search(line.strip())
+                if m:
+                    return m.group(1)
+        raise JobError(f"{self.name} rejected the job: {result.message()}")
+
+    # -- monitoring -------------------------------------------------------------------------
+    @abstractmethod
+    def status(self, transport: Transport, job_id: str) -> JobStatus: ...
+
+    @abstractmethod
+    def cancel_argv(self, job_id: str) -> list[str]: ...
+
+    def cancel(self, transport: Transport, job_id: str) -> None:
+        result = transport.run(join(self.cancel_argv(job_id)))
+        if result.returncode != 0:
+            raise JobError(f"cancel {job_id} failed: {result.message()}")
+
+
+# --------------------------------------------------------------------------------------------
+# Slurm
+# --------------------------------------------------------------------------------------------
+
+_SLURM_PHASE: dict[str, Phase] = {
+    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
+    "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending", "RESV_DEL_HOLD": "pending",
+    "SUSPENDED": "pending", "RUNNING": "running", "COMPLETING": "running",
+    "STAGE_OUT": "running", "SIGNALING": "running", "RESIZING": "running",
+    "COMPLETED": "done", "FAILED": "failed", "CANCELLED": "failed", "TIMEOUT": "failed",
+    "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed", "PREEMPTED": "failed",
+    "BOOT_FAIL": "failed", "DEADLINE": "failed", "REVOKED": "failed", "SPECIAL_EXIT": "failed",
+}  # fmt: skip
+# Pending reasons that mean the job cannot start until an administrator or the user acts.
+_SLURM_BLOCKED = re.compile(
+    r"ReqNodeNotAvail|NodeDown|PartitionDown|PartitionInactive|PartitionNodeLimit|"
+    r"PartitionConfig|BadConstraints|DependencyNeverSatisfied|InvalidAccount|InvalidQOS|"
+    r"JobHeldAdmin|JobHeldUser|Nodes_required|launch failed"
+)
+_KV = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
+
+
+def parse_slurm_record(line: str) -> dict[str, str]:
+    """``scontrol show job -o`` / jobcomp line -> dict (values may contain spaces)."""
+    return {k: v.strip() for k, v in _KV.findall(line.strip())}
+
+
+def slurm_status_from_record(rec: dict[str, str], source: str) -> JobStatus:
+    state = rec.get("JobState", "UNKNOWN").split()[0]
+    phase = _SLURM_PHASE.get(state, "unknown")
+    if phase == "done" and rec.get("ExitCode", "0:0") not in ("0:0", ""):
+        phase = "failed"
+    reason = rec.get("Reason") or None
+    job_id = rec.get("JobId", "?")
+    if rec.get("ArrayTaskId"):
+        job_id = f"{rec.get('ArrayJobId', job_id)}_{rec['ArrayTaskId']}"
+    return JobStatus(
+        job_id=job_id,
+        state=state,
+        phase=phase,
+        exit_code=rec.get("ExitCode"),
+        reason=reason,
+        blocked=phase == "pending" and bool(reason and _SLURM_BLOCKED.search(reason)),
+        stdout=rec.get("StdOut"),
+        stderr=rec.get("StdErr"),
+        source=source,
+        raw=rec,
+    )
+
+
+class Slurm(Scheduler):
+    name = "slurm"
+    prefix = "#SBATCH"
+    job_id_expr = "${SLURM_JOB_ID}"
+    task_id_expr = "${SLURM_ARRAY_TASK_ID}"
+    merge = {"-C": "&", "--constraint": "&"}
+    id_pattern = re.compile(r"^(\d+)(?:;\S+)?$")
+
+    def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
+        tag = "%A_%a" if job.array else "%j"
+        return f"{job.name}-{tag}.out", f"{job.name}-{tag}.err"
+
+    def resources(
+        self, site: Site, job: JobSpec, tuning: LaunchTuning
+    ) -> list[tuple[str, str | None]]:
+        out, err = self.log_names(job)
+        pairs: list[tuple[str, str | None]] = [("--job-name", job.name)]
+        pairs += [(f, v) for f, _, v in (a.partition("=") for a in tuning.srun)]
+        pairs += [
+            ("--time", word(job.walltime or site.scheduler.walltime, "walltime")),
+            ("--output", out),
+            ("--error", err),
+        ]
+        pairs = [(f, v or None) for f, v in pairs if f != "--gpu-bind"]
+        account = job.account or site.scheduler.account
+        if account:
+            pairs.append(("--account", account))
+        queue = job.queue or site.scheduler.queue
+        if queue:
+            pairs.append(("--partition", queue))
+        if job.array:
+            spec = f"0-{job.array.count - 1}"
+            if job.array.parallel:
+                spec += f"%{job.array.parallel}"
+            pairs.append(("--array", spec))
+        return pairs
+
+    def line(self, flag: str, value: str | None) -> str:
+        if value is not None and flag.startswith("--"):
+            return f"{self.prefix} {flag}={_val(value)}"
+        return super().line(flag, value)
+
+    def submit_argv(self, after: list[str]) -> list[str]:
+        argv = ["sbatch", "--parsable"]
+        if after:
+            deps = ":".join(job_id_word(i) for i in after)
+            argv += [f"--dependency=afterok:{deps}", "--kill-on-invalid-dep=yes"]
+        return argv
+
+    def status(self, transport: Transport, job_id: str) -> JobStatus:
+        job_id_word(job_id)
+        result = transport.run(join(["scontrol", "show", "job", "-o", job_id]))
+        if result.returncode == 0 and result.stdout.strip():
+            tasks = [
+                slurm_status_from_record(parse_slurm_record(line), "scontrol")
+                for line in result.stdout.splitlines()
+                if line.strip()
+            ]
+            return aggregate(job_id, tasks, "scontrol")
+        if "Invalid job id" in result.message():
+            found = self.status_from_jobcomp(transport, job_id)
+            if found:
+                return found
+        raise JobError(f"no state for job {job_id}: {result.message()}")
+
+    def jobcomp_file(self, transport: Transport) -> str | None:
+        result = transport.run(join(["scontrol", "show", "config"]))
+        for line in result.stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "JobCompLoc":
+                value = value.strip()
+                return value if value.startswith("/") else None
+        return None
+
+    def status_from_jobcomp(self, transport: Transport, job_id: str) -> JobStatus | None:
+        """State of a purged job from the ``jobcomp/filetxt`` file (last matching line)."""
+        path = self.jobcomp_file(transport)
+        if not path:
+            return None
+        pattern = f"^JobId={job_id} "
+        result = transport.run(join(["grep", "-E", pattern, path]))
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        if not lines:
+            return None
+        return slurm_status_from_record(parse_slurm_record(lines[-1]), "jobcomp")
+
+    def cancel_argv(self, job_id: str) -> list[str]:
+        return ["scancel", job_id_word(job_id)]
+
+
+# --------------------------------------------------------------------------------------------
+# LSF (Summit: bsub + jsrun, -nnodes)
+# --------------------------------------------------------------------------------------------
+
+_LSF_PHASE: dict[str, Phase] = {
+    "PEND": "pending", "PSUSP": "pending", "WAIT": "pending",
+    "RUN": "running", "USUSP": "running", "SSUSP": "running", "PROV": "running",
+    "DONE": "done", "EXIT": "failed", "UNKWN": "unknown", "ZOMBI": "unknown",
+}  # fmt: skip
+
+
+def _lsf_walltime(value: str) -> str:
+    """LSF ``-W [hour:]minute``; ``HH:MM:SS`` is rounded up to whole minutes."""
+    parts = [int(p) for p in value.replace("-", ":").split(":")]
+    if len(parts) >= 3:
+        days = parts[0] if len(parts) == 4 else 0
+        h, m, s = parts[-3:]
+        total = days * 1440 + h * 60 + m + (1 if s else 0)
+        return f"{total // 60:02d}:{total % 60:02d}"
+    return value
+
+
+class Lsf(Scheduler):
+    name = "lsf"
+    prefix = "#BSUB"
+    job_id_expr = "${LSB_JOBID}"
+    task_id_expr = "$((LSB_JOBINDEX - 1))"
+    merge = {"-alloc_flags": " "}
+    id_pattern = re.compile(r"^Job <(\d+)> is submitted")
+
+    def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
+        tag = "%J_%I" if job.array else "%J"
+        return f"{job.name}-{tag}.out", f"{job.name}-{tag}.err"
+
+    def resources(
+        self, site: Site, job: JobSpec, tuning: LaunchTuning
+    ) -> list[tuple[str, str | None]]:
+        out, err = self.log_names(job)
+        name = job.name
+        if job.array:
+            name += f"[1-{job.array.count}]"
+            if job.array.parallel:
+                name += f"%{job.array.parallel}"
+        pairs: list[tuple[str, str | None]] = [
+            ("-J", name),
+            ("-nnodes", str(tuning.nodes)),
+            ("-W", _lsf_walltime(word(job.walltime or site.scheduler.walltime, "walltime"))),
+            ("-o", out),
+            ("-e", err),
+        ]
+        account = job.account or site.scheduler.account
+        if account:
+            pairs.append(("-P", account))
+        queue = job.queue or site.scheduler.queue
+        if queue:
+            pairs.append(("-q", queue))
+        return pairs
+
+    def submit_argv(self, after: list[str]) -> list[str]:
+        argv = ["bsub"]
+        if after:
+            argv += ["-w", " && ".join(f"done({job_id_word(i)})" for i in after)]
+        return argv
+
+    def status(self, transport: Transport, job_id: str) -> JobStatus:
+        fields = "jobid stat exit_code exit_reason pend_reason output_file error_file"
+        result = transport.run(join(["bjobs", "-o", fields, "-json", job_id_word(job_id)]))
+        if result.returncode != 0:
+            raise JobError(f"no state for job {job_id}: {result.message()}")
+        return parse_bjobs_json(job_id, result.stdout)
+
+    def cancel_argv(self, job_id: str) -> list[str]:
+        return ["bkill", job_id_word(job_id)]
+
+
+def parse_bjobs_json(job_id: str, text: str) -> JobStatus:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise JobError(f"bjobs output is not JSON: {text.strip()[:200]}") from err
+    tasks = []
+    for rec in data.get("RECORDS", []):
+        if "ERROR" in rec:
+            raise JobError(f"no state for job {job_id}: {rec['ERROR']}")
+        stat = rec.get("STAT", "UNKWN")
+        reason = rec.get("EXIT_REASON") or rec.get("PEND_REASON") or None
+        tasks.append(
+            JobStatus(
+                job_id=str(rec.get("JOBID", job_id)),
+                state=stat,
+                phase=_LSF_PHASE.get(stat, "unknown"),
+                exit_code=str(rec.get("EXIT_CODE") or "") or None,
+                reason=reason,
+                stdout=rec.get("OUTPUT_FILE") or None,
+                stderr=rec.get("ERROR_FILE") or None,
+                source="bjobs",
+                raw=rec,
+            )
+        )
+    if not tasks:
+        raise JobError(f"no state for job {job_id}: bjobs returned no records")
+    return aggregate(job_id, tasks, "bjobs")
+
+
+# --------------------------------------------------------------------------------------------
+# PBS Pro (Aurora: qsub + mpiexec/PALS)
+# --------------------------------------------------------------------------------------------
+
+_PBS_PHASE: dict[str, Phase] = {
+    "Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S": "pending",
+    "U": "pending", "M": "pending", "R": "running", "E": "running", "B": "running",
+}  # fmt: skip
+
+
+class Pbs(Scheduler):
+    name = "pbs"
+    prefix = "#PBS"
+    job_id_expr = "${PBS_JOBID}"
+    task_id_expr = "${PBS_ARRAY_INDEX}"
+    id_pattern = re.compile(r"^(\d+(?:\[\])?(?:\.[A-Za-z0-9_.-]+)?)$")
+
+    def resources(
+        self, site: Site, job: JobSpec, tuning: LaunchTuning
+    ) -> list[tuple[str, str | None]]:
+        pairs: list[tuple[str, str | None]] = [
+            ("-N", job.name),
+            ("-l", f"select={tuning.nodes}"),
+            ("-l", "place=scatter"),
+            ("-l", f"walltime={word(job.walltime or site.scheduler.walltime, 'walltime')}"),
+        ]
+        account = job.account or site.scheduler.account
+        if account:
+            pairs.append(("-A", account))
+        queue = job.queue or site.scheduler.queue
+        if queue:
+            pairs.append(("-q", queue))
+        if job.array:
+            if job.array.count < 2:
+                raise ConfigError("PBS Pro job arrays need at least 2 tasks")
+            pairs.append(("-J", f"0-{job.array.count - 1}"))
+            if job.array.parallel:
+                pairs.append(("-W", f"max_run_subjobs={job.array.parallel}"))
+        return pairs
+
+    def submit_argv(self, after: list[str]) -> list[str]:
+        argv = ["qsub"]
+        if after:
+            argv += ["-W", "depend=afterok:" + ":".join(job_id_word(i) for i in after)]
+        return argv
+
+    def status(self, transport: Transport, job_id: str) -> JobStatus:
+        result = transport.run(join(["qstat", "-fxt", "-F", "json", job_id_word(job_id)]))
+        if result.returncode != 0:
+            raise JobError(f"no state for job {job_id}: {result.message()}")
+        return parse_qstat_json(job_id, result.stdout)
+
+    def cancel_argv(self, job_id: str) -> list[str]:
+        return ["qdel", job_id_word(job_id)]
+
+
+def parse_qstat_json(job_id: str, text: str) -> JobStatus:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise JobError(f"qstat output is not JSON: {text.strip()[:200]}") from err
+    tasks = []
+    for jid, rec in (data.get("Jobs") or {}).items():
+        state = rec.get("job_state", "?")
+        exit_status = rec.get("Exit_status")
+        if state in ("F", "X"):
+            phase: Phase = "done" if exit_status in (0, "0") else "failed"
+        else:
+            phase = _PBS_PHASE.get(state, "unknown")
+        if rec.get("array") and len(data["Jobs"]) > 1:
+            continue  # the parent of subjobs listed below it
+        tasks.append(
+            JobStatus(
+                job_id=jid,
+                state=state,
+                phase=phase,
+                exit_code=None if exit_status is None else str(exit_status),
+                reason=rec.get("comment"),
+                stdout=str(rec.get("Output_Path", "")).split(":", 1)[-1] or None,
+                stderr=str(rec.get("Error_Path", "")).split(":", 1)[-1] or None,
+                source="qstat",
+                raw=rec,
+            )
+        )
+    if not tasks:
+        raise JobError(f"no state for job {job_id}: qstat returned no jobs")
+    return aggregate(job_id, tasks, "qstat")
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {c.name: c for c in (Slurm, Lsf, Pbs)}
+
+
+def get_scheduler(name: str) -> Scheduler:
+    try:
+        return SCHEDULERS[name]()
+    except KeyError:
+        raise ConfigError(
+            f"unknown scheduler {name!r}; known: {', '.join(sorted(SCHEDULERS))}"
+        ) from None

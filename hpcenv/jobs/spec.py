@@ -1,0 +1,93 @@
+"""A job as plain data: what runs, on how many nodes/ranks, in which image, with which staging.
+
+Paths may name environment variables (``$USER``); they expand on the compute node. Command
+arguments are quoted as given, except the placeholders ``{data}``, ``{output}``, ``{task}``,
+``{tasks}``, ``{workdir}``, ``{jobid}`` and ``{node_local}``, which become the job's
+``$HPCENV_*`` variables (see :func:`hpcenv.jobs.shell` policy).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from hpcenv.site import ShellPath, ShellWord
+
+JobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+Walltime = Annotated[str, StringConstraints(pattern=r"^[0-9:-]+$")]
+
+MANIFEST_NAME = ".hpcenv-manifest"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StageIn(_Strict):
+    """Copy a dataset from a shared filesystem, verified against its manifest.
+
+    ``per_node``: once on every node of the job into node-local storage (``dest`` defaults to
+    ``<node_local>/<job name>/data``); else once, by the batch shell (shared-FS to shared-FS).
+    """
+
+    source: ShellPath
+    dest: ShellPath | None = None
+    manifest: ShellPath | None = Field(
+        default=None, description=f"manifest file; default <source>/{MANIFEST_NAME}"
+    )
+    per_node: bool = True
+
+
+class StageOut(_Strict):
+    """Copy results to ``dest`` atomically: a temp name beside it, verified, then renamed."""
+
+    source: ShellPath | None = Field(
+        default=None, description="results dir; default <workdir>/<name>-output-<jobid>"
+    )
+    dest: ShellPath
+    force: bool = Field(default=False, description="replace an existing dest")
+
+
+class ArraySpec(_Strict):
+    """A job array: ``count`` tasks, ``$HPCENV_TASK_ID`` = 0..count-1."""
+
+    count: int = Field(ge=1, le=100000)
+    parallel: int | None = Field(default=None, ge=1, description="at most this many at once")
+
+
+class Stitch(_Strict):
+    """Concatenate ``<parts>/<prefix><i><suffix>`` for i in 0..count-1 into ``output``."""
+
+    parts: ShellPath
+    count: int = Field(ge=1)
+    output: ShellPath
+    prefix: ShellWord = "part-"
+    suffix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,@%+=-]*$")] = ""
+    force: bool = False
+
+
+class JobSpec(_Strict):
+    """One batch job. ``image=None`` runs the command on the host (no container)."""
+
+    name: JobName = "hpcenv"
+    command: list[str] = []
+    launch: Literal["mpi", "single"] = Field(
+        default="mpi", description="mpi: all ranks through the site launcher; single: batch shell"
+    )
+    nodes: int = Field(default=1, ge=1)
+    ranks_per_node: int | None = Field(default=None, ge=1)
+    cores_per_rank: int | None = Field(default=None, ge=1)
+    ccl_workers: int | None = Field(default=None, ge=0)
+    recipe: ShellWord | None = None
+    image: str | None = None
+    workdir: ShellPath | None = Field(default=None, description="default: <scratch>/hpcenv-jobs")
+    walltime: Walltime | None = None
+    account: ShellWord | None = None
+    queue: ShellWord | None = None
+    env: dict[ShellWord, str] = {}
+    stage_in: StageIn | None = None
+    stage_out: StageOut | None = None
+    array: ArraySpec | None = None
+    stitch: Stitch | None = None
+    force: bool = Field(default=False, description="allow over-subscription")

@@ -1,0 +1,240 @@
+"""Submit rendered jobs through a transport, remember them, and follow them.
+
+Submission runs one shell line on the transport: create and enter the workdir (its ``$VARS``
+expand there), print it, and pipe the script into ``sbatch``/``bsub``/``qsub``. Each submission
+is recorded in ``<cache>/jobs/<id>.json`` (site, scheduler, transport, workdir, log names) so
+``hpcenv status|logs|cancel JOBID`` need nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcenv.errors import JobError
+from hpcenv.jobs.render import RenderedJob, prepare
+from hpcenv.jobs.schedulers import get_scheduler
+from hpcenv.jobs.shell import job_id as check_job_id
+from hpcenv.jobs.shell import join, qpath
+from hpcenv.jobs.spec import JobSpec
+from hpcenv.jobs.status import JobStatus
+from hpcenv.jobs.transport import Completed, Transport, TransportSpec, make_transport
+from hpcenv.paths import cache_dir
+from hpcenv.site import Site
+
+_WORKDIR_MARK = "HPCENV_WORKDIR="
+
+
+@dataclass(frozen=True)
+class Submission:
+    job_id: str
+    name: str
+    site: str
+    scheduler: str
+    workdir: str
+    transport: TransportSpec
+    log_names: tuple[str | None, str | None]
+    script_path: str
+    array: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "site": self.site,
+            "scheduler": self.scheduler,
+            "workdir": self.workdir,
+            "transport": self.transport.model_dump(),
+            "log_names": list(self.log_names),
+            "script_path": self.script_path,
+            "array": self.array,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Submission:
+        out, err = data.get("log_names") or (None, None)
+        return cls(
+            job_id=data["job_id"],
+            name=data["name"],
+            site=data["site"],
+            scheduler=data["scheduler"],
+            workdir=data["workdir"],
+            transport=TransportSpec(**data["transport"]),
+            log_names=(out, err),
+            script_path=data["script_path"],
+            array=data.get("array"),
+        )
+
+
+def records_dir() -> Path:
+    path = cache_dir() / "jobs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_record(job_id: str) -> Submission | None:
+    check_job_id(job_id)
+    base = job_id.split("_")[0]
+    for name in (job_id, base):
+        path = records_dir() / f"{name}.json"
+        if path.is_file():
+            return Submission.from_dict(json.loads(path.read_text()))
+    return None
+
+
+def submit(
+    site: Site,
+    job: JobSpec,
+    transport: Transport,
+    *,
+    image: str | None = None,
+    after: list[str] | None = None,
+    rendered: RenderedJob | None = None,
+) -> Submission:
+    """Render (unless given) and submit ``job``; ``after``: job ids that must succeed first."""
+    rendered = rendered or prepare(site, job, image)
+    scheduler = rendered.scheduler
+    argv = scheduler.submit_argv(list(after or []))
+    wd = qpath(rendered.workdir)
+    command = f'mkdir -p {wd} && cd {wd} && echo {_WORKDIR_MARK}"$(pwd -P)" && {join(argv)}'
+    result = transport.run(command, stdin=rendered.script)
+    workdir = rendered.workdir
+    lines = []
+    for line in result.stdout.splitlines():
+        if line.startswith(_WORKDIR_MARK):
+            workdir = line[len(_WORKDIR_MARK) :]
+        else:
+            lines.append(line)
+    job_id = scheduler.parse_job_id(Completed(result.returncode, "\n".join(lines), result.stderr))
+    script_path = records_dir() / f"{job_id}.sh"
+    script_path.write_text(rendered.script)
+    sub = Submission(
+        job_id=job_id,
+        name=job.name,
+        site=site.name,
+        scheduler=scheduler.name,
+        workdir=workdir,
+        transport=transport.spec,
+        log_names=rendered.log_names,
+        script_path=str(script_path),
+        array=job.array.count if job.array else None,
+    )
+    (records_dir() / f"{job_id}.json").write_text(json.dumps(sub.to_dict(), indent=2) + "\n")
+    return sub
+
+
+def submit_chain(
+    site: Site, jobs: list[JobSpec], transport: Transport, *, image: str | None = None
+) -> list[Submission]:
+    """Submit jobs so each starts only after the previous one succeeded (afterok)."""
+    subs: list[Submission] = []
+    for job in jobs:
+        after = [subs[-1].job_id] if subs else []
+        subs.append(submit(site, job, transport, image=image, after=after))
+    return subs
+
+
+def status(sub: Submission, transport: Transport) -> JobStatus:
+    return get_scheduler(sub.scheduler).status(transport, sub.job_id)
+
+
+def wait(
+    sub: Submission,
+    transport: Transport,
+    *,
+    timeout: float = 300,
+    poll: float = 0.25,
+    blocked_after: float | None = 3.0,
+    check: bool = True,
+) -> JobStatus:
+    """Poll until the job finishes; JobError (scheduler's words + stderr tail) if it failed.
+
+    ``blocked_after``: a pending job whose reason means it cannot start (down/drained node,
+    bad constraint, never-satisfied dependency) for this many seconds is reported instead of
+    waited on (a short grace: Slurm keeps a stale reason until its next scheduling pass).
+    ``None`` waits regardless.
+    """
+    deadline = time.monotonic() + timeout
+    blocked_since: float | None = None
+    while True:
+        st = status(sub, transport)
+        if st.finished:
+            if check and st.phase == "failed":
+                raise JobError(_failure(st, sub, transport))
+            return st
+        now = time.monotonic()
+        if not st.blocked:
+            blocked_since = None
+        elif blocked_since is None:
+            blocked_since = now
+        elif blocked_after is not None and now - blocked_since >= blocked_after:
+            raise JobError(f"job cannot start: {st.message()}")
+        if time.monotonic() > deadline:
+            raise JobError(f"timed out after {timeout:.0f} s waiting: {st.message()}")
+        time.sleep(poll)
+
+
+def _failure(st: JobStatus, sub: Submission, transport: Transport) -> str:
+    msg = st.message()
+    tail = _stderr_tail(st, sub, transport)
+    return f"{msg}; stderr: {tail}" if tail else msg
+
+
+def _stderr_tail(st: JobStatus, sub: Submission, transport: Transport, lines: int = 3) -> str:
+    paths = [t.stderr for t in (st.tasks or [st]) if t.phase == "failed" and t.stderr]
+    if not paths and st.stderr:
+        paths = [st.stderr]
+    if not paths:
+        paths = [p for p in log_paths(sub, st)[1:] if p]
+    for path in paths[:1]:
+        result = transport.run(join(["tail", "-n", str(lines), path]))
+        if result.returncode == 0 and result.stdout.strip():
+            return " | ".join(result.stdout.strip().splitlines())
+    return ""
+
+
+def log_paths(sub: Submission, st: JobStatus | None = None) -> list[str]:
+    """stdout/stderr files: from the scheduler when it says, else from the record's names."""
+    if st is not None:
+        found = [p for t in (st.tasks or [st]) for p in (t.stdout, t.stderr) if p]
+        if found:
+            return list(dict.fromkeys(found))
+    out: list[str] = []
+    seq = sub.job_id.split(".")[0]
+    for name in sub.log_names:
+        if name:
+            name = name.replace("%j", sub.job_id).replace("%J", sub.job_id)
+            name = name.replace("%A", sub.job_id).replace("%a", "*").replace("%I", "*")
+            out.append(f"{sub.workdir}/{name}")
+    if not out and sub.scheduler == "pbs":
+        out = [f"{sub.workdir}/{sub.name}.o{seq}", f"{sub.workdir}/{sub.name}.e{seq}"]
+    return out
+
+
+def logs(sub: Submission, transport: Transport) -> str:
+    """The job's stdout and stderr files, each under a ``==> path <==`` header."""
+    try:
+        st: JobStatus | None = status(sub, transport)
+    except JobError:
+        st = None
+    paths = log_paths(sub, st)
+    if not paths:
+        raise JobError(f"no log files known for job {sub.job_id}")
+    globbed = " ".join("*".join(shlex.quote(x) for x in p.split("*")) for p in paths)
+    loop = 'do if [ -f "$f" ]; then echo "==> $f <=="; cat "$f"; fi; done'
+    result = transport.run(f"for f in {globbed}; {loop}")
+    if result.returncode != 0:
+        raise JobError(f"cannot read logs of {sub.job_id}: {result.message()}")
+    return result.stdout
+
+
+def cancel(sub: Submission, transport: Transport) -> None:
+    get_scheduler(sub.scheduler).cancel(transport, sub.job_id)
+
+
+def transport_for(sub: Submission) -> Transport:
+    return make_transport(sub.transport)

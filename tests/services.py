@@ -1,0 +1,122 @@
+"""Fixtures that start and stop the real services job tests use: a one-node Slurm and a loopback sshd.
+
+Both run the project's scripts (scripts/slurm-up.sh, scripts/sshd-up.sh), which keep every file
+under ``$HPCENV_STATE`` (default /var/tmp/hpcenv-services). A service that was already running
+when the session started is reused and left running; one the fixture started is stopped at the
+end. Test modules load them with ``pytest_plugins = ["services"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = Path(os.environ.get("HPCENV_STATE", "/var/tmp/hpcenv-services"))
+SSHD_PORT = int(os.environ.get("HPCENV_SSHD_PORT", "2222"))
+# The prototype or the local recipe image; HPCENV_TEST_IMAGE first when set.
+IMAGE_CANDIDATES = [
+    os.environ.get("HPCENV_TEST_IMAGE", ""),
+    "localhost/hpcenv/horovod-cpu:local",
+    "localhost/hpcenv-proto:latest",
+]
+
+
+@dataclass(frozen=True)
+class SlurmInfo:
+    conf: Path
+    node: str
+    jobcomp: Path
+
+
+@dataclass(frozen=True)
+class SshdInfo:
+    host: str
+    port: int
+    key: Path
+    known_hosts: Path
+
+
+def _script(name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / name)], capture_output=True, text=True, timeout=120
+    )
+
+
+def _alive(pidfile: Path) -> bool:
+    try:
+        os.kill(int(pidfile.read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _need_root_and(*tools: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm/sshd services need root")
+    missing = [t for t in tools if not shutil.which(t) and not Path("/usr/sbin", t).exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (run scripts/host-setup.sh)")
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmInfo]:
+    """A running one-node Slurm; sets SLURM_CONF for this process and its children."""
+    _need_root_and("munged", "slurmctld", "slurmd", "sbatch")
+    was_up = _alive(STATE / "slurm" / "slurmctld.pid") and _alive(STATE / "slurm" / "slurmd.pid")
+    proc = _script("slurm-up.sh")
+    if proc.returncode != 0:
+        pytest.fail(f"slurm-up.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    conf = STATE / "slurm" / "slurm.conf"
+    os.environ["SLURM_CONF"] = str(conf)
+    yield SlurmInfo(conf=conf, node=socket.gethostname().split(".")[0],
+                    jobcomp=STATE / "slurm" / "jobcomp.txt")  # fmt: skip
+    if not was_up:
+        _script("slurm-down.sh")
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[SshdInfo]:
+    """A loopback sshd with its own host key, client key and known_hosts file."""
+    _need_root_and("sshd", "ssh-keygen")
+    was_up = _alive(STATE / "sshd" / "sshd.pid")
+    proc = _script("sshd-up.sh")
+    if proc.returncode != 0:
+        pytest.fail(f"sshd-up.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    d = STATE / "sshd"
+    yield SshdInfo("127.0.0.1", SSHD_PORT, d / "id_ed25519", d / "known_hosts")
+    if not was_up:
+        _script("sshd-down.sh")
+
+
+@pytest.fixture(scope="session")
+def local_image() -> str:
+    """The local recipe image or the prototype, else skip with the reason."""
+    tag = find_image()
+    if tag is None:
+        pytest.skip(
+            "no local image: neither localhost/hpcenv/horovod-cpu:local nor "
+            "localhost/hpcenv-proto:latest is in podman storage "
+            "(hpcenv build --site local --recipe horovod-cpu, or set HPCENV_TEST_IMAGE)"
+        )
+    return tag
+
+
+def find_image() -> str | None:
+    """The first candidate image that exists in local podman storage, else None."""
+    if not shutil.which("podman"):
+        return None
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(ROOT / "hpcenv" / "data" / "containers.conf"))
+    for tag in filter(None, IMAGE_CANDIDATES):
+        proc = subprocess.run(["podman", "image", "exists", tag], env=env, capture_output=True)
+        if proc.returncode == 0:
+            return tag
+    return None

@@ -1,0 +1,293 @@
+"""Job script rendering for every site: shellcheck on each, directive sets for LSF and PBS,
+runtime prefixes, quoting (executed for real in bash), and the CLI's --dry-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from hpcenv.cli.main import app
+from hpcenv.errors import ConfigError
+from hpcenv.jobs import (
+    JobSpec,
+    StageIn,
+    StageOut,
+    default_image,
+    get_scheduler,
+    prepare,
+    render_job,
+)
+from hpcenv.jobs.containers import get_runtime
+from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.spec import ArraySpec, Stitch
+from hpcenv.site import Site, load_site, site_names
+
+needs_shellcheck = pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck missing")
+
+
+def shellcheck(script: str, tmp_path: Path, name: str = "job.sh") -> None:
+    path = tmp_path / name
+    path.write_text(script)
+    proc = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def directives(script: str, prefix: str) -> set[str]:
+    return {ln for ln in script.splitlines() if ln.startswith(prefix + " ")}
+
+
+def scratch(site: Site) -> str:
+    return next(f.path for f in site.filesystems if f.purpose in ("scratch", "project"))
+
+
+def full_job(site: Site, *, array: bool = False) -> JobSpec:
+    base = scratch(site)
+    return JobSpec(
+        name="train",
+        command=["python3", "train.py", "--data", "{data}", "--out={output}/ckpt"],
+        nodes=2,
+        recipe=site.recipes[0],
+        stage_in=StageIn(source=f"{base}/datasets/mnist"),
+        stage_out=StageOut(dest=f"{base}/results/run1"),
+        array=ArraySpec(count=4, parallel=2) if array else None,
+    )
+
+
+@needs_shellcheck
+@pytest.mark.parametrize("name", site_names())
+@pytest.mark.parametrize("container", [True, False])
+def test_every_site_renders_shellcheck_clean(name: str, container: bool, tmp_path: Path) -> None:
+    site = load_site(name)
+    job = full_job(site, array=True)
+    image = default_image(site, job.recipe or "x") if container else None
+    script = render_job(site, job, image=image)
+    shellcheck(script, tmp_path)
+    prefix = get_scheduler(site.scheduler.kind).prefix
+    assert directives(script, prefix), "no scheduler directives"
+    if container:
+        assert site.runtime.kind in script or "--container-image" in script
+
+
+@needs_shellcheck
+@pytest.mark.parametrize(
+    "kind", ["apptainer", "singularity", "podman", "podman-hpc", "shifter", "pyxis"]
+)
+def test_every_runtime_on_slurm(kind: str, tmp_path: Path) -> None:
+    local = load_site("local")
+    site = local.model_copy(update={"runtime": local.runtime.model_copy(
+        update={"kind": kind, "binds": ["/data/$USER"], "flags": []})})  # fmt: skip
+    script = render_job(site, JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2),
+                        image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    shellcheck(script, tmp_path)
+    run = next(ln for ln in script.splitlines() if ln.startswith("srun "))
+    expected = {
+        "apptainer": 'apptainer exec --bind "/data/$USER"',
+        "singularity": 'singularity exec --bind "/data/$USER"',
+        "podman": "--network=host --ipc=host --pid=host",
+        "podman-hpc": 'podman-hpc run --rm "--volume=/data/$USER:/data/$USER"',
+        "shifter": "shifter --image=docker:localhost/hpcenv/horovod-cpu:local",
+        "pyxis": "--container-image=localhost/hpcenv/horovod-cpu:local",
+    }[kind]
+    assert expected in run
+    assert run.startswith("srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix")
+
+
+def test_podman_rank_recipe(tmp_path: Path) -> None:
+    script = render_job(load_site("local"), JobSpec(name="t", command=["python3", "x.py"],
+                        ranks_per_node=2), image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    run = next(ln for ln in script.splitlines() if ln.startswith("srun "))
+    for flag in ('--user "$(id -u):$(id -g)"', '--env "PMIX_*"', '--env "SLURM_*"',
+                 '"--volume=$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR"', "--env=OMP_NUM_THREADS"):  # fmt: skip
+        assert flag in run
+    assert re.search(r'^export CONTAINERS_CONF="\$\{CONTAINERS_CONF:-/\S+containers.conf\}"$',
+                     script, re.M)  # fmt: skip
+
+
+@needs_shellcheck
+def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
+    site = load_site("summit")
+    script = render_job(site, full_job(site), image="/gpfs/alpine/x.sif")
+    shellcheck(script, tmp_path)
+    assert directives(script, "#BSUB") == {
+        "#BSUB -J train",
+        "#BSUB -nnodes 2",
+        "#BSUB -W 00:30",
+        "#BSUB -P PROJ123",
+        "#BSUB -o train-%J.out",
+        "#BSUB -e train-%J.err",
+        '#BSUB -alloc_flags "gpumps smt1 NVME"',
+    }
+    lines = script.splitlines()
+    stage = next(ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 1 -c 1 bash"))
+    assert '"/mnt/bb/$USER/train/data"' in stage and "stage-in.sh" in stage
+    run = next(ln for ln in lines if ln.startswith("jsrun -n 12"))
+    assert run.startswith(
+        "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-gpu apptainer exec --nv"
+    )
+    assert "--bind /sw/summit/spectrum-mpi" in run  # bind-model MPI
+    assert "export APPTAINERENV_LD_LIBRARY_PATH=/sw/summit/spectrum-mpi/lib" in lines
+    assert "export OMPI_MCA_pml=ob1" in lines and "export OMP_NUM_THREADS=7" in lines
+    assert "module load spectrum-mpi cuda/11.0.3" in lines
+
+
+@needs_shellcheck
+def test_aurora_pbs_directives_and_mpiexec(tmp_path: Path) -> None:
+    site = load_site("aurora")
+    job = full_job(site).model_copy(update={"recipe": "torch-ccl"})
+    script = render_job(site, job, image="/lus/flare/x.sif")
+    shellcheck(script, tmp_path)
+    assert directives(script, "#PBS") == {
+        "#PBS -N train",
+        "#PBS -l select=2",
+        "#PBS -l place=scatter",
+        "#PBS -l walltime=00:30:00",
+        "#PBS -A PROJ123",
+        "#PBS -q debug",
+    }
+    run = next(ln for ln in script.splitlines() if ln.startswith("mpiexec -n 12"))
+    assert run.startswith(
+        "mpiexec -n 12 --ppn 6 --cpu-bind list:0-12:17-29:34-46:52-64:69-81:86-98"
+    )
+    assert "export CCL_WORKER_COUNT=4" in script and "export CCL_ATL_TRANSPORT=mpi" in script
+    assert "export HPCENV_JOB_ID=${PBS_JOBID}" in script
+    arr = render_job(site, job.model_copy(update={"array": ArraySpec(count=3, parallel=2)}))
+    assert {"#PBS -J 0-2", "#PBS -W max_run_subjobs=2"} <= directives(arr, "#PBS")
+    assert "export HPCENV_TASK_ID=${PBS_ARRAY_INDEX}" in arr
+
+
+def test_slurm_directives_merge_constraints() -> None:
+    site = load_site("perlmutter")
+    nl = site.node_local
+    assert nl is not None
+    site = site.model_copy(update={"node_local": nl.model_copy(update={"request": ["-C", "nvme"]})})
+    script = render_job(site, full_job(site), image="docker:x")
+    d = directives(script, "#SBATCH")
+    assert '#SBATCH -C "gpu&nvme"' in d
+    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=16",
+            "#SBATCH --gpus-per-task=1", "#SBATCH --account=m0000", "#SBATCH --time=00:30:00"} <= d  # fmt: skip
+
+
+def test_frontier_bind_model_and_nvme_request() -> None:
+    site = load_site("frontier")
+    script = render_job(site, full_job(site), image="/lustre/orion/x.sif")
+    assert "#SBATCH -C nvme" in script
+    run = next(
+        ln for ln in script.splitlines() if ln.startswith("srun --nodes=2 --ntasks-per-node=8")
+    )
+    assert "--mpi=cray_shasta" in run and "apptainer exec --rocm" in run
+    assert "--bind /usr/lib64/libcxi.so.1" in run
+    assert "export MPICH_GPU_SUPPORT_ENABLED=1" in script
+
+
+def test_quoting_survives_hostile_arguments(tmp_path: Path) -> None:
+    """Render a host job with shell metacharacters and run its launch line in real bash."""
+    hostile = ["$(touch PWNED1)", "`touch PWNED2`", "a b; touch PWNED3", "it's", "{nodata}x", "*"]
+    job = JobSpec(name="q", command=["printf", "<%s>\\n", *hostile], launch="single",
+                  cores_per_rank=1, env={"NOTE": "it's $(touch PWNED4)"})  # fmt: skip
+    script = render_job(load_site("local"), job)
+    launch = script.split("# Run (in the batch shell).\n", 1)[1].splitlines()[0]
+    note = next(ln for ln in script.splitlines() if ln.startswith("export NOTE="))
+    proc = subprocess.run(["bash", "-c", f"{note}; {launch}; printf '%s\\n' \"$NOTE\""],
+                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"<{h}>" for h in hostile] + ["it's $(touch PWNED4)"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_values_are_validated() -> None:
+    with pytest.raises(ValidationError):
+        JobSpec(name="x; rm", command=["true"])
+    with pytest.raises(ValidationError):
+        JobSpec(command=["true"], workdir="/tmp/$(id)")
+    with pytest.raises(ValidationError):
+        StageIn(source='/data/"x"')
+    job = JobSpec(command=["true"], workdir="/scratch/$USER/${PROJ}/w")
+    assert 'export HPCENV_WORKDIR="/scratch/$USER/${PROJ}/w"' in render_job(load_site("local"), job)
+
+
+def test_clean_errors_for_unknown_names_and_bad_jobs() -> None:
+    with pytest.raises(ConfigError, match="unknown scheduler 'sge'; known: lsf, pbs, slurm"):
+        get_scheduler("sge")
+    with pytest.raises(ConfigError, match="unknown launcher"):
+        get_launcher("aprun")
+    with pytest.raises(ConfigError, match="unknown container runtime"):
+        get_runtime("docker")
+    local = load_site("local")
+    none = local.model_copy(
+        update={"scheduler": local.scheduler.model_copy(update={"kind": "none"})}
+    )
+    with pytest.raises(ConfigError, match="no batch scheduler"):
+        render_job(none, JobSpec(command=["true"]))
+    with pytest.raises(ConfigError, match="nothing to run"):
+        render_job(local, JobSpec())
+    with pytest.raises(ConfigError, match=r"\{task\} is only defined in a job array"):
+        render_job(local, JobSpec(command=["echo", "{task}"]))
+    with pytest.raises(ConfigError, match=r"\{data\} needs a stage-in"):
+        render_job(local, JobSpec(command=["echo", "{data}"]))
+    with pytest.raises(ConfigError, match="over-subscription"):
+        render_job(local, JobSpec(command=["true"], ranks_per_node=8))
+
+
+def test_array_and_stitch_scripts() -> None:
+    local = load_site("local")
+    arr = render_job(local, JobSpec(name="inf", command=["echo", "{task}"], launch="single",
+                                    cores_per_rank=1, array=ArraySpec(count=4, parallel=2)))  # fmt: skip
+    assert "#SBATCH --array=0-3%2" in arr and "#SBATCH --output=inf-%A_%a.out" in arr
+    assert "export HPCENV_TASK_ID=${SLURM_ARRAY_TASK_ID}" in arr
+    assert 'echo "${HPCENV_TASK_ID}"' in arr
+    st = render_job(local, JobSpec(name="s", launch="single", cores_per_rank=1,
+                                   stitch=Stitch(parts="/w/parts", count=4, output="/w/all")))  # fmt: skip
+    assert 'bash "$HPCENV_STEPS/stitch.sh" /w/parts 4 part- \'\' /w/all 0 "$HPCENV_JOB_ID"' in st
+    lsf = render_job(load_site("summit"), JobSpec(name="inf", command=["true"], launch="single",
+                     array=ArraySpec(count=4, parallel=2)))  # fmt: skip
+    assert '#BSUB -J "inf[1-4]%2"' not in lsf and "#BSUB -J inf[1-4]%2" in lsf
+    assert "export HPCENV_TASK_ID=$((LSB_JOBINDEX - 1))" in lsf
+
+
+@needs_shellcheck
+def test_cli_dry_run_summit_renders_bsub_jsrun_with_nvme(runner: CliRunner, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["submit", "--site", "summit", "--recipe", "horovod-gpu", "-N", "2",
+                              "--stage-in", "/gpfs/alpine/scratch/$USER/$PROJ/mnist",
+                              "--stage-out", "/gpfs/alpine/scratch/$USER/$PROJ/out/run1",
+                              "--dry-run", "--", "python3", "train.py", "--data", "{data}"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    script = res.stdout
+    shellcheck(script, tmp_path)
+    assert script.startswith("#!/bin/bash\n#BSUB -J horovod-gpu\n")
+    assert '#BSUB -alloc_flags "gpumps smt1 NVME"' in script
+    assert 'jsrun -n 2 -r 1 -a 1 -c 1 bash "$HPCENV_STEPS/stage-in.sh"' in script
+    assert '"/mnt/bb/$USER/horovod-gpu/data"' in script
+    assert "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7" in script
+    assert '"/gpfs/alpine/scratch/$USER/$PROJ/hpcenv/images/horovod-gpu-summit.sif"' in script
+    assert 'bash "$HPCENV_STEPS/stage-out.sh"' in script
+    res = runner.invoke(app, ["submit", "--site", "summit", "-r", "horovod-gpu", "--dry-run",
+                              "--json", "--", "true"])  # fmt: skip
+    data = json.loads(res.stdout)
+    assert data["scheduler"] == "lsf" and data["tuning"]["ranks_per_node"] == 6
+
+
+def test_cli_submit_needs_an_image_choice(runner: CliRunner) -> None:
+    res = runner.invoke(app, ["submit", "--site", "local", "--dry-run", "--", "true"])
+    assert isinstance(res.exception, ConfigError)
+    assert "--recipe" in str(res.exception)
+
+
+def test_default_images() -> None:
+    assert default_image(load_site("local"), "horovod-cpu") == "localhost/hpcenv/horovod-cpu:local"
+    summit = default_image(load_site("summit"), "horovod-gpu")
+    assert summit == "/gpfs/alpine/scratch/$USER/$PROJ/hpcenv/images/horovod-gpu-summit.sif"
+
+
+def test_prepare_reports_logs_and_workdir() -> None:
+    r = prepare(load_site("local"), JobSpec(name="n", command=["true"]))
+    assert r.log_names == ("n-%j.out", "n-%j.err")
+    assert r.workdir == "/var/tmp/hpcenv-scratch/hpcenv-jobs"
+    assert os.path.basename(r.workdir) == "hpcenv-jobs"
