@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.data",
     "hpcenv.cli.smoke",
     "hpcenv.cli.jobs",
+    "hpcenv.cli.apptainer",
 )
 
 app = typer.Typer(
@@ -49,10 +50,9 @@ def main() -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(1)
-    except Exception as ex:  # click usage errors
-        import click
-
-        if isinstance(ex, click.ClickException):
-            ex.show()
-            sys.exit(ex.exit_code)
+    except Exception as ex:  # usage errors of Typer's click layer: shown as click shows them
+        show = getattr(ex, "show", None)
+        if callable(show) and isinstance(getattr(ex, "exit_code", None), int):
+            show()
+            sys.exit(ex.exit_code)  # type: ignore[attr-defined]
         raise

@@ -46,6 +46,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option("--volume", "-v", help="extra HOST:CTR[:OPTS] mount")
         ] = None,
         keep: Annotated[bool, typer.Option("--keep", help="leave the container running")] = False,
+        sif: Annotated[
+            str | None,
+            typer.Option("--sif", help="run in the SIF built from 'oci' or 'def' (apptainer exec)"),
+        ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no live pytest output")] = False,
     ) -> None:
         """Start IMAGE, run allreduce / MNIST-Horovod / daal4py K-Means / CCL checks in it.
@@ -63,6 +67,10 @@ def register(app: typer.Typer) -> None:
             if not site:
                 raise ConfigError("name the image: --image TAG, or --site SITE [--recipe NAME]")
             image = image_tag(recipe or SMOKE_RECIPE, site)
+            if sif:
+                if sif not in ("oci", "def"):
+                    raise ConfigError("--sif is oci or def")
+                image = f"{recipe or SMOKE_RECIPE}-{site}" + ("-def" if sif == "def" else "")
         elif site or recipe:
             raise ConfigError("--image and --site/--recipe are exclusive")
         if results is None:
@@ -73,6 +81,7 @@ def register(app: typer.Typer) -> None:
         report = run_smoke(
             image, results, data_dir=data_dir, extra_volumes=volume or [],
             mount_checks=mount_checks, keep=keep, echo=not quiet,
+            backend="apptainer" if sif else "podman",
         )  # fmt: skip
         console = Console()
         console.print(summary_table(report))

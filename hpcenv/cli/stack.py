@@ -54,11 +54,22 @@ def register(app: typer.Typer) -> None:
         set_: SetOpt = None,
         out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("out"),
     ) -> None:
-        """Write Dockerfile, Singularity.def, stack.lock.json (and job scripts) to --out."""
+        """Write Dockerfile, Singularity.def, stack.lock.json and a job script (job.sh) to --out."""
+        from hpcenv.jobs.containers import default_image
+        from hpcenv.jobs.render import render_job
+        from hpcenv.jobs.spec import JobSpec
         from hpcenv.render import render, write
 
         site_obj, lock = _lock(site, recipe, set_)
-        for path in write(render(lock, site_obj), out):
+        paths = write(render(lock, site_obj), out)
+        # A ready job script: the image's MPI allreduce check, launched the site's way.
+        check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
+        job = JobSpec(name=f"hpcenv-{recipe}", command=check, recipe=recipe)
+        script = out / "job.sh"
+        script.write_text(
+            render_job(site_obj, job, default_image(site_obj, recipe)), encoding="utf-8"
+        )
+        for path in [*paths, script]:
             typer.echo(str(path))
 
     @app.command("build")
@@ -77,14 +88,33 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path | None, typer.Option("--out", "-o", help="build contexts folder")
         ] = None,
+        fmt: Annotated[
+            str | None,
+            typer.Option(
+                "--format",
+                help="oci, sif or both (default: sif where the site runs apptainer/singularity)",
+            ),
+        ] = None,
+        sif_from: Annotated[
+            str,
+            typer.Option(
+                "--sif-from",
+                help="oci: convert the built image; def: build Singularity.def natively",
+            ),
+        ] = "oci",
         as_json: JsonOpt = False,
     ) -> None:
-        """Resolve, render and build the site's images (podman by default)."""
+        """Resolve, render and build the site's images (podman by default; SIF with Apptainer)."""
         from hpcenv.build import build_image, make_plans
+        from hpcenv.errors import ConfigError
         from hpcenv.resolver import parse_overrides
         from hpcenv.site import load_site
 
         site_obj = load_site(site)
+        if fmt is None:
+            fmt = "sif" if site_obj.runtime.kind in ("apptainer", "singularity") else "oci"
+        if fmt not in ("oci", "sif", "both") or sif_from not in ("oci", "def"):
+            raise ConfigError("--format is oci, sif or both; --sif-from is oci or def")
         plans = make_plans(site_obj, recipe, parse_overrides(set_ or []), out)
         if dry_run:
             summaries = [p.summary() for p in plans]
@@ -112,14 +142,23 @@ def register(app: typer.Typer) -> None:
                 took = f"  (previous step {previous:.1f} s)" if previous is not None else ""
                 _c.print(f"  [{index}/{total}] {text[:100]}{took}")
 
-            result = build_image(plan, engine_name=engine, on_step=show)
-            console.print(f"  done in {result.seconds:.0f} s; log: {result.log_path}")
-            results.append(
-                {
-                    "tag": result.tag,
-                    "seconds": round(result.seconds, 1),
-                    "log": str(result.log_path),
-                }
-            )
+            entry: dict[str, str | float] = {"recipe": plan.recipe}
+            if fmt != "sif" or sif_from == "oci":
+                result = build_image(plan, engine_name=engine, on_step=show)
+                console.print(f"  done in {result.seconds:.0f} s; log: {result.log_path}")
+                entry |= {"tag": result.tag, "seconds": round(result.seconds, 1)}
+                entry |= {"log": str(result.log_path)}
+            if fmt in ("sif", "both"):
+                import time
+
+                from hpcenv.sif import build_sif
+
+                console.print(f"  SIF from {sif_from} with Apptainer")
+                started = time.monotonic()
+                sif = build_sif(plan, "def" if sif_from == "def" else "oci")
+                took = time.monotonic() - started
+                console.print(f"  SIF {sif} in {took:.0f} s")
+                entry |= {"sif": str(sif), "sif_seconds": round(took, 1)}
+            results.append(entry)
         if as_json:
             typer.echo(json.dumps(results, indent=2))

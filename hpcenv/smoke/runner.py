@@ -8,6 +8,7 @@ infinity``, then ``python -m pytest hpcenv/smoke --hosts=podman://NAME`` (with h
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
@@ -31,7 +32,7 @@ SMOKE_DIR = Path(__file__).resolve().parent
 CHECKS_DIR = SMOKE_DIR.parent / "checks"
 DATA_MOUNT = "/data/mnist"
 CHECKS_MOUNT = "/opt/hpcenv/checks"
-BACKENDS = ("podman",)
+BACKENDS = ("podman", "apptainer")
 
 
 def image_tag(recipe: str, site: str) -> str:
@@ -54,6 +55,23 @@ def podman_target(image: str, volumes: Sequence[str], *, keep: bool = False) -> 
     finally:
         if not keep:
             engine.remove_container(name)
+
+
+@contextmanager
+def apptainer_target(name: str, volumes: Sequence[str]) -> Iterator[str]:
+    """A registered SIF name (see hpcenv.apptainer.register_image) with ``volumes`` as binds."""
+    from hpcenv.apptainer import BINDS_ENV, resolve_image
+
+    resolve_image(name)  # a clean error when the SIF is unknown
+    old = os.environ.get(BINDS_ENV)
+    os.environ[BINDS_ENV] = ",".join(v for v in [old or "", *volumes] if v)
+    try:
+        yield name
+    finally:
+        if old is None:
+            os.environ.pop(BINDS_ENV, None)
+        else:
+            os.environ[BINDS_ENV] = old
 
 
 def pytest_argv(host_url: str, results_dir: Path, pytest_args: Sequence[str] = ()) -> list[str]:
@@ -107,7 +125,12 @@ def run_smoke(
     started = datetime.now(UTC)
     t0 = time.monotonic()
     log_path = results_dir / "pytest.log"
-    with podman_target(image, volumes, keep=keep) as name:
+    target = (
+        podman_target(image, volumes, keep=keep)
+        if backend == "podman"
+        else apptainer_target(image, volumes)
+    )
+    with target as name:
         host_url = f"{backend}://{name}"
         argv = pytest_argv(host_url, results_dir, pytest_args)
         with log_path.open("w") as log:

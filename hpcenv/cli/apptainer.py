@@ -1,0 +1,40 @@
+"""``hpcenv apptainer ARGS...``: the host's apptainer/singularity, or hpcenv's helper container.
+
+On hosts without Apptainer this runs ``apptainer ARGS`` in hpcenv's privileged podman helper,
+with the current folder and every absolute path named in ARGS mounted at itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "apptainer",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )
+    def apptainer(ctx: typer.Context) -> None:
+        """Run apptainer (host, or hpcenv's helper container): e.g. exec IMAGE.sif CMD..."""
+        from hpcenv.apptainer import Apptainer
+        from hpcenv.engines import engine_env
+
+        args = list(ctx.args)
+        runner = Apptainer()
+        runner.ensure_helper()
+        paths = [Path.cwd()]
+        for arg in args:
+            for piece in arg.split(":"):
+                if piece.startswith("/") and Path(piece).exists():
+                    paths.append(Path(piece).resolve().parent)
+        argv = runner.command(args, paths=paths, workdir=Path.cwd())
+        if runner.in_helper:
+            argv.insert(argv.index(runner.helper_image), "-e")
+            argv.insert(argv.index(runner.helper_image), "OMPI_ALLOW_RUN_AS_ROOT=1")
+            argv.insert(argv.index(runner.helper_image), "-e")
+            argv.insert(argv.index(runner.helper_image), "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+        os.execvpe(argv[0], argv, engine_env())

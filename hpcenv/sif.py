@@ -1,0 +1,54 @@
+"""SIF images, two ways: from the OCI image hpcenv built, or natively from Singularity.def."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from hpcenv.build import BuildPlan, ensure_base, stage_build_inputs
+from hpcenv.engines import get_engine
+from hpcenv.paths import cache_dir
+from hpcenv.render import BASE_ARCHIVE
+
+SifSource = Literal["oci", "def"]
+
+
+def sif_name(plan: BuildPlan, source: SifSource) -> str:
+    """Registered name for ``apptainer://NAME``: ``<recipe>-<site>`` (``-def`` when native)."""
+    return f"{plan.recipe}-{plan.site.name}" + ("-def" if source == "def" else "")
+
+
+def sif_path(plan: BuildPlan, source: SifSource) -> Path:
+    return cache_dir() / "sif" / f"{sif_name(plan, source)}.sif"
+
+
+def build_sif(plan: BuildPlan, source: SifSource) -> Path:
+    """Build the plan's SIF and register it by name; returns its path.
+
+    ``oci``: save the podman image (built before) as an oci-archive and convert it.
+    ``def``: build ``Singularity.def`` natively (``--fakeroot``) in the plan's context; a
+    locally bootstrapped base is saved next to it as the definition's ``oci-archive`` source.
+    """
+    from hpcenv.apptainer import Apptainer, register_image
+
+    engine = get_engine(plan.site.build.engine)
+    apptainer = Apptainer()
+    sif = sif_path(plan, source)
+    if source == "oci":
+        archive = cache_dir() / "sif" / f"{sif_name(plan, source)}.oci.tar"
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        engine.save(plan.tag, archive, "oci-archive")
+        try:
+            apptainer.build_from_oci_archive(archive, sif)
+        finally:
+            archive.unlink(missing_ok=True)
+    else:
+        stage_build_inputs(plan)
+        if plan.lock.build.get("bootstrap_base"):
+            ensure_base(plan)
+            base = plan.context / BASE_ARCHIVE
+            if not base.is_file():
+                engine.save(plan.lock.build["base_image"], base, "oci-archive")
+        apptainer.build_from_def(plan.context / "Singularity.def", sif, plan.context)
+    register_image(sif_name(plan, source), sif)
+    return sif
