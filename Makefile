@@ -37,9 +37,10 @@ golden: venv               ## regenerate tests/golden (review the diff before co
 build-local: install       ## bootstrap the base and build the local image with podman
 	$(HPCENV) build --site $(SITE)
 
-smoke-test: install        ## build the local image and run the smoke suite inside it
-	$(HPCENV) build --site $(SITE) --recipe horovod-cpu
+smoke-test: install        ## build the local image (podman + SIF) and run the smoke suite in both
+	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
 	$(HPCENV) smoke --site $(SITE) --results $(RESULTS)/smoke
+	$(HPCENV) smoke --site $(SITE) --sif oci --results $(RESULTS)/smoke-sif
 
 bench: install             ## benchmarks: Markdown report, PNG plots and JSON under results/bench
 	$(HPCENV) bench --site $(SITE) --out $(RESULTS)/bench
