@@ -295,6 +295,10 @@ class Engine(ABC):
     def image_exists(self, tag: str) -> bool:
         return self._cmd("image", "exists", tag, check=False).returncode == 0
 
+    def image_id(self, tag: str) -> str:
+        """The image's content id (changes whenever the image does)."""
+        return self._cmd("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
+
     def image_size(self, tag: str) -> int:
         """Size of the image in bytes."""
         return int(self._cmd("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())

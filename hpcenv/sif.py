@@ -25,7 +25,8 @@ def sif_path(plan: BuildPlan, source: SifSource) -> Path:
 def build_sif(plan: BuildPlan, source: SifSource) -> Path:
     """Build the plan's SIF and register it by name; returns its path.
 
-    ``oci``: save the podman image (built before) as an oci-archive and convert it.
+    ``oci``: save the podman image (built before) as an oci-archive and convert it; reused
+    while the image id it came from is unchanged.
     ``def``: build ``Singularity.def`` natively (``--fakeroot``) in the plan's context; a
     locally bootstrapped base is saved next to it as the definition's ``oci-archive`` source.
     """
@@ -35,6 +36,11 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
     apptainer = Apptainer()
     sif = sif_path(plan, source)
     if source == "oci":
+        stamp = sif.with_name(sif.name + ".image-id")
+        image_id = engine.image_id(plan.tag)
+        if sif.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:
+            register_image(sif_name(plan, source), sif)
+            return sif  # converted from this very image before
         archive = cache_dir() / "sif" / f"{sif_name(plan, source)}.oci.tar"
         archive.parent.mkdir(parents=True, exist_ok=True)
         engine.save(plan.tag, archive, "oci-archive")
@@ -42,6 +48,7 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
             apptainer.build_from_oci_archive(archive, sif)
         finally:
             archive.unlink(missing_ok=True)
+        stamp.write_text(image_id + "\n")
     else:
         stage_build_inputs(plan)
         if plan.lock.build.get("bootstrap_base"):
