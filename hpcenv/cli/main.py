@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.data",
     "hpcenv.cli.smoke",
     "hpcenv.cli.jobs",
+    "hpcenv.cli.bench",
     "hpcenv.cli.apptainer",
 )
 

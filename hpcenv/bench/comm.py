@@ -1,0 +1,517 @@
+"""Sections: memory-copy ceiling, allreduce container tax and flavours, launch tuning, MNIST.
+
+All allreduce numbers come from the smoke check scripts (``allreduce_mpi.py``,
+``allreduce_horovod.py``, ``allreduce_torch_gloo.py``): the copy baked into the image at
+``/opt/hpcenv/checks`` inside the container, this checkout's ``hpcenv/checks`` on the host.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcenv.bench.context import (
+    HOST_CHECKS,
+    IMAGE_MNIST,
+    IMAGE_WORK,
+    NAIVE_MPIRUN,
+    NP,
+    BenchContext,
+    MiB,
+)
+from hpcenv.bench.report import (
+    Headline,
+    Section,
+    Table,
+    at_size,
+    best_algorithm_per_size,
+    best_sweep,
+    coll_tuned_rules,
+    fmt_bytes,
+    fmt_num,
+    fmt_ratio,
+    geomean,
+    largest_common,
+    plot_bars,
+    plot_sweeps,
+    ratio,
+    sweep_ratios,
+)
+from hpcenv.bench.shells import Result
+
+# Open MPI 4.1 coll_tuned allreduce algorithms (ompi_info --param coll tuned --level 9).
+ALLREDUCE_ALGORITHMS = {
+    0: "Open MPI's fixed decision",
+    1: "basic linear",
+    2: "nonoverlapping (reduce + bcast)",
+    3: "recursive doubling",
+    4: "ring",
+    5: "segmented ring",
+    6: "rabenseifner",
+}
+HOROVOD_MPI_ENV = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
+HOROVOD_GLOO_ENV = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+RULES_NAME = "ompi-allreduce-rules.conf"
+RULE_MARGIN = 1.10  # another algorithm must beat Open MPI's own choice by 10 % to get a rule
+
+
+def sweep_flags(checks_dir: Path = HOST_CHECKS) -> dict[str, str]:
+    """The sweep options the check scripts take (host and image run the same copies).
+
+    Current scripts share ``_bench.sweep_parser`` (``--min-bytes``/``--max-bytes``/
+    ``--exact-n``); earlier ones each had ``--min``/``--max``/``--n``.
+    """
+    helper = checks_dir / "_bench.py"
+    text = helper.read_text(encoding="utf-8") if helper.is_file() else ""
+    if '"--min-bytes"' in text:
+        return {"min": "--min-bytes", "max": "--max-bytes", "exact": "--exact-n"}
+    return {"min": "--min", "max": "--max", "exact": "--n"}
+
+
+def _sweep_args(ctx: BenchContext, factor: int) -> str:
+    flags = sweep_flags()
+    hi = 1 * MiB if ctx.quick else 64 * MiB
+    exact = f" {flags['exact']} 1000" if ctx.quick else ""
+    return f"{flags['min']} 8 {flags['max']} {hi} --factor {16 if ctx.quick else factor}{exact}"
+
+
+def _record(section: Section, name: str, res: Result, doc: dict[str, Any] | None = None) -> None:
+    runs = section.data.setdefault("runs", {})
+    entry = res.summary()
+    if doc is not None:
+        entry["doc"] = doc
+    runs[name] = entry
+
+
+def _sweep(ctx: BenchContext, section: Section, name: str, res: Result) -> list[dict[str, Any]]:
+    doc = res.require_doc()
+    rows = doc["sweep"]
+    bad = sum(int(r.get("mismatches", 0)) for r in rows) + sum(
+        int(e.get("mismatches", 0)) for e in doc.get("exact", [])
+    )
+    if bad:
+        raise RuntimeError(f"{name}: {bad} wrong allreduce results")
+    _record(section, name, res, doc)
+    big, small = rows[-1], rows[0]
+    ctx.say(section.key, f"{name}: {fmt_bytes(big['bytes'])} {big['busbw_GBps']:.3g} GB/s, "
+            f"{fmt_bytes(small['bytes'])} {small['time_us']:.3g} µs ({res.seconds:.1f} s)")  # fmt: skip
+    return list(rows)
+
+
+# -- memory copy -----------------------------------------------------------------------------
+def memcopy_section(ctx: BenchContext) -> Section:
+    sec = Section("memcopy", "Physical limit: memory copy bandwidth")
+    reps = "--reps 5" if ctx.quick else "--reps 20"
+    best: dict[str, float] = {}
+    rounds = 1 if ctx.quick else 2
+    for i in range(rounds):
+        for where in ("host", "image"):
+            res = (ctx.on_host("", "memcopy.py", reps) if where == "host"
+                   else ctx.in_image("", "memcopy.py", reps))  # fmt: skip
+            doc = res.require_doc()
+            _record(sec, f"{where}#{i + 1}", res, doc)
+            best[where] = max(best.get(where, 0.0), float(doc["GBps"]))
+            ctx.say(sec.key, f"{where} #{i + 1}: numpy copy 64 MiB {doc['GBps']:.2f} GB/s "
+                    f"(median {doc['median_GBps']:.2f})")  # fmt: skip
+    ctx.shared["memcopy"] = best
+    sec.data["best_GBps"] = best
+    sec.text.append(
+        "`np.copyto` of a 64 MiB buffer, one core, best of the repetitions (GB/s counts the "
+        "bytes copied once; memory traffic is twice that). An allreduce on one node has to move "
+        "every byte through memory at least once, so this is the ceiling the allreduce tables "
+        "below are divided by."
+    )
+    sec.tables.append(Table("", ["where", "numpy copy GB/s", "image / host"], [
+        ["host", fmt_num(best.get("host")), ""],
+        ["image", fmt_num(best.get("image")), fmt_ratio(ratio(best.get("image"), best.get("host")))],
+    ]))  # fmt: skip
+    return sec
+
+
+# -- container tax + flavours ------------------------------------------------------------------
+def allreduce_section(ctx: BenchContext) -> Section:
+    sec = Section("allreduce", "Container tax and allreduce flavours (2 ranks)")
+    host_runs: list[list[dict[str, Any]]] = []
+    image_runs: list[list[dict[str, Any]]] = []
+    args4 = _sweep_args(ctx, 4)
+    rounds = 1 if ctx.quick else 2
+    for i in range(rounds):  # interleaved: host, image, host, image
+        host_runs.append(_sweep(ctx, sec, f"host mpi4py #{i + 1}",
+                                ctx.on_host(NAIVE_MPIRUN, "allreduce_mpi.py", args4)))  # fmt: skip
+        image_runs.append(_sweep(ctx, sec, f"image mpi4py #{i + 1}",
+                                 ctx.in_image(NAIVE_MPIRUN, "allreduce_mpi.py", args4)))  # fmt: skip
+    host, image = best_sweep(*host_runs), best_sweep(*image_runs)
+    args16 = _sweep_args(ctx, 16)
+    hvd_mpi = _sweep(ctx, sec, "image horovod-mpi", ctx.in_image(
+        NAIVE_MPIRUN, "allreduce_horovod.py", args16, HOROVOD_MPI_ENV))  # fmt: skip
+    hvd_gloo = _sweep(ctx, sec, "image horovod-gloo", ctx.in_image(
+        f"horovodrun -np {NP} -H localhost:{NP} --gloo", "allreduce_horovod.py", args16,
+        HOROVOD_GLOO_ENV))  # fmt: skip
+    torch_gloo = _sweep(ctx, sec, "image torch-gloo", ctx.in_image(
+        f"torchrun --standalone --nproc-per-node {NP}", "allreduce_torch_gloo.py", args4))  # fmt: skip
+    series = {"host mpi4py": host, "image mpi4py": image, "image horovod-mpi": hvd_mpi,
+              "image horovod-gloo": hvd_gloo, "image torch-gloo": torch_gloo}  # fmt: skip
+    ctx.shared["allreduce"] = series
+    sec.data["series"] = series
+
+    # container tax, per size
+    tax_bw = sweep_ratios(image, host)
+    tax_t = sweep_ratios(image, host, key="time_us")
+    rows = []
+    hb, ib = {r["bytes"]: r for r in host}, {r["bytes"]: r for r in image}
+    for size in sorted(tax_bw):
+        rows.append([fmt_bytes(size), fmt_num(hb[size]["busbw_GBps"]), fmt_num(ib[size]["busbw_GBps"]),
+                     fmt_ratio(tax_bw[size]), fmt_num(hb[size]["time_us"]),
+                     fmt_num(ib[size]["time_us"]), fmt_ratio(tax_t[size])])  # fmt: skip
+    g = geomean(tax_bw.values())
+    sec.text.append(
+        f"Same script (`allreduce_mpi.py`), same launch (`{NAIVE_MPIRUN}`), same Open MPI "
+        "4.1.4 + mpi4py: on the bare host vs inside the image (`podman exec` into one running "
+        f"container, default podman settings). {rounds} interleaved sweep(s) per side, best per "
+        "size. Ratio > 1 on bandwidth means the image is faster."
+    )
+    sec.tables.append(Table(
+        "mpi4py Allreduce(SUM) float32: image vs bare host",
+        ["size", "host GB/s", "image GB/s", "image/host bw", "host µs", "image µs", "image/host time"],
+        rows, f"Geometric mean of image/host bus bandwidth over {len(tax_bw)} sizes: "
+        f"{fmt_ratio(g)}.",
+    ))  # fmt: skip
+
+    # flavours vs raw MPI in the same image
+    mem = ctx.shared.get("memcopy", {})
+    frows = []
+    big = largest_common(host, image, hvd_mpi, hvd_gloo, torch_gloo)
+    small = 8
+    for name, rows_ in series.items():
+        copy_bw = mem.get("host" if name.startswith("host") else "image")
+        bw = at_size(rows_, big) if big else None
+        frows.append([
+            name, fmt_num(bw), fmt_ratio(ratio(bw, at_size(image, big) if big else None)),
+            fmt_num(at_size(rows_, small, "time_us")),
+            fmt_ratio(ratio(at_size(rows_, small, "time_us"), at_size(image, small, "time_us"))),
+            fmt_num(copy_bw), fmt_ratio(ratio(bw, copy_bw), 3),
+        ])  # fmt: skip
+    sec.tables.append(Table(
+        f"Flavours at {fmt_bytes(big or 0)} and 8 B, vs mpi4py in the same image, and vs the copy "
+        "ceiling",
+        ["flavour", f"busbw {fmt_bytes(big or 0)} GB/s", "vs image mpi4py", "8 B µs",
+         "8 B time vs mpi4py", "numpy copy GB/s", "busbw / copy"],
+        frows,
+        "Horovod over MPI and Gloo and torch.distributed gloo run in the same image with the "
+        "same naive launch; Horovod sweeps every 16x in size, the others every 4x.",
+    ))  # fmt: skip
+    plot = plot_sweeps(series, ctx.out / "allreduce_bandwidth.png",
+                       title="allreduce, 2 ranks: bare host vs image vs Horovod vs gloo",
+                       hlines={f"numpy copy (image) {mem['image']:.2f} GB/s": mem["image"]}
+                       if mem.get("image") else None)  # fmt: skip
+    if plot:
+        sec.plots.append(plot.name)
+
+    if big:
+        hb_big, ib_big = at_size(host, big), at_size(image, big)
+        sec.headline.append(Headline(
+            f"Container tax: mpi4py allreduce {fmt_bytes(big)} busbw, image / bare host",
+            f"{fmt_num(ib_big)} vs {fmt_num(hb_big)} GB/s", fmt_ratio(ratio(ib_big, hb_big))))  # fmt: skip
+    sec.headline.append(Headline(
+        "Container tax: mpi4py allreduce 8 B time, image / bare host",
+        f"{fmt_num(at_size(image, 8, 'time_us'))} vs {fmt_num(at_size(host, 8, 'time_us'))} µs",
+        fmt_ratio(tax_t.get(8))))  # fmt: skip
+    sec.headline.append(Headline(
+        f"Container tax: geomean busbw over {len(tax_bw)} sizes (8 B..{fmt_bytes(max(tax_bw))}), "
+        "image / host", "", fmt_ratio(g)))  # fmt: skip
+    if big:
+        ib_big = at_size(image, big)
+        for name in ("image horovod-mpi", "image horovod-gloo", "image torch-gloo"):
+            bw = at_size(series[name], big)
+            sec.headline.append(Headline(
+                f"{name.removeprefix('image ')} / mpi4py allreduce {fmt_bytes(big)} (same image)",
+                f"{fmt_num(bw)} vs {fmt_num(ib_big)} GB/s", fmt_ratio(ratio(bw, ib_big))))  # fmt: skip
+        best_name = max(series, key=lambda n: at_size(series[n], big) or 0)
+        bw = at_size(series[best_name], big)
+        copy_bw = mem.get("host" if best_name.startswith("host") else "image")
+        sec.headline.append(Headline(
+            f"Physical limit: best allreduce ({best_name}, {fmt_bytes(big)}) / numpy copy",
+            f"{fmt_num(bw)} vs {fmt_num(copy_bw)} GB/s", fmt_ratio(ratio(bw, copy_bw), 3)))  # fmt: skip
+    return sec
+
+
+def startup_section(ctx: BenchContext) -> Section:
+    """Start-up costs: podman run vs a host process; mpirun + MPI_Init on host vs in the image."""
+    from hpcenv.bench.shells import podman
+
+    sec = Section("startup", "Container tax: start-up")
+    n = 2 if ctx.quick else 3
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    run_s = best(lambda: podman("run", "--rm", ctx.image, "true"))
+    host_true = best(lambda: ctx.host.run("true"))
+    init = "-c 'from mpi4py import MPI; MPI.COMM_WORLD.Barrier()'"
+    host_init = best(lambda: ctx.host.run(f"{NAIVE_MPIRUN} {_py()} {init}").require_ok())
+    image_init = best(lambda: ctx.ctr().run(f"{NAIVE_MPIRUN} python3 {init}").require_ok())
+    ctx.say(sec.key, f"podman run --rm true {run_s:.2f} s; mpirun+MPI_Init host {host_init:.2f} s,"
+            f" image (exec) {image_init:.2f} s")  # fmt: skip
+    sec.data = {"podman_run_true_s": run_s, "host_true_s": host_true,
+                "host_mpirun_init_s": host_init, "image_mpirun_init_s": image_init}  # fmt: skip
+    sec.tables.append(Table("", ["what", "bare host s", "image s", "image / host"], [
+        ["start a process (`true`; image: `podman run --rm IMAGE true`)", fmt_num(host_true),
+         fmt_num(run_s), fmt_ratio(ratio(run_s, host_true), 0)],
+        [f"`{NAIVE_MPIRUN} python3 -c 'from mpi4py import MPI'` (image: `podman exec`)",
+         fmt_num(host_init), fmt_num(image_init), fmt_ratio(ratio(image_init, host_init))],
+    ], f"Best of {n}."))  # fmt: skip
+    sec.headline.append(Headline(
+        "Container tax: 2-rank mpirun + MPI_Init, image (podman exec) / host",
+        f"{fmt_num(image_init)} vs {fmt_num(host_init)} s; podman run --rm true {fmt_num(run_s)} s",
+        fmt_ratio(ratio(image_init, host_init))))  # fmt: skip
+    return sec
+
+
+def _py() -> str:
+    return shlex.quote(sys.executable)
+
+
+# -- tuning ------------------------------------------------------------------------------------
+def _alg_env(ctx: BenchContext, alg: int) -> dict[str, str]:
+    env = ctx.hpcenv_env
+    if alg:
+        env |= {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg)}  # fmt: skip
+    return env
+
+
+def _rules_env(ctx: BenchContext) -> dict[str, str]:
+    return ctx.hpcenv_env | {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_dynamic_rules_filename": f"{IMAGE_WORK}/{RULES_NAME}",
+    }
+
+
+def tuning_section(ctx: BenchContext) -> Section:
+    sec = Section("tuning", "Launch tuning: hpcenv's settings vs a naive launch")
+    args = _sweep_args(ctx, 4)
+    sec.text.append(
+        f"Naive: `{NAIVE_MPIRUN}`, no environment, torch's default threads (all cores per "
+        f"rank). hpcenv: `{ctx.hpcenv_mpirun}` with "
+        + ", ".join(f"`{k}={v}`" for k, v in ctx.hpcenv_env.items())
+        + f" (from `hpcenv.jobs.tuning.tune(site {ctx.site.name}, 1 node, {NP} ranks)` and the "
+        "site's `tuning:` block). Then every Open MPI coll_tuned allreduce algorithm under the "
+        "hpcenv launch, the best per message size (when it beats Open MPI's own choice by at "
+        f"least {RULE_MARGIN - 1:.0%}) written as a coll_tuned dynamic rules file, and that file "
+        "measured."
+    )
+    alg_list = [1, 2] if ctx.quick else [1, 2, 3, 4, 5, 6]
+    runs: dict[str, list[list[dict[str, Any]]]] = {}
+
+    def sweep(name: str, launcher: str, env: dict[str, str]) -> None:
+        rows = _sweep(ctx, sec, f"{name} #{len(runs.get(name, [])) + 1}",
+                      ctx.in_image(launcher, "allreduce_mpi.py", args, env))  # fmt: skip
+        runs.setdefault(name, []).append(rows)
+
+    sweep("naive", NAIVE_MPIRUN, {})
+    sweep("hpcenv", ctx.hpcenv_mpirun, ctx.hpcenv_env)
+    for alg in alg_list:
+        sweep(f"alg {alg}", ctx.hpcenv_mpirun, _alg_env(ctx, alg))
+    by_alg = {0: best_sweep(*runs["hpcenv"])} | {a: best_sweep(*runs[f"alg {a}"]) for a in alg_list}
+    choice = best_algorithm_per_size(by_alg, margin=RULE_MARGIN)
+    rules = coll_tuned_rules({s: a for s, (a, _) in choice.items()}, NP)
+    (ctx.work / RULES_NAME).write_text(rules, encoding="utf-8")
+    (ctx.out / RULES_NAME).write_text(rules, encoding="utf-8")
+    ctx.say(sec.key, "per-size best algorithm: "
+            + ", ".join(f"{fmt_bytes(s)}->{a}" for s, (a, _) in choice.items()))  # fmt: skip
+    sweep("hpcenv + rules", ctx.hpcenv_mpirun, _rules_env(ctx))
+    if not ctx.quick:  # second round, interleaved, for the three that the headline compares
+        sweep("naive", NAIVE_MPIRUN, {})
+        sweep("hpcenv", ctx.hpcenv_mpirun, ctx.hpcenv_env)
+        sweep("hpcenv + rules", ctx.hpcenv_mpirun, _rules_env(ctx))
+    best = {name: best_sweep(*r) for name, r in runs.items()}
+    sec.data["best"] = best
+    sec.data["algorithm_choice"] = {str(s): a for s, (a, _) in choice.items()}
+    sec.data["rules_file"] = rules
+
+    naive, hp, tuned = best["naive"], best["hpcenv"], best["hpcenv + rules"]
+    sizes = sorted({r["bytes"] for r in naive})
+    rows = []
+    for size in sizes:
+        alg, alg_bw = choice.get(size, (-1, None))
+        rows.append([fmt_bytes(size), fmt_num(at_size(naive, size)), fmt_num(at_size(hp, size)),
+                     f"{alg} ({ALLREDUCE_ALGORITHMS.get(alg, '?')})" if alg >= 0 else "",
+                     fmt_num(alg_bw), fmt_num(at_size(tuned, size)),
+                     fmt_ratio(ratio(at_size(hp, size), at_size(naive, size))),
+                     fmt_ratio(ratio(at_size(tuned, size), at_size(naive, size)))])  # fmt: skip
+    sec.tables.append(Table(
+        "mpi4py allreduce bus bandwidth (GB/s) in the image",
+        ["size", "naive", "hpcenv launch", "best algorithm", "its GB/s", "hpcenv + rules",
+         "hpcenv / naive", "hpcenv+rules / naive"], rows,
+        f"Rules file ({RULES_NAME}, also in this folder): use it with "
+        "`OMPI_MCA_coll_tuned_use_dynamic_rules=1 OMPI_MCA_coll_tuned_dynamic_rules_filename=PATH`"
+        " (a site's `tuning:` block can set both).",
+    ))  # fmt: skip
+    alg_rows = []
+    for alg, rows_ in by_alg.items():
+        big = rows_[-1]
+        alg_rows.append([f"{alg} {ALLREDUCE_ALGORITHMS[alg]}", fmt_num(big["busbw_GBps"]),
+                         fmt_num(at_size(rows_, 8, "time_us")),
+                         str(sum(1 for a, _ in choice.values() if a == alg))])  # fmt: skip
+    sec.tables.append(Table(
+        "coll_tuned allreduce algorithms (hpcenv launch)",
+        ["algorithm", f"{fmt_bytes(sizes[-1])} GB/s", "8 B µs", "sizes it wins"], alg_rows))  # fmt: skip
+    plot = plot_sweeps({f"alg {a}: {ALLREDUCE_ALGORITHMS[a]}": r for a, r in by_alg.items()}
+                       | {"naive": naive, "hpcenv + rules": tuned},
+                       ctx.out / "allreduce_algorithms.png",
+                       title="mpi4py allreduce in the image: coll_tuned algorithms")  # fmt: skip
+    if plot:
+        sec.plots.append(plot.name)
+
+    big = sizes[-1]
+    sec.headline.append(Headline(
+        f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv launch + per-size rules / naive",
+        f"{fmt_num(at_size(tuned, big))} vs {fmt_num(at_size(naive, big))} GB/s",
+        fmt_ratio(ratio(at_size(tuned, big), at_size(naive, big)))))  # fmt: skip
+    sec.headline.append(Headline(
+        f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv launch alone (no rules) / naive",
+        f"{fmt_num(at_size(hp, big))} vs {fmt_num(at_size(naive, big))} GB/s",
+        fmt_ratio(ratio(at_size(hp, big), at_size(naive, big)))))  # fmt: skip
+    sec.headline.append(Headline(
+        f"Tuning: geomean allreduce busbw over {len(sizes)} sizes, hpcenv + rules / naive", "",
+        fmt_ratio(geomean(sweep_ratios(tuned, naive).values()))))  # fmt: skip
+
+    # Horovod over MPI with the tuned launch vs the naive run of the allreduce section
+    hvd_naive = ctx.shared.get("allreduce", {}).get("image horovod-mpi")
+    if hvd_naive:
+        hvd = _sweep(ctx, sec, "horovod-mpi hpcenv + rules", ctx.in_image(
+            ctx.hpcenv_mpirun, "allreduce_horovod.py", _sweep_args(ctx, 16),
+            _rules_env(ctx) | HOROVOD_MPI_ENV))  # fmt: skip
+        hb = hvd[-1]["bytes"]
+        sec.tables.append(Table(
+            "Horovod over MPI: naive launch (allreduce section) vs hpcenv launch + rules",
+            ["size", "naive GB/s", "hpcenv + rules GB/s", "ratio"],
+            [[fmt_bytes(s), fmt_num(at_size(hvd_naive, s)), fmt_num(at_size(hvd, s)),
+              fmt_ratio(r)] for s, r in sweep_ratios(hvd, hvd_naive).items()],
+        ))  # fmt: skip
+        sec.headline.append(Headline(
+            f"Tuning: horovod-mpi allreduce {fmt_bytes(hb)}, hpcenv + rules / naive",
+            f"{fmt_num(at_size(hvd, hb))} vs {fmt_num(at_size(hvd_naive, hb))} GB/s",
+            fmt_ratio(ratio(at_size(hvd, hb), at_size(hvd_naive, hb)))))  # fmt: skip
+    return sec
+
+
+Variant = tuple[str, str, dict[str, str], str]  # name, launcher, env, torch threads
+
+
+def paired_ratios(runs: list[tuple[str, float]], baseline: str) -> dict[str, list[float]]:
+    """For each run not named ``baseline``: its value / the mean of the adjacent baseline runs.
+
+    The runs are in the order they ran; comparing each variant only with the baseline runs
+    right before and after it cancels slow drifts of a shared machine's load.
+    """
+    out: dict[str, list[float]] = {}
+    for i, (name, value) in enumerate(runs):
+        if name == baseline:
+            continue
+        near = [runs[j][1] for j in (i - 1, i + 1) if 0 <= j < len(runs) and runs[j][0] == baseline]
+        if near and value > 0:
+            out.setdefault(name, []).append(value / (sum(near) / len(near)))
+    return out
+
+
+def mnist_section(ctx: BenchContext) -> Section:
+    sec = Section("mnist", "Launch tuning: Horovod MNIST step time")
+    epochs = 1
+    omp = str(ctx.tuning.omp_threads)
+    naive_threads = "2"  # torch's default on this node: one thread per core, in every rank
+    hp: Variant = ("hpcenv", ctx.hpcenv_mpirun, ctx.hpcenv_env, omp)
+    naive: Variant = ("naive", NAIVE_MPIRUN, {}, naive_threads)
+    others: list[Variant] = [
+        ("naive launch, 1 thread/rank", NAIVE_MPIRUN, {"OMP_NUM_THREADS": omp}, omp),
+        naive,
+        ("hpcenv + rules", ctx.hpcenv_mpirun, _rules_env(ctx), omp),
+        ("hpcenv, HOROVOD_FUSION_THRESHOLD=0", ctx.hpcenv_mpirun,
+         ctx.hpcenv_env | {"HOROVOD_FUSION_THRESHOLD": "0"}, omp),
+        ("hpcenv, HOROVOD_CYCLE_TIME=0.1", ctx.hpcenv_mpirun,
+         ctx.hpcenv_env | {"HOROVOD_CYCLE_TIME": "0.1"}, omp),
+        ("hpcenv, HOROVOD_CYCLE_TIME=10", ctx.hpcenv_mpirun,
+         ctx.hpcenv_env | {"HOROVOD_CYCLE_TIME": "10"}, omp),
+    ]  # fmt: skip
+    # every variant sits between two hpcenv runs: naive, hpcenv, X, hpcenv, Y, hpcenv, ...
+    sequence = [naive, hp]
+    if not ctx.quick:
+        for variant in others:
+            sequence += [variant, hp]
+    runs: list[tuple[str, float]] = []
+    info: dict[str, dict[str, Any]] = {}
+    for name, launcher, env, threads in sequence:
+        res = ctx.in_image(launcher, "mnist_horovod.py",
+                           f"{IMAGE_MNIST} --epochs {epochs} --threads {threads}", env)  # fmt: skip
+        doc = res.require_doc()
+        steps = int(doc["epochs"]) * int(doc["steps_per_epoch"])
+        ms = float(doc["train_seconds"]) / steps * 1e3
+        runs.append((name, ms))
+        _record(sec, f"{name} #{sum(1 for n, _ in runs if n == name)}", res,
+                {k: v for k, v in doc.items()
+                 if k not in ("param_checksums", "initial_param_sha256")})  # fmt: skip
+        info[name] = {"threads": doc["threads_per_rank"], "accuracy": doc["test_accuracy"],
+                      "steps": steps}  # fmt: skip
+        ctx.say(sec.key, f"{name}: {ms:.2f} ms/step, {steps} steps, accuracy "
+                f"{doc['test_accuracy']:.3f}, threads/rank {doc['threads_per_rank']}, "
+                f"mpirun {res.seconds:.1f} s")  # fmt: skip
+    step_ms: dict[str, list[float]] = {}
+    for name, ms in runs:
+        step_ms.setdefault(name, []).append(ms)
+    paired = {k: geomean(v) for k, v in paired_ratios(runs, "hpcenv").items()}
+    best = {k: min(v) for k, v in step_ms.items()}
+    sec.data |= {"sequence": runs, "step_ms": step_ms, "paired_vs_hpcenv": paired}
+    sec.text.append(
+        f"`mnist_horovod.py` (small CNN, batch 32 per rank, {NP} ranks, Horovod over MPI, "
+        f"{epochs} epoch on the 4,000 staged MNIST training images); step time = train time / "
+        "steps. Every variant ran right between two runs of the hpcenv launch, and its ratio is "
+        "taken against the mean of those two neighbours, so slow drifts of the machine's load "
+        "cancel. Naive: torch's default "
+        f"{naive_threads} threads per rank, no binding; hpcenv: OMP_NUM_THREADS={omp} and "
+        "`--threads` to match, its binding and env. HOROVOD_FUSION_THRESHOLD / "
+        "HOROVOD_CYCLE_TIME are the Horovod knobs a site's `tuning:` env can set (unset = "
+        "Horovod's defaults)."
+    )
+    sec.tables.append(Table("", ["variant", "runs", "ms/step (each run)",
+                                 "time / adjacent hpcenv runs", "threads/rank",
+                                 "test accuracy"], [
+        [name, str(len(step_ms[name])), ", ".join(fmt_num(v) for v in step_ms[name]),
+         "1 (reference)" if name == "hpcenv" else fmt_ratio(paired.get(name)),
+         str(info[name]["threads"]), f"{info[name]['accuracy']:.3f}"]
+        for name in step_ms
+    ]))  # fmt: skip
+    plot = plot_bars(
+        best,
+        ctx.out / "mnist_step_time.png",
+        title="Horovod MNIST, 2 ranks: ms per step (best run)",
+        xlabel="ms per step",
+    )
+    if plot:
+        sec.plots.append(plot.name)
+    hp_ms = sum(step_ms["hpcenv"]) / len(step_ms["hpcenv"])
+    naive_ms = sum(step_ms["naive"]) / len(step_ms["naive"])
+    sec.headline.append(Headline(
+        "Tuning: Horovod MNIST step time, naive / adjacent hpcenv-launch runs (speed-up)",
+        f"{fmt_num(naive_ms)} vs {fmt_num(hp_ms)} ms/step (means)",
+        fmt_ratio(paired.get("naive"))))  # fmt: skip
+    if "naive launch, 1 thread/rank" in paired:
+        sec.headline.append(Headline(
+            "Tuning: naive launch but 1 thread/rank, step time / adjacent hpcenv runs",
+            f"{fmt_num(min(step_ms['naive launch, 1 thread/rank']))} ms/step",
+            fmt_ratio(paired["naive launch, 1 thread/rank"])))  # fmt: skip
+    knobs = {k: v for k, v in paired.items() if k.startswith("hpcenv,") and v is not None}
+    if knobs:
+        name = min(knobs, key=lambda k: knobs[k])
+        sec.headline.append(Headline(
+            f"Horovod knobs: fastest of {len(knobs)} ({name.removeprefix('hpcenv, ')}), step "
+            "time / adjacent runs with Horovod's defaults (< 1: faster)",
+            f"{fmt_num(min(step_ms[name]))} ms/step", fmt_ratio(knobs[name])))  # fmt: skip
+    return sec

@@ -1,0 +1,71 @@
+"""Section: K-Means, daal4py (float32; SPMD on 2 ranks and batch) vs stock scikit-learn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcenv.bench.context import NP, BenchContext
+from hpcenv.bench.report import Headline, Section, Table, fmt_num, fmt_ratio, ratio
+
+MPICH_LAUNCH = (
+    f"LD_LIBRARY_PATH=${{HPCENV_MPICH_ABI_LIB:-/opt/mpich-abi/lib}} mpiexec.mpich -n {NP}"
+)
+
+
+def kmeans_section(ctx: BenchContext) -> Section:
+    sec = Section("kmeans", "K-Means: daal4py (float32) vs stock scikit-learn")
+    rows = 200_000 if ctx.quick else 1_000_000
+    reps = 1 if ctx.quick else 3
+    res = ctx.in_image(MPICH_LAUNCH, "kmeans_f32.py", f"--rows {rows} --reps {reps}")
+    doc = res.require_doc()
+    sec.data["run"] = res.summary() | {"doc": doc}
+    methods: dict[str, dict[str, Any]] = {
+        f"daal4py SPMD ({NP} ranks x 1 thread)": doc["daal4py_spmd"],
+        f"daal4py batch ({doc['daal4py_batch']['threads']} threads)": doc["daal4py_batch"],
+        f"scikit-learn {doc['sklearn']['version']} ({doc['sklearn']['threads']} threads)": doc[
+            "sklearn"
+        ],
+    }
+    if "seconds" in doc.get("sklearnex", {}):
+        methods[f"sklearnex KMeans ({doc['sklearnex']['threads']} threads)"] = doc["sklearnex"]
+    sk = doc["sklearn"]
+    sk_per_iter = sk["seconds"] / max(1, sk["iterations"])
+    table_rows = []
+    for name, m in methods.items():
+        per_iter = m["seconds"] / max(1, m["iterations"] or 1)
+        table_rows.append([name, fmt_num(m["seconds"]), str(m["iterations"]),
+                           fmt_num(per_iter * 1e3), fmt_ratio(ratio(sk["seconds"], m["seconds"])),
+                           fmt_ratio(ratio(sk_per_iter, per_iter)), fmt_num(m["objective"], 7)])  # fmt: skip
+        ctx.say(sec.key, f"{name}: {m['seconds']:.3f} s, {m['iterations']} iterations")
+    sec.text.append(
+        f"{doc['rows']:,} x {doc['features']} float32 points (overlapping Gaussian blobs, the "
+        f"kmeans_daal4py check's dataset made in float32), {doc['clusters']} clusters, at most "
+        f"{doc['max_iterations']} Lloyd iterations, the same initial centroids for every method, "
+        "no early stop by tolerance (scikit-learn still stops at exact label convergence, so the "
+        "per-iteration column is the fair one). Best of "
+        f"{doc['reps']}. SPMD runs under `mpiexec.mpich` with the image's MPICH-ABI side "
+        "runtime; the batch runs use every core of one process. daal4py from "
+        f"scikit-learn-intelex {doc['daal4py']}."
+    )
+    sec.tables.append(Table("", ["method", "seconds", "iterations", "ms / iteration",
+                                 "sklearn / method (time)", "sklearn / method (per iter)",
+                                 "objective"], table_rows,  # fmt: skip
+        f"Centroid agreement (relative Frobenius difference to daal4py batch): SPMD "
+        f"{doc['spmd_vs_batch_rel_diff']:.1e}, scikit-learn {doc['sklearn_vs_batch_rel_diff']:.1e}"
+        + (f", sklearnex {doc['sklearnex_vs_batch_rel_diff']:.1e}"
+           if "sklearnex_vs_batch_rel_diff" in doc else "") + ".",
+    ))  # fmt: skip
+    batch, spmd = doc["daal4py_batch"], doc["daal4py_spmd"]
+
+    def per_it(m: dict[str, Any]) -> float:
+        return float(m["seconds"]) / max(1, int(m["iterations"] or 1))
+
+    sec.headline.append(Headline(
+        "K-Means float32: scikit-learn / daal4py batch, time per iteration (speed-up)",
+        f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(batch) * 1e3)} ms/iter",
+        fmt_ratio(ratio(sk_per_iter, per_it(batch)))))  # fmt: skip
+    sec.headline.append(Headline(
+        f"K-Means float32: scikit-learn / daal4py SPMD ({NP} ranks), time per iteration",
+        f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(spmd) * 1e3)} ms/iter",
+        fmt_ratio(ratio(sk_per_iter, per_it(spmd)))))  # fmt: skip
+    return sec

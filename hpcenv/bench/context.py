@@ -1,0 +1,116 @@
+"""What every benchmark section shares: configuration, where to run, launch lines, echo."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcenv.bench.shells import Container, Host, Result
+
+NP = 2
+MiB = 1 << 20
+IMAGE_CHECKS = "/opt/hpcenv/checks"
+IMAGE_BENCH = "/opt/hpcenv/bench"  # hpcenv/bench/scripts, bind-mounted read-only
+IMAGE_WORK = "/opt/hpcenv/bench-work"  # <out>/_work, bind-mounted read-only (rules files)
+IMAGE_MNIST = "/data/mnist"
+HOST_CHECKS = Path(__file__).resolve().parent.parent / "checks"
+HOST_BENCH = Path(__file__).resolve().parent / "scripts"
+
+NAIVE_MPIRUN = f"mpirun -np {NP} --bind-to none"
+"""A naive launch: no binding, no thread settings, Open MPI's own collective decisions."""
+
+
+@dataclass
+class BenchConfig:
+    site: str = "local"
+    out: Path = Path("results/bench")
+    quick: bool = False
+    image: str | None = None
+    sections: tuple[str, ...] = ()
+    build_recipe: str = "daal4py"
+
+
+@dataclass
+class BenchContext:
+    cfg: BenchConfig
+    image: str
+    echo: Callable[[str], None]
+    host: Host = field(default_factory=Host)
+    container: Container | None = None
+    site: Any = None  # hpcenv.site.Site
+    tuning: Any = None  # hpcenv.jobs.tuning.LaunchTuning
+    shared: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    # -- places ----------------------------------------------------------------------------
+    @property
+    def out(self) -> Path:
+        return self.cfg.out
+
+    @property
+    def work(self) -> Path:
+        """Scratch under the output folder (mounted into the container read-only)."""
+        path = self.cfg.out / "_work"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def quick(self) -> bool:
+        return self.cfg.quick
+
+    def ctr(self) -> Container:
+        if self.container is None:
+            raise RuntimeError("the image container is not running")
+        return self.container
+
+    # -- launch lines ----------------------------------------------------------------------
+    @property
+    def hpcenv_mpirun(self) -> str:
+        """``mpirun`` with hpcenv's launch tuning for NP ranks on one node of the site."""
+        return " ".join(["mpirun", "-np", str(NP), *map(shlex.quote, self.tuning.openmpi)])
+
+    @property
+    def hpcenv_env(self) -> dict[str, str]:
+        """The job environment hpcenv sets: tuning env + the site's ``tuning:`` block."""
+        return dict(self.tuning.env) | {str(k): str(v) for k, v in self.site.tuning.items()}
+
+    def image_script(self, name: str) -> str:
+        folder = IMAGE_BENCH if (HOST_BENCH / name).is_file() else IMAGE_CHECKS
+        return f"{folder}/{name}"
+
+    def host_script(self, name: str) -> str:
+        folder = HOST_BENCH if (HOST_BENCH / name).is_file() else HOST_CHECKS
+        return str(folder / name)
+
+    # -- running ---------------------------------------------------------------------------
+    def in_image(
+        self, launcher: str, script: str, args: str = "", env: Mapping[str, str] | None = None,
+        timeout: float = 600,
+    ) -> Result:  # fmt: skip
+        python = "" if launcher.startswith("torchrun") else "python3 "  # torchrun runs python
+        program = f"{python}{self.image_script(script)} {args}".strip()
+        if launcher.startswith("horovodrun") and args:
+            # horovodrun's argparse reads the program's options as its own abbreviations
+            # (``--min`` -> "ambiguous option: --min-np, --min-num-proc"): pass one argument.
+            program = f"bash -c {shlex.quote(program)}"
+        return self.ctr().run(f"{launcher} {program}".strip(), env, timeout)
+
+    def on_host(
+        self, launcher: str, script: str, args: str = "", env: Mapping[str, str] | None = None,
+        timeout: float = 600,
+    ) -> Result:  # fmt: skip
+        py = shlex.quote(sys.executable)
+        line = f"{launcher} {py} {shlex.quote(self.host_script(script))} {args}".strip()
+        return self.host.run(line.replace("  ", " "), env, timeout)
+
+    def say(self, section: str, text: str) -> None:
+        self.echo(f"[{section}] {text}")
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

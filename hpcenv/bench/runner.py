@@ -1,0 +1,253 @@
+"""``hpcenv bench``: run every section in one go and write report.md, report.json and plots.
+
+Order: start-up, memory copy, allreduce (container tax + flavours), tuning, MNIST, K-Means, CLI,
+build cost last (it loads the 2 cores for minutes, which would disturb the others). One
+container of the image serves every in-image measurement; it is always removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from hpcenv.bench.context import (
+    HOST_BENCH,
+    HOST_CHECKS,
+    IMAGE_BENCH,
+    IMAGE_CHECKS,
+    IMAGE_MNIST,
+    IMAGE_WORK,
+    NP,
+    BenchConfig,
+    BenchContext,
+    sha256_file,
+)
+from hpcenv.bench.report import BenchReport, Headline, Section, Table, fmt_mb, fmt_num, write_report
+from hpcenv.bench.shells import Container, podman
+from hpcenv.errors import ConfigError, EnvironmentProblem
+
+SectionFn = Callable[[BenchContext], Section]
+NEEDS_CONTAINER = {"startup", "memcopy", "allreduce", "tuning", "mnist", "kmeans"}
+CHECK_SCRIPTS = ("allreduce_mpi.py", "allreduce_horovod.py", "allreduce_torch_gloo.py",
+                 "mnist_horovod.py", "_bench.py", "_idx.py")  # fmt: skip
+
+
+def cli_section(ctx: BenchContext) -> Section:
+    """Render every built-in site x recipe; ``hpcenv --help``; both as subprocesses, best of N."""
+    sec = Section("cli", "CLI: render everything, --help")
+    n = 3 if ctx.quick else 5
+    code = (
+        "import json, time; t0 = time.perf_counter(); from hpcenv.golden import golden_files; "
+        "t1 = time.perf_counter(); f = golden_files(); t2 = time.perf_counter(); "
+        "t3 = time.perf_counter(); golden_files(); t4 = time.perf_counter(); "
+        "print(json.dumps({'files': len(f), 'pairs': len({k.split('/')[0] for k in f}), "
+        "'import_s': t1 - t0, 'first_s': t2 - t1, 'again_s': t4 - t3}))"
+    )
+    renders = []
+    for _ in range(n):
+        res = ctx.host.run(f'{sys.executable} -c "{code}"', timeout=300)
+        t_total = res.seconds
+        doc = res.require_doc()
+        renders.append(doc | {"process_s": t_total})
+    exe = shutil.which("hpcenv") or str(Path(sys.executable).with_name("hpcenv"))
+    helps = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        proc = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
+        helps.append(time.perf_counter() - t0)
+        if proc.returncode != 0:
+            raise EnvironmentProblem(f"`{exe} --help` failed: {proc.stderr.strip()[-200:]}")
+    best = min(renders, key=lambda d: d["process_s"])
+    pairs, files = best["pairs"], best["files"]
+    ctx.say(sec.key, f"render {pairs} site x recipe ({files} files): process "
+            f"{best['process_s']:.2f} s, in-process again {min(d['again_s'] for d in renders):.3f}"
+            f" s; hpcenv --help {min(helps):.3f} s")  # fmt: skip
+    sec.data = {"render": renders, "help_s": helps}
+    sec.tables.append(Table("", ["what", f"best of {n} s", "median s"], [
+        [f"python -c golden_files(): all {pairs} site x recipe pairs ({files} files), whole "
+         "process", fmt_num(best["process_s"]),
+         fmt_num(sorted(d["process_s"] for d in renders)[n // 2])],
+        ["  of which importing hpcenv.golden", fmt_num(min(d["import_s"] for d in renders)), ""],
+        ["  of which the first render of all pairs", fmt_num(min(d["first_s"] for d in renders)),
+         ""],
+        ["  render all pairs again, same process", fmt_num(min(d["again_s"] for d in renders)),
+         fmt_num(sorted(d["again_s"] for d in renders)[n // 2])],
+        ["`hpcenv --help` (subprocess)", fmt_num(min(helps)), fmt_num(sorted(helps)[n // 2])],
+    ]))  # fmt: skip
+    sec.headline.append(Headline(
+        f"CLI: render all {pairs} site x recipe pairs (process incl. imports; again in-process)",
+        f"{fmt_num(best['process_s'])} s; {fmt_num(min(d['again_s'] for d in renders))} s", ""))  # fmt: skip
+    sec.headline.append(Headline("CLI: `hpcenv --help`", f"{fmt_num(min(helps))} s", ""))
+    return sec
+
+
+def _sections() -> dict[str, SectionFn]:
+    from hpcenv.bench.buildcost import build_section, full_build_section
+    from hpcenv.bench.comm import (
+        allreduce_section,
+        memcopy_section,
+        mnist_section,
+        startup_section,
+        tuning_section,
+    )
+    from hpcenv.bench.compute import kmeans_section
+
+    return {
+        "startup": startup_section,
+        "memcopy": memcopy_section,
+        "allreduce": allreduce_section,
+        "tuning": tuning_section,
+        "mnist": mnist_section,
+        "kmeans": kmeans_section,
+        "cli": cli_section,
+        "build": build_section,
+        "full-build": full_build_section,
+    }
+
+
+SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "mnist", "kmeans", "cli", "build")
+EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
+
+
+def _git(*args: str) -> str:
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {mem}, Linux {platform.release()}"
+
+
+def _checks_mount(image: str) -> tuple[list[str], str]:
+    """Mount this checkout's checks over the image's unless the baked copies are identical."""
+    proc = podman("run", "--rm", image, "bash", "-c",
+                  f"cd {IMAGE_CHECKS} 2>/dev/null && sha256sum " + " ".join(CHECK_SCRIPTS),
+                  check=False, timeout=120)  # fmt: skip
+    baked = {}
+    for line in proc.stdout.splitlines():
+        digest, _, name = line.partition("  ")
+        baked[name.strip()] = digest
+    here = {n: sha256_file(HOST_CHECKS / n) for n in CHECK_SCRIPTS}
+    if baked == here:
+        return (
+            [],
+            f"check scripts baked in the image at {IMAGE_CHECKS} are byte-identical to hpcenv/checks",
+        )
+    differ = sorted(n for n in CHECK_SCRIPTS if baked.get(n) != here[n])
+    return ([f"{HOST_CHECKS}:{IMAGE_CHECKS}:ro"],
+            f"the image's {IMAGE_CHECKS} lacks or differs in {', '.join(differ)}: this checkout's "
+            "hpcenv/checks is mounted over it, so host and image run the same scripts")  # fmt: skip
+
+
+def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchReport:
+    from hpcenv.build import image_tag
+    from hpcenv.jobs.tuning import tune
+    from hpcenv.site import load_site
+
+    t_start = time.perf_counter()
+    started = datetime.now(UTC)
+    names = list(cfg.sections or SECTION_NAMES)
+    unknown = [n for n in names if n not in SECTION_NAMES + EXTRA_SECTIONS]
+    if unknown:
+        raise ConfigError(f"unknown bench section(s) {', '.join(unknown)}; valid: "
+                          + ", ".join(SECTION_NAMES + EXTRA_SECTIONS))  # fmt: skip
+    host_side = {"startup", "memcopy", "allreduce"} & set(names)
+    missing = [m for m in ("mpi4py", "numpy") if host_side and find_spec(m) is None]
+    if "build" in names and find_spec("hpccm") is None:
+        missing.append("hpccm")
+    if missing:
+        raise EnvironmentProblem(
+            f"{', '.join(missing)} not importable by {sys.executable}: the bench needs its extra "
+            "(pip install -e '.[bench]')"
+        )
+    if host_side and shutil.which("mpirun") is None:
+        raise EnvironmentProblem("no mpirun on the host for the bare-host baseline; make host")
+    site = load_site(cfg.site)
+    image = cfg.image or image_tag(site.name, "horovod-cpu")
+    cfg.out = cfg.out.resolve()  # bind mounts need absolute paths
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    ctx = BenchContext(cfg=cfg, image=image, echo=echo, site=site, tuning=tune(site, 1, NP))
+    ctx.shared["machine"] = machine()
+    meta: dict[str, Any] = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "started": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "site": site.name,
+        "image": image,
+        "quick": cfg.quick,
+        "sections": names,
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        "python": sys.version.split()[0],
+        "command": " ".join(sys.argv),
+        "notes": ctx.notes,
+    }
+    report = BenchReport(meta)
+    fns = _sections()
+    need_ctr = any(n in NEEDS_CONTAINER for n in names)
+    if need_ctr or "build" in names or "full-build" in names:
+        if podman("image", "exists", image, check=False).returncode != 0:
+            raise EnvironmentProblem(f"image {image} does not exist; build it (make build-local) "
+                                     "or pass --image")  # fmt: skip
+        doc = podman("image", "inspect", "--format", "{{.Id}} {{.Size}} {{.Created}}", image)
+        iid, size, *created = doc.stdout.split()
+        meta |= {"image_id": iid[:12], "image_size_bytes": int(size),
+                 "image_created": " ".join(created[:2])}  # fmt: skip
+        echo(f"image {image} ({iid[:12]}, {fmt_mb(int(size))})")
+    try:
+        if need_ctr:
+            from hpcenv.datasets import prepare_mnist
+
+            mnist = prepare_mnist().directory
+            volumes, why = _checks_mount(image)
+            ctx.notes.append(why)
+            volumes += [f"{mnist}:{IMAGE_MNIST}:ro", f"{HOST_BENCH}:{IMAGE_BENCH}:ro",
+                        f"{ctx.work}:{IMAGE_WORK}:ro"]  # fmt: skip
+            ctx.container = Container(image, volumes)
+            start_s = ctx.container.start()
+            echo(f"container {ctx.container.name} started in {start_s:.1f} s; {why}")
+        for name in names:
+            echo(f"== {name}")
+            t0 = time.perf_counter()
+            try:
+                if name in NEEDS_CONTAINER and ctx.container is None:
+                    raise EnvironmentProblem("no container")
+                sec = fns[name](ctx)
+            except Exception as err:  # one failed section must not lose the others
+                sec = Section(name, name, error=f"{type(err).__name__}: {err}")
+                echo(f"[{name}] FAILED: {sec.error}")
+            sec.seconds = time.perf_counter() - t0
+            report.sections.append(sec)
+            meta["seconds"] = time.perf_counter() - t_start
+            write_report(report, cfg.out)  # partial results survive an interruption
+    finally:
+        if ctx.container is not None:
+            ctx.container.stop()
+        shutil.rmtree(cfg.out / "_work" / "contexts", ignore_errors=True)
+    meta["seconds"] = time.perf_counter() - t_start
+    write_report(report, cfg.out)
+    return report

@@ -1,0 +1,212 @@
+"""Where benchmark commands run: the bare host, or one long-running container of the image.
+
+Both run a ``bash -c`` line with extra environment and return a :class:`Result` with the wall
+time and the last JSON document the command printed (the check scripts print one on rank 0).
+The container is started once (``podman run -d IMAGE sleep infinity``) and every command is a
+``podman exec``, so container start-up is measured separately and not inside each number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpcenv.errors import HpcenvError
+
+# Open MPI refuses root without these; they change nothing for the image's non-root user.
+OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+_RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")
+
+
+class BenchCommandError(HpcenvError):
+    """A benchmark command failed or printed no JSON."""
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    """The last line of ``stdout`` that parses as a JSON object.
+
+    ``horovodrun`` prefixes each rank's lines with ``[RANK]<stdout>:``; that prefix is dropped.
+    """
+    for line in reversed(stdout.splitlines()):
+        line = _RANK_PREFIX.sub("", line.strip()).strip()
+        if line.startswith("{"):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return None
+
+
+@dataclass
+class Result:
+    where: str
+    command: str
+    env: dict[str, str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    doc: dict[str, Any] | None = field(default=None)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def require_doc(self) -> dict[str, Any]:
+        """The JSON document, or a BenchCommandError naming the command and its stderr tail."""
+        if self.returncode != 0 or self.doc is None:
+            tail = (self.stderr or self.stdout).strip().splitlines()[-3:]
+            why = f"exit {self.returncode}" if self.returncode else "no JSON on stdout"
+            raise BenchCommandError(
+                f"{self.where}: `{self.command}` failed ({why}): {' / '.join(tail) or 'no output'}"
+            )
+        return self.doc
+
+    def require_ok(self) -> Result:
+        """This result, or a BenchCommandError when the command failed."""
+        if self.returncode != 0:
+            tail = (self.stderr or self.stdout).strip().splitlines()[-3:]
+            raise BenchCommandError(
+                f"{self.where}: `{self.command}` failed (exit {self.returncode}): "
+                + (" / ".join(tail) or "no output")
+            )
+        return self
+
+    def summary(self) -> dict[str, Any]:
+        """What report.json keeps of a run (command, env, time, exit code; not the output)."""
+        return {
+            "where": self.where,
+            "command": self.command,
+            "env": self.env,
+            "seconds": round(self.seconds, 3),
+            "returncode": self.returncode,
+            "stderr_tail": self.stderr.strip().splitlines()[-5:],
+        }
+
+
+def _env_prefix(env: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+
+
+class Host:
+    """The bare host: commands run under ``bash -c`` with this process's environment + ``env``."""
+
+    where = "host"
+
+    def run(
+        self, command: str, env: Mapping[str, str] | None = None, timeout: float = 600
+    ) -> Result:
+        full_env = dict(os.environ) | OMPI_ROOT_ENV | dict(env or {})
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                ["bash", "-c", command], capture_output=True, text=True, env=full_env,
+                timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, out, err = (
+                124,
+                _text(exc.stdout),
+                _text(exc.stderr) + f"\ntimed out after {timeout} s",
+            )
+        seconds = time.perf_counter() - t0
+        return Result(self.where, command, dict(env or {}), rc, out, err, seconds, last_json(out))
+
+
+def _text(data: Any) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+
+
+class Container:
+    """One ``sleep infinity`` container of an image; commands are ``podman exec`` into it."""
+
+    def __init__(self, image: str, volumes: Iterable[str] = (), name: str | None = None) -> None:
+        self.image = image
+        self.volumes = list(volumes)
+        self.name = name or f"hpcenv-bench-{secrets.token_hex(4)}"
+        self.where = f"image {image}"
+        self.started = False
+
+    def start(self) -> float:
+        """Start the container; returns the seconds ``podman run -d`` took."""
+        from hpcenv.engines import get_engine
+
+        engine = get_engine("podman")
+        t0 = time.perf_counter()
+        engine.run_detached(self.image, self.name, volumes=self.volumes)
+        self.started = True
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        if self.started:
+            from hpcenv.engines import get_engine
+
+            get_engine("podman").remove_container(self.name)
+            self.started = False
+
+    def __enter__(self) -> Container:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run(
+        self, command: str, env: Mapping[str, str] | None = None, timeout: float = 600
+    ) -> Result:
+        from hpcenv.engines import engine_env
+
+        env = dict(env or {})
+        # ``timeout`` inside too: killing the podman exec client does not stop the command.
+        inner = f"cd /tmp && timeout -k 5 {int(timeout)} bash -c {shlex.quote(command)}"
+        argv = ["podman", "exec"]
+        for key, value in env.items():
+            argv += ["-e", f"{key}={value}"]
+        argv += [self.name, "bash", "-c", inner]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, env=engine_env(), timeout=timeout + 30,
+                stdin=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, out, err = (
+                124,
+                _text(exc.stdout),
+                _text(exc.stderr) + f"\ntimed out after {timeout} s",
+            )
+        seconds = time.perf_counter() - t0
+        shown = f"{_env_prefix(env)} {command}".strip()
+        return Result(self.where, shown, env, rc, out, err, seconds, last_json(out))
+
+
+def podman(
+    *args: str, timeout: float = 600, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``podman ARGS`` with hpcenv's containers.conf; raises BenchCommandError on failure."""
+    from hpcenv.engines import engine_env
+
+    proc = subprocess.run(
+        ["podman", *args], capture_output=True, text=True, env=engine_env(), timeout=timeout,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise BenchCommandError(f"podman {' '.join(args[:3])} failed: {tail[0]}")
+    return proc
