@@ -10,22 +10,20 @@ and def paths mean the same thing in both modes. Plain root ``%post`` builds fai
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from hpcenv.engines import engine_env, get_engine, stream_command
 from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem
-from hpcenv.paths import cache_dir, package_dir
+from hpcenv.paths import cache_dir, file_lock, package_dir
 
 HELPER_TAG = "localhost/hpcenv-apptainer:1"
 HELPER_SCRATCH = "/hpcenv-scratch"
@@ -113,17 +111,6 @@ def def_host_paths(text: str, workdir: Path) -> list[Path]:
             source = Path(line.split()[0])
             found.append(source if source.is_absolute() else workdir / source)
     return [p.parent if p.is_file() or not p.exists() else p for p in found]
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _failure_line(tail: Sequence[str]) -> str:
@@ -227,7 +214,7 @@ class Apptainer:
             from hpcenv.baseimage import default_mirror, ensure_base_image
 
             log_path = log_path or cache_dir() / "logs" / "apptainer-helper.log"
-            with _file_lock(scratch_dir() / "helper.lock"):
+            with file_lock(scratch_dir() / "helper.lock"):
                 if not current():
                     containerfile = helper_containerfile()
                     args = {"BASE": ensure_base_image(), "APT_MIRROR": default_mirror("sid")}
@@ -397,7 +384,7 @@ def register_image(name: str, sif: Path) -> None:
     """Record ``name`` -> ``sif`` so ``apptainer://NAME`` finds it."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ConfigError(f"bad image name {name!r}: letters, digits, '.', '_', '-' only")
-    with _file_lock(scratch_dir() / "images.lock"):
+    with file_lock(scratch_dir() / "images.lock"):
         path = registry_path()
         images = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         images[name] = str(Path(sif).resolve())

@@ -6,7 +6,6 @@ bootstraps a minbase root filesystem itself, keeps it as a tarball in its cache 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -14,12 +13,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from hpcenv.engines import HOST_SETUP_HINT, Engine, StepCallback, get_engine, stream_command
 from hpcenv.errors import BuildError, EnvironmentProblem
-from hpcenv.paths import cache_dir
+from hpcenv.paths import cache_dir, file_lock
 
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -92,18 +90,6 @@ def default_mirror(suite: str = DEFAULT_SUITE, apt_dir: Path = Path("/etc/apt"))
         if uri.rstrip("/").endswith("/debian"):
             return uri.rstrip("/")
     return DEFAULT_MIRROR
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock; a second caller waits until the first is done."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _unmount_under(root: Path) -> None:
@@ -207,7 +193,7 @@ def ensure_base_image(
     tarball = rootfs_tarball(suite)
     log_path = log_path or cache_dir() / "logs" / f"base-{suite}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(tarball.with_name(tarball.name + ".lock")):
+    with file_lock(tarball.with_name(tarball.name + ".lock")):
         if engine.image_exists(tag):
             return tag
         log_path.write_text(f"# hpcenv base image {tag} ({suite})\n")

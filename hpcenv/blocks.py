@@ -21,6 +21,8 @@ from hpcenv.versions import major_minor
 VENV = "/opt/venv"
 BUILD_DIR = "/opt/hpcenv-build"  # build stage only: CA bundle, pip.conf, wheelhouse
 PIP = f"{VENV}/bin/pip"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+VENV_PATH = f"{VENV}/bin:{SYSTEM_PATH}"
 
 
 @dataclass(frozen=True)
@@ -116,12 +118,12 @@ class Blocks:
             self.horovod(),
             self.pip_packages(),
         ]
-        build = [shell_setup(), *[p for part in parts for p in part.build]]
+        build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
             {pkg for part in parts for pkg in part.runtime_apt} | set(self.apt["runtime_base"])
         )
         runtime = [
-            shell_setup(),
+            generated_note(),
             comment("runtime libraries only: no compilers, headers or build credentials"),
             apt_install(apt, self.site.build.apt_mirror, self.suite),
             *[p for part in parts for p in part.runtime],
@@ -176,9 +178,7 @@ class Blocks:
                     f"make -C /tmp/mpi-src -j{self.lock.build['jobs']} install",
                     "rm -rf /tmp/mpi-src",
                 ),
-                env(
-                    PATH=f"/opt/mpi/bin:{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                ),
+                env(PATH=f"/opt/mpi/bin:{VENV_PATH}"),
             ],
             runtime=[copy("/opt/mpi", "/opt/mpi", from_stage="build")],
         )
@@ -247,9 +247,7 @@ class Blocks:
                     f"python3 -m venv {VENV}",
                     pip_install("--upgrade", "pip", "setuptools", "wheel"),
                 ),
-                env(
-                    PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                ),
+                env(PATH=VENV_PATH),
             ],
             runtime=[copy(VENV, VENV, from_stage="build")],
         )
@@ -276,9 +274,7 @@ class Blocks:
                         + shlex.quote(f"pytorch={torch.version}={build}"),
                         "/opt/conda/bin/conda clean -afy",
                     ),
-                    env(
-                        PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                    ),
+                    env(PATH=VENV_PATH),
                 ],
                 runtime=[copy(VENV, VENV, from_stage="build")],
             )
@@ -372,7 +368,7 @@ class Blocks:
             )
         out: list[Primitive] = [
             env(
-                PATH=f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                PATH=VENV_PATH,
                 HPCENV_LOCK="/opt/hpcenv/stack.lock.json",
                 HPCENV_SITE=lock.site,
                 HPCENV_RECIPE=lock.recipe,
@@ -407,5 +403,5 @@ class Blocks:
         ]
 
 
-def shell_setup() -> Primitive:
+def generated_note() -> Primitive:
     return comment("hpcenv: generated; edit the recipe or site, then re-render")

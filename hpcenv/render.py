@@ -114,8 +114,9 @@ def write(rendered: Rendered, out: Path, *, checks: bool = True) -> list[Path]:
         if dest.exists():
             shutil.rmtree(dest)
         src = checks_dir()
-        shutil.copytree(
-            src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-        ) if src.is_dir() else dest.mkdir()
+        if src.is_dir():
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            dest.mkdir()
         written.append(dest)
     return written

@@ -247,9 +247,8 @@ class Resolver:
                     if "cuda" in self.pins
                     else Fact("gpu.driver", str(self.site.gpu.driver), f"site {self.site.name}")
                 )
-                rid = "torch-cuda" if allowed else "torch-cuda"
                 return (
-                    rid,
+                    "torch-cuda",
                     other,
                     f"torch {v} has CUDA builds {', '.join(allowed) or 'none known'}; "
                     f"none fits {other.name} {other.value}",
@@ -347,14 +346,6 @@ class Resolver:
                     Fact("cuda", pin.value, pin.origin),
                     self.fact("torch"),
                     f"torch {major_minor(torch)} has CUDA builds {', '.join(builds)}",
-                )
-            if not self.driver_allows(pin.value):
-                minimum = rule("cuda-driver")["min_driver"].get(major(pin.value))
-                raise self.conflict(
-                    "cuda-driver",
-                    Fact("cuda", pin.value, pin.origin),
-                    Fact("gpu.driver", str(self.site.gpu.driver), f"site {self.site.name}"),
-                    f"CUDA {major(pin.value)}.x needs driver >= {minimum}",
                 )
             cuda = major_minor(pin.value)
         else:

@@ -43,7 +43,7 @@ from hpcenv.bench.report import (
     sweep_ratios,
     write_report,
 )
-from hpcenv.bench.shells import last_json
+from hpcenv.smoke._target import last_json
 
 
 def row(size: int, bw: float, t: float = 1.0) -> dict[str, float]:

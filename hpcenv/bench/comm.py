@@ -36,11 +36,11 @@ from hpcenv.bench.report import (
     geomean,
     largest_common,
     plot_bars,
-    plot_sweeps,
     ratio,
     sweep_ratios,
 )
 from hpcenv.bench.shells import Result
+from hpcenv.plots import plot_sweeps
 
 # Open MPI 4.1 coll_tuned allreduce algorithms (ompi_info --param coll tuned --level 9).
 ALLREDUCE_ALGORITHMS = {

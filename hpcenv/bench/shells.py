@@ -8,9 +8,7 @@ The container is started once (``podman run -d IMAGE sleep infinity``) and every
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import secrets
 import shlex
 import subprocess
@@ -20,33 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcenv.errors import HpcenvError
+from hpcenv.smoke._target import last_json
 
 # Open MPI refuses root without these; they change nothing for the image's non-root user.
 OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-_RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")
-
-
 class BenchCommandError(HpcenvError):
     """A benchmark command failed or printed no JSON."""
-
-
-def last_json(stdout: str) -> dict[str, Any] | None:
-    """The last line of ``stdout`` that parses as a JSON object.
-
-    ``horovodrun`` prefixes each rank's lines with ``[RANK]<stdout>:``; that prefix is dropped.
-    """
-    for line in reversed(stdout.splitlines()):
-        line = _RANK_PREFIX.sub("", line.strip()).strip()
-        if line.startswith("{"):
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                return doc
-    return None
 
 
 @dataclass

@@ -31,10 +31,7 @@ def register(app: typer.Typer) -> None:
             for piece in arg.split(":"):
                 if piece.startswith("/") and Path(piece).exists():
                     paths.append(Path(piece).resolve().parent)
-        argv = runner.command(args, paths=paths, workdir=Path.cwd())
-        if runner.in_helper:
-            argv.insert(argv.index(runner.helper_image), "-e")
-            argv.insert(argv.index(runner.helper_image), "OMPI_ALLOW_RUN_AS_ROOT=1")
-            argv.insert(argv.index(runner.helper_image), "-e")
-            argv.insert(argv.index(runner.helper_image), "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+        # the helper runs as root: let Open MPI's mpirun start there
+        root_ok = ["-e", "OMPI_ALLOW_RUN_AS_ROOT=1", "-e", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]
+        argv = runner.command(args, paths=paths, workdir=Path.cwd(), extra=root_ok)
         os.execvpe(argv[0], argv, engine_env())

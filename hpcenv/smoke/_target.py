@@ -61,7 +61,7 @@ _RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")  # horovodrun's per-rank line pr
 def last_json(stdout: str) -> dict[str, Any] | None:
     """The last line of ``stdout`` that is a JSON object (launchers may print around it)."""
     for line in reversed(stdout.splitlines()):
-        line = _RANK_PREFIX.sub("", line.strip())
+        line = _RANK_PREFIX.sub("", line.strip()).strip()
         if line.startswith("{"):
             try:
                 doc = json.loads(line)

@@ -102,31 +102,9 @@ def allreduce_series(tests: list[TestResult]) -> dict[str, list[dict[str, float]
 
 def plot_allreduce(tests: list[TestResult], path: Path, title: str = "") -> Path | None:
     """Bus bandwidth and time per op vs message size for every flavour; None without data."""
-    series = allreduce_series(tests)
-    if not series:
-        return None
-    import matplotlib
+    from hpcenv.plots import plot_sweeps
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (bw_ax, t_ax) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    for flavor, rows in series.items():
-        sizes = [row["bytes"] for row in rows]
-        bw_ax.plot(sizes, [row["busbw_GBps"] for row in rows], marker="o", label=flavor)
-        t_ax.plot(sizes, [row["time_us"] for row in rows], marker="o", label=flavor)
-    for ax, ylabel in ((bw_ax, "bus bandwidth (GB/s)"), (t_ax, "time per allreduce (µs)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle(title or "allreduce, 2 ranks")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return plot_sweeps(allreduce_series(tests), path, title=title or "allreduce, 2 ranks")
 
 
 def _fmt(value: Any) -> str:
