@@ -38,9 +38,14 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Entry point: domain errors become one line on stderr and exit code 2."""
+    """Entry point: the exit code is always the command's own.
+
+    ``standalone_mode=False`` lets domain errors become one line on stderr (exit code 2), but
+    click then *returns* the code of a ``typer.Exit`` instead of exiting with it; that code is
+    passed on here. Ctrl-C exits 130 (128 + SIGINT), as shells expect.
+    """
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except HpcenvError as err:
         if os.environ.get("HPCENV_DEBUG"):
             raise
@@ -48,12 +53,21 @@ def main() -> None:
         sys.exit(err.exit_code)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
-    except typer.Abort:
+    except typer.Abort as ex:
+        if isinstance(ex.__cause__ or ex.__context__, KeyboardInterrupt):
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
         typer.echo("aborted", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
     except Exception as ex:  # usage errors of Typer's click layer: shown as click shows them
         show = getattr(ex, "show", None)
         if callable(show) and isinstance(getattr(ex, "exit_code", None), int):
             show()
             sys.exit(ex.exit_code)  # type: ignore[attr-defined]
         raise
+    if code == 130:  # Typer turns KeyboardInterrupt into Exit(130), which click returns here
+        typer.echo("interrupted", err=True)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,101 @@
+"""Exit codes of the installed ``hpcenv``, run as a real process (CliRunner cannot see them).
+
+``main()`` used to run the app with ``standalone_mode=False`` and drop the code click returned,
+so every ``typer.Exit(1)`` -- a failing ``doctor``, ``smoke`` or ``bench`` -- exited 0.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+
+
+def hpcenv(*args: str, env: dict[str, str] | None = None, timeout: int = 120):
+    assert HPCENV.is_file(), f"the installed console script is missing: {HPCENV}"
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+def test_success_exits_0() -> None:
+    proc = hpcenv("sites", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert "local" in proc.stdout
+
+
+def test_doctor_with_no_tools_exits_1(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+    proc = hpcenv("doctor", "--json", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert '"healthy": false' in proc.stdout
+
+
+def test_resolve_conflict_exits_2() -> None:
+    proc = hpcenv("resolve", "--site", "summit", "--recipe", "horovod-gpu", "--set", "cuda=12.4")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: conflict")
+    assert "Traceback" not in proc.stderr
+
+
+def test_render_bad_site_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbogus: 1\n")
+    proc = hpcenv("render", "--site", str(bad), "--recipe", "horovod-cpu", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "field 'bogus'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_usage_error_exits_2() -> None:
+    proc = hpcenv("resolve", "--no-such-option")
+    assert proc.returncode == 2
+    assert "No such option" in proc.stderr
+
+
+def test_ctrl_c_exits_130(tmp_path: Path) -> None:
+    """SIGINT while a command runs: 130 (128 + SIGINT), as a shell expects, and one line."""
+    code = (
+        "import time, typer\n"
+        "from hpcenv.cli import main as m\n"
+        "@m.app.command('wait-forever')\n"
+        "def wait_forever() -> None:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "m.main()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "wait-forever"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupted" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.podman
+def test_failing_smoke_exits_1(tmp_path: Path) -> None:
+    """The smoke suite against the bare base image (no venv, no MPI) fails, and says so by exit code."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed on this host (make install provides it)")
+    from hpcenv.baseimage import default_tag
+
+    base = default_tag()
+    present = subprocess.run(["podman", "image", "exists", base], env=os.environ.copy())
+    if present.returncode != 0:
+        pytest.skip(f"{base} has not been made yet (make smoke-test makes it)")
+    proc = hpcenv("smoke", "--image", base, "--results", str(tmp_path / "r"), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
