@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e '.[all,dev]'
 	touch $@
 
 test: install              ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests)

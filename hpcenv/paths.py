@@ -1,4 +1,11 @@
-"""Where hpcenv finds its data (templates, recipes, sites) and keeps its caches."""
+"""Where hpcenv finds its data (templates, recipes, sites) and keeps its caches.
+
+Package data is found through ``importlib.resources`` only, inside the ``hpcenv`` package
+(``hpcenv/data/``), never by looking next to the package: a stray ``recipes/`` folder in the
+working directory or in site-packages cannot hide the built-in ones. In a source checkout
+``hpcenv/data/{recipes,site-configs,templates}`` are symlinks to the top-level folders; the
+wheel build follows them, so an installed wheel carries real copies at the same place.
+"""
 
 from __future__ import annotations
 
@@ -6,31 +13,36 @@ import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.resources import files
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent
+
+def _package_path() -> Path:
+    root = files("hpcenv")
+    if not isinstance(root, Path):  # a zip import; hpcenv needs real files for builds
+        raise RuntimeError(f"hpcenv must be installed as files, not imported from {root}")
+    return root
 
 
-def _data_dir(name: str) -> Path:
-    """A data folder: the source checkout's top level, else the copy inside the wheel."""
-    checkout = _PKG.parent / name
-    return checkout if checkout.is_dir() else _PKG / "_data" / name
+def data_path(*parts: str) -> Path:
+    """A file or folder under the package's ``data/`` (e.g. ``data_path("containers.conf")``)."""
+    return _package_path().joinpath("data", *parts)
 
 
 def templates_dir() -> Path:
-    return _data_dir("templates")
+    return data_path("templates")
 
 
 def recipes_dir() -> Path:
-    return _data_dir("recipes")
+    return data_path("recipes")
 
 
 def site_configs_dir() -> Path:
-    return _data_dir("site-configs")
+    return data_path("site-configs")
 
 
 def package_dir() -> Path:
-    return _PKG
+    return _package_path()
 
 
 def cache_dir() -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -41,8 +42,9 @@ def recipe_names() -> list[str]:
 
 
 def load_recipe(name_or_path: str) -> Recipe:
+    """A recipe by name (built-in) or by path (``.yaml``/``.yml`` or a name with a ``/``)."""
     path = Path(name_or_path)
-    if not path.is_file():
+    if path.suffix not in (".yaml", ".yml") and os.sep not in name_or_path:
         path = recipes_dir() / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown recipe {name_or_path!r}; known: {', '.join(recipe_names())}")

@@ -2,6 +2,11 @@
 
 testinfra has no backend hook; its backends are the dict ``testinfra.backend.BACKENDS``
 (scheme -> "module.Class"), so registering a scheme is one entry there.
+
+pytest loads this module in every run of every project in an environment where hpcenv is
+installed, so it does nothing unless the run asks for one of hpcenv's schemes
+(``--hosts=apptainer://NAME``); it does not even import testinfra otherwise. Code that calls
+``testinfra.get_host("apptainer://NAME")`` itself calls :func:`register` first.
 """
 
 from __future__ import annotations
@@ -19,5 +24,13 @@ def register() -> None:
         BACKENDS.setdefault(scheme, classpath)
 
 
+def asks_for_us(hosts: str | None) -> bool:
+    """Whether a ``--hosts`` value names one of hpcenv's schemes."""
+    return any(
+        h.strip().split("://", 1)[0] in SCHEMES for h in (hosts or "").split(",") if "://" in h
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    register()
+    if asks_for_us(config.getoption("hosts", default=None)):
+        register()

@@ -15,6 +15,7 @@ from hpcenv import apptainer as appt
 from hpcenv.apptainer import Apptainer, Bind
 from hpcenv.errors import BuildError, ConfigError
 from hpcenv.testinfra_apptainer import ApptainerBackend
+from hpcenv.testinfra_plugin import register
 
 
 @pytest.fixture
@@ -202,6 +203,7 @@ def test_default_binds_add_mnist_when_cached(cache: Path, monkeypatch) -> None:
 def test_plugin_registers_scheme_and_backend_builds_command(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    register()  # the plugin registers only for runs that pass --hosts=apptainer://...
     assert BACKENDS["apptainer"] == "hpcenv.testinfra_apptainer.ApptainerBackend"
     sif = tmp_path / "p.sif"
     sif.write_bytes(b"")
@@ -332,6 +334,7 @@ def test_real_multistage_def_build(base_archive: Path, tmp_path: Path) -> None:
 @needs_runtime
 def test_real_testinfra_host(base_sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(appt.IMAGES_ENV, f"base={base_sif}")
+    register()
     host = testinfra.get_host("apptainer://base")
     assert "bookworm" in host.run("cat /etc/os-release").stdout
     assert host.file("/etc/debian_version").content_string.startswith("12.")

@@ -40,6 +40,9 @@ def register(app: typer.Typer) -> None:
 
         Writes OUT/report.md (tables with ratios), OUT/report.json and PNG plots.
         """
+        from hpcenv.extras import require_extra
+
+        require_extra("bench", "hpcenv bench")
         from hpcenv.bench.context import BenchConfig
         from hpcenv.bench.report import headline_table
         from hpcenv.bench.runner import run_bench

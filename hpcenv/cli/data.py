@@ -28,6 +28,9 @@ def register(app: typer.Typer) -> None:
 
         Reuses the folder when its manifest.json verifies (sizes and sha256).
         """
+        from hpcenv.extras import require_extra
+
+        require_extra("smoke", "hpcenv data mnist")
         from hpcenv.datasets import prepare_mnist
 
         ds = prepare_mnist(out, force=force)

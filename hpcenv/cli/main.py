@@ -9,9 +9,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Annotated
 
 import typer
 
+from hpcenv import __version__
 from hpcenv.errors import HpcenvError
 
 COMMAND_MODULES: tuple[str, ...] = (
@@ -29,9 +31,32 @@ app = typer.Typer(
     name="hpcenv",
     help="Matched container stacks for distributed ML on HPC: resolve, render, build, test, submit.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"hpcenv {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_print_version,
+            is_eager=True,
+            help="print hpcenv's version and exit",
+        ),
+    ] = False,
+) -> None:
+    """Matched container stacks for distributed ML on HPC: resolve, render, build, test, submit."""
+
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
@@ -45,7 +70,7 @@ def main() -> None:
     passed on here. Ctrl-C exits 130 (128 + SIGINT), as shells expect.
     """
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="hpcenv", standalone_mode=False)
     except HpcenvError as err:
         if os.environ.get("HPCENV_DEBUG"):
             raise

@@ -56,6 +56,9 @@ def register(app: typer.Typer) -> None:
 
         Writes junit.xml, report.json and allreduce_bandwidth.png; exits 1 when a test fails.
         """
+        from hpcenv.extras import require_extra
+
+        require_extra("smoke", "hpcenv smoke")
         from rich.console import Console
 
         from hpcenv.datasets import prepare_mnist

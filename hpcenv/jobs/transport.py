@@ -89,6 +89,9 @@ class SshTransport(Transport):
     """Fabric connection with key auth and strict host-key checking."""
 
     def __init__(self, spec: TransportSpec) -> None:
+        from hpcenv.extras import require_extra
+
+        require_extra("ssh", "the ssh transport")
         if not spec.host:
             raise ConfigError("ssh transport needs a host (site ssh.host or --ssh-host)")
         known = Path(os.path.expanduser(spec.known_hosts or "~/.ssh/known_hosts"))
