@@ -11,8 +11,9 @@ export CONTAINERS_CONF ?= $(CURDIR)/hpcenv/data/containers.conf
 
 install: host venv
 
-host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI)
+host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI) + the local-bind site MPI
 	scripts/host-setup.sh
+	scripts/site-mpi-setup.sh
 
 venv: $(VENV)/.installed
 

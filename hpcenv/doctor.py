@@ -412,6 +412,56 @@ def check_shellcheck(host: Host) -> Check:
     return Check("tool", "shellcheck", "ok", f"shellcheck {version}")
 
 
+# -- rehearsal sites ----------------------------------------------------------------------------
+SITE_MPI_PREFIX = Path(os.environ.get("HPCENV_SITE_MPI_PREFIX", "/opt/site/intel-mpi"))
+
+
+def check_site_mpi(host: Host) -> Check:
+    """The ``local-bind`` rehearsal's site MPI (Intel MPI in a site prefix)."""
+    name = "local-bind site MPI"
+    lib = SITE_MPI_PREFIX / "lib" / "libmpi.so.12"
+    fix = "scripts/site-mpi-setup.sh (Intel MPI from PyPI into the site prefix; make host does it)"
+    if not lib.exists():
+        return Check("rehearsal", name, "missing", f"{lib} not found", fix)
+    version = (SITE_MPI_PREFIX / "VERSION").read_text().strip() if (
+        SITE_MPI_PREFIX / "VERSION").is_file() else "?"  # fmt: skip
+    probe = host.run([str(SITE_MPI_PREFIX / "bin" / "mpiexec.hydra"), "--version"], timeout=20)
+    if probe.rc != 0:
+        return Check("rehearsal", name, "broken", f"mpiexec.hydra: {probe.last_line}", fix)
+    return Check("rehearsal", name, "ok", f"Intel MPI {version} in {SITE_MPI_PREFIX}")
+
+
+def check_two_node(host: Host) -> Check:
+    """Can the ``local-2node`` rehearsal (two Slurm nodes in network namespaces) run here?
+
+    Really creates (and removes) a network namespace and a bridge, as the set-up script does."""
+    name = "local-2node namespaces"
+    fix = "needs root with CAP_NET_ADMIN/CAP_SYS_ADMIN, iproute2, util-linux and slurm-wlm"
+    if os.geteuid() != 0:
+        return Check("rehearsal", name, "missing", "not root: network namespaces need it", fix)
+    missing = [t for t in ("ip", "nsenter", "unshare", "slurmd", "slurmctld", "munged")
+               if host.which(t) is None]  # fmt: skip
+    if missing:
+        return Check("rehearsal", name, "missing", f"not on PATH: {', '.join(missing)}", fix)
+    tag = f"hpcdr{os.getpid() % 100000}"
+    ns = host.run(["ip", "netns", "add", tag])
+    if ns.rc != 0:
+        return Check("rehearsal", name, "broken", f"`ip netns add`: {ns.last_line}", fix)
+    veth = host.run(["ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", "eth0",
+                     "netns", tag])  # fmt: skip
+    bridge = host.run(["ip", "link", "add", f"{tag}b", "type", "bridge"])
+    host.run(["ip", "link", "del", f"{tag}a"])
+    host.run(["ip", "link", "del", f"{tag}b"])
+    host.run(["ip", "netns", "del", tag])
+    for what, probe in (("veth pair", veth), ("bridge", bridge)):
+        if probe.rc != 0:
+            return Check("rehearsal", name, "broken", f"{what}: {probe.last_line}", fix)
+    return Check(
+        "rehearsal", name, "ok",
+        "network namespace, veth pair and bridge work here: scripts/slurm-2node-up.sh can run",
+    )  # fmt: skip
+
+
 CHECKS: tuple[Callable[[Host], Check], ...] = (
     check_podman,
     check_docker,
@@ -425,6 +475,8 @@ CHECKS: tuple[Callable[[Host], Check], ...] = (
     check_pbs,
     check_debootstrap,
     check_shellcheck,
+    check_site_mpi,
+    check_two_node,
 )
 
 

@@ -106,6 +106,11 @@ class Scheduler(Strict):
     walltime: Annotated[str, StringConstraints(pattern=r"^[0-9:-]+$")] = "00:30:00"
     extra_directives: list[ShellText] = []
     login_host: ShellWord | None = None
+    conf: ShellPath | None = Field(
+        default=None,
+        description="client configuration the scheduler commands read (Slurm: SLURM_CONF), "
+        "for a login host that serves more than one cluster",
+    )
 
 
 class Ssh(Strict):

@@ -2,10 +2,11 @@
 # Install the system packages hpcenv needs on a Debian/Ubuntu host (idempotent).
 # Containers: podman + runc (+ buildah); base images: debootstrap;
 # jobs: slurm-wlm + munge, openssh-server (loopback SSH tests), shellcheck;
-# bare-host MPI for tests and benchmarks: Open MPI.
+# bare-host MPI for tests and benchmarks: Open MPI; the two-node rehearsal: iproute2.
+# (The local-bind rehearsal's site MPI comes from scripts/site-mpi-setup.sh.)
 set -euo pipefail
 pkgs=(podman runc buildah debootstrap slurm-wlm munge openssh-server shellcheck
-      openmpi-bin libopenmpi-dev uidmap)
+      openmpi-bin libopenmpi-dev uidmap iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

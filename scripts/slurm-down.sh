@@ -20,5 +20,10 @@ stop() {  # stop PIDFILE NAME: TERM, wait up to 10 s, then KILL
 }
 stop "$S/slurmd.pid" slurmd
 stop "$S/slurmctld.pid" slurmctld
-stop "$M/munged.pid" munged
+# munged is shared with the two-node rehearsal: leave it while that cluster runs.
+if [ -s "$STATE/slurm-2node/slurmctld.pid" ] && kill -0 "$(cat "$STATE/slurm-2node/slurmctld.pid")" 2>/dev/null; then
+  echo "slurm-down: munged left running (the two-node rehearsal uses it)"
+else
+  stop "$M/munged.pid" munged
+fi
 if [ "${1:-}" = "--purge" ]; then rm -rf "$S"; echo "slurm-down: removed $S"; fi

@@ -26,27 +26,9 @@ alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 mkdir -p "$S/ctld" "$S/slurmd" "$S/log" "$M"
 chmod 755 "$STATE"
 
-# --- munge: own socket, pid, log and seed in the state dir -----------------------------------
-chown munge:munge "$M"
-chmod 755 "$M"  # munged requires a socket dir everyone can traverse
-KEY=/etc/munge/munge.key
-if [ ! -s "$KEY" ]; then
-  KEY=$M/munge.key
-  if [ ! -s "$KEY" ]; then
-    if command -v mungekey >/dev/null; then
-      runuser -u munge -- mungekey --create --keyfile="$KEY"
-    else
-      dd if=/dev/urandom of="$KEY" bs=1 count=1024 status=none
-    fi
-  fi
-  chown munge:munge "$KEY"; chmod 400 "$KEY"
-fi
+# --- munge (shared with the two-node rehearsal, scripts/slurm-2node-up.sh) ---------------------
+bash "$(dirname "$0")/munge-up.sh"
 SOCK=$M/munge.socket.2
-if ! alive "$M/munged.pid"; then
-  rm -f "$SOCK" "$SOCK.lock"
-  runuser -u munge -- munged --socket="$SOCK" --key-file="$KEY" --pid-file="$M/munged.pid" \
-    --log-file="$M/munged.log" --seed-file="$M/munged.seed"
-fi
 
 # --- slurm.conf: NodeName from `hostname -s`, hardware from `slurmd -C` ------------------------
 HW=$(slurmd -C | head -1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ *UpTime=.*//')

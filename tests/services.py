@@ -1,4 +1,7 @@
-"""Fixtures that start and stop the real services job tests use: a one-node Slurm and a loopback sshd.
+"""Fixtures that start and stop the real services job tests use: a one-node Slurm, a loopback
+sshd, and the two rehearsal sites: the two-node Slurm in network namespaces (``local-2node``,
+scripts/slurm-2node-up.sh / -down.sh) and the site MPI of ``local-bind`` (Intel MPI in
+/opt/site/intel-mpi, scripts/site-mpi-setup.sh).
 
 Both run the project's scripts (scripts/slurm-up.sh, scripts/sshd-up.sh), which keep every file
 under ``$HPCENV_STATE`` (default /var/tmp/hpcenv-services). A service that was already running
@@ -37,6 +40,14 @@ class SlurmInfo:
 
 
 @dataclass(frozen=True)
+class TwoNodeInfo:
+    conf: Path
+    nodes: tuple[str, str]
+    state: Path
+    node_local: Path  # the same path on both nodes, each node's own disk
+
+
+@dataclass(frozen=True)
 class SshdInfo:
     host: str
     port: int
@@ -44,9 +55,9 @@ class SshdInfo:
     known_hosts: Path
 
 
-def _script(name: str) -> subprocess.CompletedProcess[str]:
+def _script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(ROOT / "scripts" / name)], capture_output=True, text=True, timeout=120
+        ["bash", str(ROOT / "scripts" / name), *args], capture_output=True, text=True, timeout=180
     )
 
 
@@ -80,6 +91,37 @@ def slurm() -> Iterator[SlurmInfo]:
                     jobcomp=STATE / "slurm" / "jobcomp.txt")  # fmt: skip
     if not was_up:
         _script("slurm-down.sh")
+
+
+@pytest.fixture(scope="session")
+def two_node() -> Iterator[TwoNodeInfo]:
+    """The two-node rehearsal cluster (node1, node2 in network namespaces); stopped at the end
+    unless it was already running. Tests use ``SLURM_CONF=info.conf`` (the site file names it)."""
+    _need_root_and("munged", "slurmctld", "slurmd", "sbatch", "ip", "nsenter", "unshare")
+    state = STATE / "slurm-2node"
+    was_up = _alive(state / "slurmctld.pid") and all(
+        _alive(state / n / "slurmd.pid") for n in ("node1", "node2")
+    )
+    proc = _script("slurm-2node-up.sh")
+    if proc.returncode != 0:
+        _script("slurm-2node-down.sh")
+        pytest.fail(f"slurm-2node-up.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    yield TwoNodeInfo(conf=state / "slurm.conf", nodes=("node1", "node2"), state=state,
+                      node_local=Path("/tmp/hpcenv-2node-local"))  # fmt: skip
+    if not was_up:
+        down = _script("slurm-2node-down.sh")
+        assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture(scope="session")
+def site_mpi_prefix() -> Path:
+    """The local-bind site MPI (Intel MPI), installed by the project's script when missing."""
+    prefix = Path(os.environ.get("HPCENV_SITE_MPI_PREFIX", "/opt/site/intel-mpi"))
+    if not (prefix / "lib" / "libmpi.so.12").exists():
+        proc = _script("site-mpi-setup.sh")
+        if proc.returncode != 0:
+            pytest.fail(f"site-mpi-setup.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return prefix
 
 
 @pytest.fixture(scope="session")

@@ -28,10 +28,10 @@ def _transport(
     known_hosts: str | None,
 ) -> Transport:
     from hpcenv.errors import ConfigError
-    from hpcenv.jobs.transport import LocalTransport, SshTransport, ssh_spec
+    from hpcenv.jobs.transport import LocalTransport, SshTransport, client_env, ssh_spec
 
     if kind == "local":
-        return LocalTransport()
+        return LocalTransport(client_env(site))
     if kind == "ssh":
         return SshTransport(ssh_spec(site, host, port, user, key, known_hosts))
     raise ConfigError(f"unknown transport {kind!r}; use local or ssh")
@@ -41,7 +41,7 @@ def _record(job_id: str, site: str | None) -> tuple[Submission, Transport]:
     """A submitted job's record, or a bare one for --site (local transport)."""
     from hpcenv.errors import ConfigError
     from hpcenv.jobs.submit import Submission, load_record, transport_for
-    from hpcenv.jobs.transport import LocalTransport, TransportSpec
+    from hpcenv.jobs.transport import LocalTransport, TransportSpec, client_env
 
     sub = load_record(job_id)
     if sub is not None:
@@ -51,8 +51,9 @@ def _record(job_id: str, site: str | None) -> tuple[Submission, Transport]:
     from hpcenv.site import load_site
 
     s = load_site(site)
-    bare = Submission(job_id, "?", s.name, s.scheduler.kind, "", TransportSpec(), (None, None), "")
-    return bare, LocalTransport()
+    spec = TransportSpec(env=client_env(s))
+    bare = Submission(job_id, "?", s.name, s.scheduler.kind, "", spec, (None, None), "")
+    return bare, LocalTransport(spec.env)
 
 
 def _check_local_image(site: Site, image: str) -> None:
@@ -114,6 +115,10 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="print the script, submit nothing")
         ] = False,
+        no_site_mpi: Annotated[
+            bool,
+            typer.Option("--no-site-mpi", help="bind model: keep the image's MPI (control run)"),
+        ] = False,
         as_json: JsonOpt = False,
         transport: Annotated[str, typer.Option("--transport", help="local or ssh")] = "local",
         ssh_host: Annotated[str | None, typer.Option("--ssh-host")] = None,
@@ -160,6 +165,7 @@ def register(app: typer.Typer) -> None:
                 stage_out=StageOut(dest=stage_out, force=force) if stage_out else None,
                 array=ArraySpec(count=array) if array else None,
                 force=force,
+                site_mpi=not no_site_mpi,
             )
         except ValueError as err:
             raise ConfigError(f"invalid job: {err}") from None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError
+from hpcenv.jobs.bindmodel import site_mpi
 from hpcenv.jobs.shell import Expand
 from hpcenv.site import Site
 
@@ -48,6 +49,7 @@ class RunContext:
     workdir: str
     binds: list[str] = field(default_factory=list)
     env_names: list[str] = field(default_factory=list)
+    inject_site_mpi: bool = True  # bind model: False runs the image's own MPI (a control run)
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,9 @@ def _p(path: str) -> str:
 
 def _binds(site: Site, ctx: RunContext) -> list[str]:
     paths = [*site.runtime.binds, ctx.workdir, *ctx.binds]
-    if site.mpi.model == "bind":
-        assert site.mpi.root is not None  # the site model requires it
-        paths += [site.mpi.root, *site.mpi.bind_paths]
+    inj = site_mpi(site) if ctx.inject_site_mpi else None
+    if inj:
+        paths += inj.mounts
     seen: list[str] = []
     for p in paths:
         if p not in seen:
@@ -95,11 +97,10 @@ class Apptainer(ContainerRuntime):
         argv += ["--pwd", _p(ctx.workdir), _p(image)]
         env: dict[str, str] = {}
         notes = []
-        if site.mpi.model == "bind":
-            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = f"{site.mpi.root}/lib"
-            notes.append(
-                f"bind model: host {site.mpi.spec} from {site.mpi.root} bound over the image's"
-            )
+        inj = site_mpi(site) if ctx.inject_site_mpi else None
+        if inj:
+            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = inj.ld_library_path
+            notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
         return ContainerLaunch(prefix=argv, env=env, notes=notes)
 
 
@@ -108,13 +109,15 @@ class Singularity(Apptainer):
     env_prefix = "SINGULARITYENV_"
 
 
-def _oci_run(cmd: list[str], site: Site, image: str, ctx: RunContext) -> list[str]:
+def _oci_run(
+    cmd: list[str], site: Site, image: str, ctx: RunContext, extra: list[str] | None = None
+) -> list[str]:
     argv = list(cmd)
     for path in _binds(site, ctx):
         argv.append(_p(f"--volume={path}:{path}"))
     argv.append(_p(f"--workdir={ctx.workdir}"))
     argv += [f"--env={name}" for name in ctx.env_names]
-    return [*argv, image]
+    return [*argv, *(extra or []), image]
 
 
 class Podman(ContainerRuntime):
@@ -125,11 +128,16 @@ class Podman(ContainerRuntime):
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
         # PMIX_*, SLURM_*, OMPI_*, HPCENV_* pass by wildcard in PODMAN_RANK.
         names = [n for n in ctx.env_names if not n.startswith(_PODMAN_WILDCARDS)]
-        ctx = RunContext(workdir=ctx.workdir, binds=ctx.binds, env_names=names)
-        return ContainerLaunch(
-            prefix=_oci_run(["bash", "-c", PODMAN_RANK, "hpcenv-rank"], site, image, ctx),
-            notes=["podman per rank: host network/ipc/pid, job owner's uid, PMIx store mounted"],
-        )
+        notes = ["podman per rank: host network/ipc/pid, job owner's uid, PMIx store mounted"]
+        inj = site_mpi(site) if ctx.inject_site_mpi else None
+        extra = []
+        if inj:
+            # As NERSC podman-hpc's --mpi module: bind the site MPI, put it first on the path.
+            extra.append(f"--env=LD_LIBRARY_PATH={inj.ld_library_path}")
+            notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
+        ctx = RunContext(ctx.workdir, ctx.binds, names, ctx.inject_site_mpi)
+        cmd = ["bash", "-c", PODMAN_RANK, "hpcenv-rank"]
+        return ContainerLaunch(prefix=_oci_run(cmd, site, image, ctx, extra), notes=notes)
 
 
 class PodmanHpc(ContainerRuntime):

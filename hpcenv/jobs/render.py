@@ -14,6 +14,7 @@ from functools import lru_cache
 import jinja2
 
 from hpcenv.errors import ConfigError
+from hpcenv.jobs.bindmodel import preflight_script, site_mpi
 from hpcenv.jobs.containers import RunContext, get_runtime
 from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
@@ -132,6 +133,7 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
 
     launch: str | None = None
     launch_what = ""
+    preflight: str | None = None
     if job.command:
         prefix: list[str] = []
         launcher_args: list[str] = []
@@ -145,9 +147,12 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
             if output and not output.startswith((workdir, node_local or workdir)):
                 binds.append(output)
             names = [*env, *(v for v in PLACEHOLDERS.values())]
-            cl = runtime.launch(
-                site, image, RunContext(workdir=workdir, binds=binds, env_names=names)
-            )
+            ctx = RunContext(workdir, binds, names, inject_site_mpi=job.site_mpi)
+            cl = runtime.launch(site, image, ctx)
+            inj = site_mpi(site) if job.site_mpi else None
+            if inj and cl.prefix:
+                script = preflight_script(inj)
+                preflight = f"{join(cl.prefix)} sh -c {shlex.quote(script)}"
             env.update(cl.env)
             prefix, launcher_args = cl.prefix, cl.launcher_args
             notes += cl.notes
@@ -242,6 +247,7 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
         "exports": exports,
         "stage_in": stage_in,
         "launch": launch,
+        "preflight": preflight,
         "launch_what": launch_what,
         "launch_expands_per_rank": bool(launch and "bash -c" in launch),
         "stitch": stitch,

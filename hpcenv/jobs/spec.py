@@ -91,3 +91,7 @@ class JobSpec(_Strict):
     array: ArraySpec | None = None
     stitch: Stitch | None = None
     force: bool = Field(default=False, description="allow over-subscription")
+    site_mpi: bool = Field(
+        default=True,
+        description="bind model: inject the site MPI (False: the image's own MPI, a control run)",
+    )

@@ -9,6 +9,7 @@ RejectPolicy: an unknown or changed host key fails; it is never added silently.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -44,6 +45,19 @@ class TransportSpec(BaseModel):
     user: str | None = None
     key_file: str | None = None
     known_hosts: str | None = None
+    env: dict[str, str] = {}
+
+
+def client_env(site: Site) -> dict[str, str]:
+    """Variables the scheduler's client commands need for ``site`` (SLURM_CONF for a second
+    cluster served from the same login host, e.g. the ``local-2node`` rehearsal)."""
+    if site.scheduler.conf and site.scheduler.kind == "slurm":
+        return {"SLURM_CONF": site.scheduler.conf}
+    return {}
+
+
+def _exports(env: dict[str, str]) -> str:
+    return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
 
 
 class Transport(ABC):
@@ -63,8 +77,8 @@ class Transport(ABC):
 
 
 class LocalTransport(Transport):
-    def __init__(self) -> None:
-        self.spec = TransportSpec(kind="local")
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.spec = TransportSpec(kind="local", env=env or {})
 
     def run(self, command: str, stdin: str | None = None, timeout: float = 120) -> Completed:
         try:
@@ -74,7 +88,7 @@ class LocalTransport(Transport):
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                env=os.environ.copy(),
+                env={**os.environ, **self.spec.env},
             )
         except subprocess.TimeoutExpired as err:
             raise JobError(f"command timed out after {timeout:.0f} s: {command}") from err
@@ -133,6 +147,7 @@ class SshTransport(Transport):
         try:
             conn = self._connection()
             conn.open()
+            command = _exports(self.spec.env) + command
             chan_in, chan_out, chan_err = conn.client.exec_command(command, timeout=timeout)
             if stdin is not None:
                 chan_in.write(stdin)
@@ -154,7 +169,7 @@ class SshTransport(Transport):
 
 
 def make_transport(spec: TransportSpec) -> Transport:
-    return LocalTransport() if spec.kind == "local" else SshTransport(spec)
+    return LocalTransport(spec.env) if spec.kind == "local" else SshTransport(spec)
 
 
 def ssh_spec(
@@ -177,4 +192,5 @@ def ssh_spec(
         user=user or (base.user if base else None),
         key_file=key_file or (base.key_file if base else None),
         known_hosts=known_hosts or (base.known_hosts if base else None),
+        env=client_env(site),
     )

@@ -1,0 +1,110 @@
+"""The bind model: how a site's MPI replaces the image's MPI at run time.
+
+One description per site (:class:`SiteMpi`), turned into flags by each container runtime, the same
+way for every bind-model site (Frontier, Perlmutter, Summit, Aurora and the ``local-bind``
+rehearsal):
+
+- Apptainer/Singularity: ``--bind`` of the MPI prefix and the site's library list, and
+  ``APPTAINERENV_LD_LIBRARY_PATH`` so the loader finds the site's ``libmpi.so.12`` before the
+  image's (OLCF's Frontier container examples, olcf/olcf_containers_examples, read 2026-11-22).
+- podman/podman-hpc: ``--volume`` of the same paths and ``--env LD_LIBRARY_PATH=...`` (NERSC
+  podman-hpc's ``--mpi`` module, NERSC/podman-hpc etc/modules.d/mpich.yaml, read 2026-11-22).
+
+Before the ranks start, the job runs :func:`preflight_script` once inside the image with the
+injection applied: it checks that the site library is visible there and that the image carries an
+MPI with the same soname (the one being replaced). An image whose MPI is of the other ABI family
+(Open MPI's ``libmpi.so.40`` under an MPICH-ABI site MPI) stops the job with a message naming both
+libraries, instead of running N unconnected copies or silently keeping the image's MPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcenv.knowledge import kb
+from hpcenv.site import Site
+
+# Exit status of the preflight check on an ABI mismatch (distinct from a command's own failures).
+ABI_MISMATCH_EXIT = 3
+
+
+@dataclass(frozen=True)
+class SiteMpi:
+    """What a bind-model job injects: paths to bind, loader path, variables, and the soname."""
+
+    spec: str
+    root: str
+    mounts: tuple[str, ...]
+    library_path: tuple[str, ...]
+    soname: str
+    abi: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ld_library_path(self) -> str:
+        return ":".join(self.library_path)
+
+    @property
+    def library(self) -> str:
+        return f"{self.library_path[0]}/{self.soname}"
+
+
+def site_mpi(site: Site) -> SiteMpi | None:
+    """The site MPI a bind-model job injects; None for hybrid sites."""
+    mpi = site.mpi
+    if mpi.model != "bind" or not mpi.root:
+        return None
+    family = kb()["mpi_families"].get(mpi.name, {})
+    mounts: list[str] = []
+    for path in (mpi.root, *mpi.bind_paths):
+        if path not in mounts:
+            mounts.append(path)
+    return SiteMpi(
+        spec=mpi.spec,
+        root=mpi.root,
+        mounts=tuple(mounts),
+        library_path=(f"{mpi.root}/lib",),
+        soname=str(family.get("soname", "libmpi.so")),
+        abi=str(family.get("abi", "unknown")),
+        env=dict(mpi.env),
+    )
+
+
+def preflight_script(inj: SiteMpi) -> str:
+    """A POSIX sh script, run inside the image with the injection applied, that prints which
+    image library the site MPI replaces, or names both libraries and exits
+    :data:`ABI_MISMATCH_EXIT` when the image's MPI cannot be replaced by it."""
+    families = [f for f in kb()["mpi_families"].values() if isinstance(f, dict)]
+    # libmpi.so.12 -> mpich ABI, libmpi.so.40 -> openmpi ABI, ...
+    sonames = {str(f["soname"]): f"{f['abi']} ABI" for f in families}
+    known = " ".join(sorted(sonames))
+    labels = " ".join(f"{s}) echo '{a}' ;;" for s, a in sorted(sonames.items()))
+    return "\n".join(
+        [
+            f"site={inj.library}; soname={inj.soname}; root={inj.root}",
+            f'[ -e "$site" ] || {{ echo "hpcenv: bind model: site MPI library $site '
+            f'({inj.spec}) is not visible in the container (bind mount missing)" >&2; exit 1; }}',
+            "abi_of() { case \"$1\" in " + labels + " *) echo 'unknown ABI' ;; esac; }",
+            # The image's own MPI libraries: the loader cache plus the MPICH-ABI side runtime.
+            "found=$( { ldconfig -p 2>/dev/null | awk '{print $NF}'; "
+            'ls -d ${HPCENV_MPICH_ABI_LIB:+"$HPCENV_MPICH_ABI_LIB"/libmpi.so*} 2>/dev/null; } '
+            '| grep -v "^$root/" | sort -u)',
+            'same=""; other=""',
+            "for lib in $found; do",
+            '  base=${lib##*/}',
+            f'  for s in {known}; do [ "$base" = "$s" ] || continue',
+            '    if [ "$s" = "$soname" ]; then same="$same $lib"; '
+            'else other="$other $lib ($s, $(abi_of "$s"))"; fi',
+            "  done",
+            "done",
+            'if [ -n "$same" ]; then',
+            f'  echo "hpcenv: bind model: site MPI {inj.spec} $site ({inj.abi} ABI) replaces '
+            'the image\'s$same"',
+            "  exit 0",
+            "fi",
+            f'echo "hpcenv: bind model ABI mismatch: site MPI {inj.spec} provides $site '
+            f"({inj.soname}, {inj.abi} ABI) but the image's MPI is${{other:- not found}}; "
+            'a program linked against the image MPI cannot use the site MPI" >&2',
+            f"exit {ABI_MISMATCH_EXIT}",
+        ]
+    )

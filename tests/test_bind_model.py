@@ -1,0 +1,116 @@
+"""The bind model, rendered: the site MPI is injected by the same code for every bind-model site
+(the ``local-bind`` rehearsal with podman, Frontier with Apptainer, Perlmutter with podman-hpc),
+the control switch removes it, the ABI preflight names both libraries, and the resolver refuses an
+image MPI of the other ABI family before anything is built. The real runs are in
+tests/test_rehearsal_bind.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcenv.jobs.bindmodel import ABI_MISMATCH_EXIT, preflight_script, site_mpi
+from hpcenv.jobs.render import render_job
+from hpcenv.jobs.spec import JobSpec
+from hpcenv.site import load_site
+
+HPCENV = str(Path(sys.executable).with_name("hpcenv"))
+IMAGE = "localhost/hpcenv/horovod-cpu:local"
+
+
+def _job(**kw: object) -> JobSpec:
+    return JobSpec(name="swap", command=["python3", "x.py"], ranks_per_node=2, **kw)  # type: ignore[arg-type]
+
+
+def test_local_bind_injects_site_mpi_into_podman_ranks() -> None:
+    script = render_job(load_site("local-bind"), _job(), IMAGE)
+    launch = next(ln for ln in script.splitlines() if ln.startswith("srun "))
+    assert "--mpi=pmix" in launch
+    assert "--volume=/opt/site/intel-mpi:/opt/site/intel-mpi" in launch
+    assert "--volume=/usr/lib/x86_64-linux-gnu/libpmix.so.2:" in launch
+    assert "--env=LD_LIBRARY_PATH=/opt/site/intel-mpi/lib" in launch
+    assert "export I_MPI_PMI=pmix" in script and "--env=I_MPI_PMI " in launch
+    assert "hpcenv: bind model ABI mismatch" in script  # the preflight runs before the ranks
+    assert script.index("bind model ABI mismatch") < script.index("\nsrun ")
+
+
+def test_control_run_has_no_injection() -> None:
+    script = render_job(load_site("local-bind"), _job(site_mpi=False), IMAGE)
+    assert "/opt/site/intel-mpi:/opt/site/intel-mpi" not in script
+    assert "LD_LIBRARY_PATH" not in script
+    assert "ABI mismatch" not in script
+
+
+def test_frontier_gets_the_same_injection_through_apptainer() -> None:
+    site = load_site("frontier")
+    inj = site_mpi(site)
+    assert inj is not None and inj.soname == "libmpi.so.12" and inj.abi == "mpich"
+    script = render_job(site, _job(), "/lustre/orion/x.sif")
+    assert f"export APPTAINERENV_LD_LIBRARY_PATH={inj.ld_library_path}" in script
+    for path in inj.mounts:
+        assert f"--bind {path}" in script
+    assert "apptainer exec" in script and "bind model ABI mismatch" in script
+
+
+def test_hybrid_sites_inject_nothing() -> None:
+    assert site_mpi(load_site("local")) is None
+    assert "ABI mismatch" not in render_job(load_site("local"), _job(), IMAGE)
+
+
+def _fake_image(tmp_path: Path, *sonames: str) -> dict[str, str]:
+    lib = tmp_path / "image-lib"
+    lib.mkdir()
+    for name in sonames:
+        (lib / name).write_bytes(b"")
+    bin_dir = tmp_path / "bin"  # an ldconfig that knows nothing: the image is just `lib`
+    bin_dir.mkdir()
+    (bin_dir / "ldconfig").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "ldconfig").chmod(0o755)
+    return {"HPCENV_MPICH_ABI_LIB": str(lib), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def test_preflight_accepts_a_same_abi_image(tmp_path: Path, site_root: Path) -> None:
+    inj = site_mpi(load_site("local-bind"))
+    assert inj is not None
+    script = preflight_script(inj).replace(inj.root, str(site_root))
+    env = _fake_image(tmp_path, "libmpi.so.12")
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "replaces the image's" in proc.stdout and "libmpi.so.12" in proc.stdout
+
+
+def test_preflight_names_both_libraries_on_abi_mismatch(tmp_path: Path, site_root: Path) -> None:
+    inj = site_mpi(load_site("local-bind"))
+    assert inj is not None
+    script = preflight_script(inj).replace(inj.root, str(site_root))
+    env = _fake_image(tmp_path, "libmpi.so.40")
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == ABI_MISMATCH_EXIT
+    msg = proc.stderr
+    assert "ABI mismatch" in msg and "intel-mpi@2021.18.1" in msg
+    assert f"{site_root}/lib/libmpi.so.12 (libmpi.so.12, mpich ABI)" in msg
+    assert "libmpi.so.40 (libmpi.so.40, openmpi ABI)" in msg
+
+
+@pytest.fixture
+def site_root(tmp_path: Path) -> Path:
+    root = tmp_path / "site-mpi"
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "libmpi.so.12").write_bytes(b"")
+    return root
+
+
+@pytest.mark.parametrize("command", ["resolve", "build"])
+def test_resolver_refuses_open_mpi_image_under_mpich_abi_site(command: str) -> None:
+    argv = [HPCENV, command, "--site", "local-bind", "--recipe", "horovod-cpu", "--set",
+            "mpi=openmpi"]  # fmt: skip
+    if command == "build":
+        argv.append("--dry-run")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1
+    assert "mpi openmpi" in err and "intel-mpi@2021.18.1" in err and "rule mpi-bind-abi" in err
