@@ -114,3 +114,20 @@ def test_resolver_refuses_open_mpi_image_under_mpich_abi_site(command: str) -> N
     err = proc.stderr.strip()
     assert len(err.splitlines()) == 1
     assert "mpi openmpi" in err and "intel-mpi@2021.18.1" in err and "rule mpi-bind-abi" in err
+
+
+def test_submit_check_reads_the_image_lock() -> None:
+    import json
+
+    from hpcenv.jobs.bindmodel import image_mismatch
+
+    site = load_site("local-bind")
+    local_lock = json.loads(Path("tests/golden/local__horovod-cpu/stack.lock.json").read_text())
+    # Open MPI image with Debian MPICH as daal4py's side runtime: the site MPI replaces that one.
+    assert image_mismatch(site, IMAGE, local_lock) is None
+    openmpi_only = {"components": {"mpi": {"implementation": "openmpi", "version": "4.1.4",
+                                           "options": {"abi": "openmpi"}}}}  # fmt: skip
+    why = image_mismatch(site, "img", openmpi_only)
+    assert why is not None
+    assert "openmpi@4.1.4 (openmpi ABI)" in why and "intel-mpi@2021.18.1 (libmpi.so.12" in why
+    assert image_mismatch(load_site("local"), "img", openmpi_only) is None  # hybrid: no check

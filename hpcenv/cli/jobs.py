@@ -56,18 +56,26 @@ def _record(job_id: str, site: str | None) -> tuple[Submission, Transport]:
     return bare, LocalTransport(spec.env)
 
 
-def _check_local_image(site: Site, image: str) -> None:
-    """Fail early when the local podman runtime lacks the image."""
+def _check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:
+    """Fail early when the local podman runtime lacks the image, or when its MPI cannot take
+    the site's injected MPI (bind model; ``force`` leaves that to the job's preflight)."""
     if site.runtime.kind != "podman":
         return
     from hpcenv.engines import get_engine
-    from hpcenv.errors import EnvironmentProblem
+    from hpcenv.errors import ConfigError, EnvironmentProblem
+    from hpcenv.jobs.bindmodel import image_mismatch
 
-    if not get_engine("podman").image_exists(image):
+    engine = get_engine("podman")
+    if not engine.image_exists(image):
         raise EnvironmentProblem(
             f"image {image} not found in local podman storage; build it first "
             f"(hpcenv build --site {site.name} --recipe ...) or pass --image / --no-container"
         )
+    if inject and not force and site.mpi.model == "bind":
+        raw = engine.labels(image).get("io.hpcenv.lock")
+        why = image_mismatch(site, image, json.loads(raw)) if raw else None
+        if why:
+            raise ConfigError(why)
 
 
 def register(app: typer.Typer) -> None:
@@ -182,7 +190,7 @@ def register(app: typer.Typer) -> None:
         t = _transport(s, transport, ssh_host, ssh_port, ssh_user, ssh_key, known_hosts)
         try:
             if job.image and transport == "local":
-                _check_local_image(s, job.image)
+                _check_local_image(s, job.image, job.site_mpi, force)
             if stage_in and transport == "local" and "$" not in stage_in:
                 _ensure_manifest(Path(stage_in))
             sub = submit(s, job, t, after=list(after or []), rendered=rendered)

@@ -20,6 +20,7 @@ libraries, instead of running N unconnected copies or silently keeping the image
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hpcenv.knowledge import kb
 from hpcenv.site import Site
@@ -107,4 +108,34 @@ def preflight_script(inj: SiteMpi) -> str:
             'a program linked against the image MPI cannot use the site MPI" >&2',
             f"exit {ABI_MISMATCH_EXIT}",
         ]
+    )
+
+
+def image_mpi_abis(lock: dict[str, Any]) -> dict[str, str]:
+    """ABI family -> where, for the MPIs an image's lock (label ``io.hpcenv.lock``) records:
+    its MPI, and the MPICH-ABI side runtime daal4py may carry beside an Open MPI."""
+    comps = lock.get("components", {})
+    out: dict[str, str] = {}
+    mpi = comps.get("mpi") or {}
+    if mpi.get("options", {}).get("abi"):
+        out[mpi["options"]["abi"]] = f"{mpi.get('implementation', 'mpi')}@{mpi.get('version')}"
+    side = (comps.get("daal4py") or {}).get("options", {})
+    if side.get("lib_dir") and side.get("side_mpi"):
+        out.setdefault("mpich", f"{side['side_mpi']} in {side['lib_dir']}")
+    return out
+
+
+def image_mismatch(site: Site, image: str, lock: dict[str, Any]) -> str | None:
+    """Why ``image`` (by its lock) cannot run under ``site``'s injected MPI; None when it can
+    (or when the site is not bind-model, or the lock names no MPI)."""
+    inj = site_mpi(site)
+    abis = image_mpi_abis(lock)
+    if inj is None or not abis or inj.abi in abis:
+        return None
+    have = ", ".join(f"{where} ({abi} ABI)" for abi, where in abis.items())
+    return (
+        f"image {image} carries {have}; site {site.name} injects {inj.spec} "
+        f"({inj.soname}, {inj.abi} ABI) over it, which needs an image MPI of the {inj.abi} "
+        f"family [rule mpi-bind-abi] (rebuild for the site: hpcenv build --site {site.name}; "
+        "--force submits anyway and the job's preflight stops it)"
     )
