@@ -258,7 +258,7 @@ class Blocks:
             return Parts()
         variant = torch.options["variant"]
         if torch.source.startswith("conda"):
-            conda = kb()["rules"]["torch-arch"]["conda"][self.lock.arch]
+            conda = kb()["install"]["conda"][self.lock.arch]
             cuda = self.lock.components.get("cuda")
             build = f"cuda{cuda.version}*" if cuda else "cpu*"
             python = self.lock.components["python"].version

@@ -16,7 +16,8 @@ class Choice:
     source: str = ""  # where it is installed from: apt, pip, source, conda, bundled, host
     implementation: str | None = None
     options: dict[str, str] = field(default_factory=dict)
-    rules: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)  # the rules that applied to this value
+    rejected: dict[str, str] = field(default_factory=dict)  # newer release -> rules that refused it
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if v not in (None, {}, [], "")}

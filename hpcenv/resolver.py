@@ -1,60 +1,50 @@
-"""Resolve recipe + site + ``--set`` overrides into a lock, consulting the knowledge base.
+"""Resolve recipe + site + pins into a lock, consulting the typed rules of the knowledge base.
 
-Each component is decided in dependency order. A pinned value (from ``--set`` or the site's
-``defaults``) is checked against every rule and a violation raises ``ConflictError`` naming
-both sides, the rule and its source; an unpinned component takes the newest release that
-every rule allows.
+Components are decided in dependency order. For each one, :meth:`Resolver.pick` tries the pin
+(``--set`` or the site's ``defaults``) or else the known releases newest first, and evaluates
+every rule that names the component against what is known so far (decided components, site
+facts, pins not yet decided) with the one generic :func:`hpcenv.knowledge.rules.evaluate`. The
+first candidate that every rule allows wins; the lock records the rules that applied and, for
+newer releases that lost, the rules that rejected them. A look-ahead keeps a choice from leaving
+a required later component without any release (torch that no torch-ccl build fits).
+
+A violated rule does not stop resolution: every conflict is collected (both sides, the rule and
+its source) and :class:`ConflictError` reports them all, one per line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from hpcenv.errors import ConfigError, ConflictError
-from hpcenv.knowledge import kb, rule, source
+from hpcenv.knowledge import kb, releases, rule, rules, source
+from hpcenv.knowledge.rules import Fact, Verdict, applies, evaluate
 from hpcenv.lock import Choice, Lock
-from hpcenv.recipe import COMPONENTS, Recipe
-from hpcenv.site import Site, parse_spec
-from hpcenv.versions import at_least, major, major_minor, vtuple
+from hpcenv.pins import COMPONENTS, Pin, check_pin, parse_overrides
+from hpcenv.recipe import Recipe
+from hpcenv.site import Site
+from hpcenv.versions import major, major_minor, parse_spec
+
+__all__ = ["COMPONENTS", "parse_overrides", "resolve", "Resolver"]
 
 PLATFORMS = {"x86_64": "linux/amd64", "ppc64le": "linux/ppc64le", "aarch64": "linux/arm64"}
 
 
-@dataclass(frozen=True)
-class Pin:
-    value: str
-    origin: str  # "--set" or "site <name> defaults"
+@dataclass
+class Picked:
+    """The outcome of one decision: the value and the rules that decided it."""
 
-    def describe(self, name: str) -> str:
-        return f"{name}={self.value} (from {self.origin})"
+    fact: Fact
+    rules: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)
+    ok: bool = True
+    failures: list[Verdict] = field(default_factory=list)
 
-
-@dataclass(frozen=True)
-class Fact:
-    """One side of a conflict: a component, its value and where that value came from."""
-
-    name: str
-    value: str
-    origin: str
-
-    def __str__(self) -> str:
-        return f"{self.name} {self.value} ({self.origin})"
-
-
-def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
-    """``["torch=2.2.0", "mpi=openmpi@4.1.4"]`` -> dict; unknown names are a ConfigError."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name or not value:
-            raise ConfigError(f"--set expects NAME=VALUE, got {pair!r}")
-        if name not in COMPONENTS:
-            raise ConfigError(f"--set {name}: unknown component; known: {', '.join(COMPONENTS)}")
-        out[name] = value
-    return out
+    @property
+    def value(self) -> str:
+        return self.fact.value
 
 
 class Resolver:
@@ -62,72 +52,189 @@ class Resolver:
         self.site = site
         self.recipe = recipe
         self.pins: dict[str, Pin] = {
-            k: Pin(v, f"site {site.name} defaults") for k, v in site.defaults.items()
+            k: check_pin(k, v, f"site {site.name} defaults") for k, v in site.defaults.items()
         }
-        self.pins.update({k: Pin(v, "--set") for k, v in overrides.items()})
+        self.pins.update({k: check_pin(k, v, "--set") for k, v in overrides.items()})
         self.components: dict[str, Choice] = {}
         self.excluded: dict[str, str] = {}
         self.rules_used: dict[str, str] = {}
+        self.facts: dict[str, Fact] = {}
+        self.planned: set[str] = set()
+        self.pins_ahead_ignored = False
+        self.conflicts: list[str] = []
+        self._seen: set[tuple[str, frozenset[str]]] = set()
         self.os = kb()["os"]
 
-    # -- helpers ---------------------------------------------------------------------------
+    # -- the generic machinery -------------------------------------------------------------
     def use(self, rule_id: str) -> str:
         self.rules_used[rule_id] = source(rule_id)
         return rule_id
 
-    def conflict(self, rule_id: str, a: Fact, b: Fact, detail: str) -> ConflictError:
-        self.use(rule_id)
-        return ConflictError(
-            f"conflict between {a} and {b}: {detail} [rule {rule_id}; source: {source(rule_id)}]"
-        )
+    def known(self) -> dict[str, Fact]:
+        """Decided components and site facts, plus pins of components still to be decided."""
+        facts = dict(self.facts)
+        if self.pins_ahead_ignored:
+            return facts
+        for name, pin in self.pins.items():
+            if name in self.planned and name not in facts:
+                facts[name] = Fact(name, pin.value, pin.origin, pin.forced)
+        return facts
 
-    def fact(self, name: str) -> Fact:
-        """The current value of a decided component, with its origin."""
-        pin = self.pins.get(name)
-        choice = self.components[name]
-        origin = pin.origin if pin and pin.value == choice.version else "resolved"
-        value = choice.version
-        if choice.implementation:
-            value = f"{choice.implementation}@{choice.version}"
-        return Fact(name, value, origin)
+    def verdicts(self, fact: Fact, skip: Iterable[str] = ()) -> list[Verdict]:
+        facts = self.known() | {fact.name: fact}
+        out = []
+        for r in rules().values():
+            if r.id in skip or fact.name not in r.names():
+                continue
+            verdict = evaluate(r, facts)
+            if verdict is not None:
+                self.use(r.id)
+                out.append(verdict)
+        return out
+
+    def lookahead(self, fact: Fact, later: dict[str, list[str]]) -> list[Verdict]:
+        """Failures for required later components that no release would fit after ``fact``."""
+        failures: list[Verdict] = []
+        for name, candidates in later.items():
+            if name in self.known():
+                continue
+            saved = self.facts.get(fact.name)
+            self.facts[fact.name] = fact
+            try:
+                closest: list[Verdict] | None = None
+                for cand in candidates:
+                    # only rules that involve this choice: the rest fail on their own later
+                    bad = [
+                        v
+                        for v in self.verdicts(Fact(name, cand, "releases"))
+                        if not v.ok and fact.name in v.rule.names()
+                    ]
+                    if not bad:
+                        closest = []
+                        break
+                    if closest is None or len(bad) < len(closest):
+                        closest = bad
+            finally:
+                if saved is None:
+                    del self.facts[fact.name]
+                else:
+                    self.facts[fact.name] = saved
+            if closest:
+                need = Fact(name, "(required by recipe)", f"recipe {self.recipe.name}")
+                for v in closest:
+                    detail = (
+                        f"no {name} release fits ({', '.join(candidates) or 'none'}): {v.detail}"
+                    )
+                    failures.append(Verdict(v.rule, False, detail, (fact, need)))
+        return failures
 
     def pick(
         self,
         name: str,
         candidates: list[str],
-        checks: list[Callable[[str], tuple[str, Fact, str] | None]],
-    ) -> str:
-        """Pinned: every check must pass (else conflict). Unpinned: newest passing candidate."""
+        *,
+        later: dict[str, list[str]] | None = None,
+        skip: Iterable[str] = (),
+        pinned: Fact | None = None,
+    ) -> Picked:
+        """The pin, else the newest candidate that every rule (and the look-ahead) allows.
+
+        On failure the closest candidate is returned with ``ok=False`` and its failures; the
+        caller reports them (:meth:`conflict`) or excludes an optional component.
+        """
         pin = self.pins.get(name)
-        if pin:
-            for check in checks:
-                failure = check(pin.value)
-                if failure:
-                    rid, other, detail = failure
-                    raise self.conflict(rid, Fact(name, pin.value, pin.origin), other, detail)
-            return pin.value
-        # Report the candidate that came closest (fewest broken rules), preferring a failure
-        # against a --set value: that is the constraint the user can change.
-        closest: list[tuple[str, Fact, str]] | None = None
-        for cand in candidates:
-            failures = [f for f in (c(cand) for c in checks) if f]
+        if pinned is None and pin is not None:
+            pinned = Fact(name, pin.value, pin.origin, pin.forced)
+        trials = [pinned] if pinned else [Fact(name, c, "releases") for c in candidates]
+        if not trials:
+            raise ConfigError(f"no known release of {name} in the knowledge base")
+        rejected: dict[str, str] = {}
+        best: Picked | None = None
+        for fact in trials:
+            verdicts = self.verdicts(fact, skip)
+            failures = [v for v in verdicts if not v.ok] + self.lookahead(fact, later or {})
             if not failures:
-                return cand
-            if closest is None or len(failures) < len(closest):
-                closest = failures
-        if closest:
-            rid, other, detail = next((f for f in closest if f[1].origin == "--set"), closest[0])
-            raise self.conflict(
-                rid, Fact(name, f"(any of {', '.join(candidates)})", "releases"), other, detail
+                if fact.origin == "releases":
+                    fact = Fact(name, fact.value, "resolved")
+                self.facts[name] = fact
+                return Picked(fact, [v.rule.id for v in verdicts], rejected)
+            rejected[fact.value] = ", ".join(sorted({v.rule.id for v in failures}))
+            if best is None or len(failures) < len(best.failures):
+                best = Picked(fact, [v.rule.id for v in verdicts], {}, False, failures)
+        assert best is not None
+        self.facts[name] = best.fact
+        return best
+
+    def conflict(self, name: str, picked: Picked, candidates: list[str] | None = None) -> None:
+        """Record each failure of ``picked`` as one conflict line (duplicates once)."""
+        side = picked.fact
+        if candidates is not None and side.origin == "releases":
+            side = Fact(name, f"(any of {', '.join(candidates)})", "releases")
+        for v in picked.failures:
+            key = (v.rule.id, frozenset([name, *(f.name for f in v.facts)]))
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.use(v.rule.id)
+            others = v.others(name) or [side]
+            self.conflicts.append(
+                f"conflict between {side} and {' and '.join(str(o) for o in others)}: "
+                f"{v.detail} [rule {v.rule.id}; source: {v.rule.source}]"
             )
-        raise ConfigError(f"no known release of {name}")
+
+    def decide(
+        self, name: str, candidates: list[str], *, required: bool = True, **kw: Any
+    ) -> Picked | None:
+        """:meth:`pick`; a failure is a conflict when required, else the component is excluded.
+
+        An unpinned component that fails only because of pins on later components is decided
+        without them, so the conflict is reported where the pin is (``nccl=2.21.5`` against the
+        CUDA that torch needs, not "no torch fits").
+        """
+        picked = self.pick(name, candidates, **kw)
+        if not picked.ok and name not in self.pins:
+            self.pins_ahead_ignored = True
+            try:
+                natural = self.pick(name, candidates, **kw)
+            finally:
+                self.pins_ahead_ignored = False
+            if natural.ok:
+                return natural
+        if picked.ok:
+            return picked
+        if required or name in self.pins:
+            self.conflict(name, picked, candidates)
+            return picked
+        del self.facts[name]
+        self.excluded[name] = f"no {name} release fits ({', '.join(candidates)}): " + "; ".join(
+            f"{v.detail} [rule {v.rule.id}; source: {v.rule.source}]" for v in picked.failures
+        )
+        return None
+
+    def pin_reason(self, name: str, default: str) -> str:
+        pin = self.pins.get(name)
+        if not pin:
+            return default
+        if pin.forced:
+            return f"pinned by {pin.origin}; not a known release, allowed with '!'"
+        return f"pinned by {pin.origin}"
+
+    def choose(self, name: str, picked: Picked, reason: str, src: str, **kw: Any) -> Choice:
+        choice = Choice(
+            kw.pop("version", picked.value), reason, src, rules=picked.rules,
+            rejected=picked.rejected, **kw,
+        )  # fmt: skip
+        self.components[name] = choice
+        return choice
 
     # -- the decisions, in dependency order -----------------------------------------------
     def resolve(self) -> Lock:
         self.decide_platform()
         accel = self.decide_accelerator()
+        self.plan(accel)
         self.decide_torch(accel)
         if accel == "cuda":
+            self.decide_cuda()
             self.decide_nccl()
         self.decide_mpi()
         self.decide_fabric()
@@ -135,6 +242,8 @@ class Resolver:
         self.decide_horovod(accel)
         self.decide_mpi4py()
         self.decide_daal4py()
+        if self.conflicts:
+            raise ConflictError("\n".join(self.conflicts))
         return Lock(
             site=self.site.name,
             recipe=self.recipe.name,
@@ -146,8 +255,25 @@ class Resolver:
             build=self.build_info(accel),
         )
 
+    def plan(self, accel: str) -> None:
+        """The components this stack can have; a ``--set`` for any other is an error."""
+        planned = {"os", "arch", "python", "mpi", "pmix", *self.recipe.components}
+        if self.site.mpi.fabric in ("ucx", "libfabric"):
+            planned.add(self.site.mpi.fabric)
+        planned |= {"cuda": {"cuda", "nccl"}, "rocm": {"rocm", "rccl"}}.get(accel, set())
+        if self.recipe.wants("torch-ccl"):
+            planned.add("oneccl")
+        self.planned = planned
+        for name, pin in self.pins.items():
+            if pin.origin == "--set" and name not in planned:
+                raise ConfigError(
+                    f"{pin.describe(name)}: recipe {self.recipe.name} on site {self.site.name} "
+                    f"has no {name} (its stack: {', '.join(sorted(planned))})"
+                )
+
     def decide_platform(self) -> None:
         site = self.site
+        here = f"site {site.name}"
         for name, actual in (("arch", site.arch), ("os", site.os)):
             pin = self.pins.get(name)
             if pin and pin.value != actual:
@@ -155,239 +281,104 @@ class Resolver:
                     f"{pin.describe(name)} differs from site {site.name}'s {name} {actual} "
                     f"({name} is a property of the site; use another site file)"
                 )
+            self.facts[name] = Fact(name, actual, here)
         if site.os not in self.os:
             raise ConfigError(f"site {site.name}: os {site.os} is not in the knowledge base")
+        self.facts["mpi.model"] = Fact("mpi.model", site.mpi.model, here)
+        self.facts["host.mpi"] = Fact("host.mpi", site.mpi.spec, f"{here}, {site.mpi.model} model")
+        self.facts["host.pmi"] = Fact("host.pmi", site.mpi.pmi, here)
         self.components["arch"] = Choice(site.arch, f"site {site.name} architecture", "site")
         self.components["os"] = Choice(
             site.os, f"site {site.name} image OS (glibc {self.os[site.os]['glibc']})", "base image"
         )
-        os_python = self.os[site.os]["python"]
-        pin = self.pins.get("python")
-        if pin and major_minor(pin.value) != os_python:
-            raise self.conflict(
-                "os-python",
-                Fact("python", pin.value, pin.origin),
-                Fact("os", site.os, f"site {site.name}"),
-                f"{site.os} provides python {os_python}; hpcenv builds its venv from it",
-            )
-        self.use("os-python")
-        self.components["python"] = Choice(
-            os_python, f"python3 of {site.os}, in a venv at /opt/venv", "apt", rules=["os-python"]
-        )
+        self.planned = {"python"}
+        row = rule("os-python").table.get(site.os, [])
+        picked = self.decide("python", row)
+        assert picked is not None
+        version = row[0] if picked.ok and row else major_minor(picked.value)
+        self.choose(
+            "python", picked, f"python3 of {site.os}, in a venv at /opt/venv", "apt",
+            version=version,
+        )  # fmt: skip
 
     def decide_accelerator(self) -> str:
         """``cuda``, ``rocm``, ``xpu`` or ``none`` from the recipe and the site's GPUs."""
+        site = self.site
         if self.recipe.accelerator == "intel":
-            return "xpu" if self.site.gpu.vendor == "intel" else "none"
+            return "xpu" if site.gpu.vendor == "intel" else "none"
         if self.recipe.accelerator == "none":
-            for name in ("cuda", "rocm", "nccl", "rccl"):
-                if name in self.pins and self.pins[name].origin == "--set":
-                    raise ConfigError(
-                        f"{self.pins[name].describe(name)}: recipe {self.recipe.name} is CPU-only"
-                    )
             return "none"
-        vendor = self.site.gpu.vendor
-        if vendor == "none":
+        if site.gpu.vendor == "none":
             raise ConflictError(
-                f"recipe {self.recipe.name} needs GPUs but site {self.site.name} has none "
+                f"recipe {self.recipe.name} needs GPUs but site {site.name} has none "
                 f"(gpu.vendor: none); use horovod-cpu"
             )
-        accel = {"nvidia": "cuda", "amd": "rocm", "intel": "xpu"}[vendor]
-        pin = self.pins.get("cuda")
-        if accel == "cuda" and pin and not self.driver_allows(pin.value):
-            minimum = rule("cuda-driver")["min_driver"].get(major(pin.value), "unknown")
-            raise self.conflict(
-                "cuda-driver",
-                Fact("cuda", pin.value, pin.origin),
-                Fact("gpu.driver", str(self.site.gpu.driver), f"site {self.site.name}"),
-                f"CUDA {major(pin.value)}.x needs driver >= {minimum}",
-            )
+        accel = {"nvidia": "cuda", "amd": "rocm", "intel": "xpu"}[site.gpu.vendor]
+        here = f"site {site.name}"
+        if accel == "cuda":
+            if not site.gpu.driver:
+                raise ConfigError(f"site {site.name}: an NVIDIA site needs gpu.driver")
+            self.facts["gpu.driver"] = Fact("gpu.driver", site.gpu.driver, here)
+        if accel == "rocm":
+            if not site.gpu.rocm:
+                raise ConfigError(f"site {site.name}: an AMD site needs gpu.rocm")
+            self.facts["gpu.rocm"] = Fact("gpu.rocm", site.gpu.rocm, here)
         return accel
+
+    def variant(self, accel: str) -> str:
+        return "xpu" if accel == "xpu" else "cpu"
 
     def decide_torch(self, accel: str) -> None:
         if not self.recipe.wants("torch"):
             return
-        python = self.components["python"].version
-        arch = self.site.arch
-        checks: list[Callable[[str], tuple[str, Fact, str] | None]] = []
-
-        def python_ok(v: str) -> tuple[str, Fact, str] | None:
-            table = rule("torch-python")["table"]
-            supported = table.get(major_minor(v))
-            if supported is not None and python not in supported:
-                return (
-                    "torch-python",
-                    self.fact("python"),
-                    f"torch {major_minor(v)} supports python {', '.join(supported)}",
-                )
-            return None
-
-        def arch_ok(v: str) -> tuple[str, Fact, str] | None:
-            r = rule("torch-arch")
-            if arch in r["pypi_archs"]:
-                return None
-            conda = r["conda"].get(arch, {}).get("torch", {})
-            if v not in conda:
-                return (
-                    "torch-arch",
-                    Fact("arch", arch, f"site {self.site.name}"),
-                    f"no {arch} build of torch {v} (PyPI has none; Open-CE provides "
-                    f"{', '.join(conda) or 'none'})",
-                )
-            return None
-
-        def cuda_ok(v: str) -> tuple[str, Fact, str] | None:
-            allowed = self.torch_cuda_builds(v)
-            usable = [c for c in allowed if self.driver_allows(c)]
-            if "cuda" in self.pins:
-                usable = [c for c in usable if c == major_minor(self.pins["cuda"].value)]
-            if not usable:
-                other = (
-                    Fact("cuda", self.pins["cuda"].value, self.pins["cuda"].origin)
-                    if "cuda" in self.pins
-                    else Fact("gpu.driver", str(self.site.gpu.driver), f"site {self.site.name}")
-                )
-                return (
-                    "torch-cuda",
-                    other,
-                    f"torch {v} has CUDA builds {', '.join(allowed) or 'none known'}; "
-                    f"none fits {other.name} {other.value}",
-                )
-            return None
-
-        def rocm_ok(v: str) -> tuple[str, Fact, str] | None:
-            host = self.site.gpu.rocm or ""
-            allowed = rule("torch-rocm")["table"].get(major_minor(v), [])
-            if major_minor(host) not in allowed:
-                return (
-                    "torch-rocm",
-                    Fact("gpu.rocm", host, f"site {self.site.name}"),
-                    f"torch {major_minor(v)} has ROCm builds {', '.join(allowed) or 'none known'}",
-                )
-            return None
-
-        def same_mm_build(comp: str, rid: str) -> Callable[[str], tuple[str, Fact, str] | None]:
-            def check(v: str) -> tuple[str, Fact, str] | None:
-                builds = self.intel_builds(rid, accel)
-                if comp in self.pins:
-                    pinned = self.pins[comp]
-                    if major_minor(pinned.value) != major_minor(v):
-                        return (
-                            rid,
-                            Fact(comp, pinned.value, pinned.origin),
-                            f"{comp} must have the same major.minor as torch",
-                        )
-                elif not any(major_minor(b) == major_minor(v) for b in builds):
-                    return (
-                        rid,
-                        Fact(comp, "(required by recipe)", f"recipe {self.recipe.name}"),
-                        f"no {comp} build for torch {major_minor(v)}; builds: {', '.join(builds)}",
-                    )
-                return None
-
-            return check
-
-        checks += [python_ok, arch_ok]
+        later: dict[str, list[str]] = {}
         if accel == "cuda":
-            checks.append(cuda_ok)
-        if accel == "rocm":
-            checks.append(rocm_ok)
-        if self.recipe.requires("torch-ccl"):
-            checks.append(same_mm_build("torch-ccl", "torch-ccl-torch"))
-        if self.recipe.requires("ipex"):
-            checks.append(same_mm_build("ipex", "ipex-torch"))
-        for rid in ("torch-python", "torch-arch"):
-            self.use(rid)
-        version = self.pick("torch", list(kb()["releases"]["torch"]), checks)
-        conda = arch not in rule("torch-arch")["pypi_archs"]
+            later["cuda"] = releases("cuda")
+        for comp in ("torch-ccl", "ipex"):
+            if self.recipe.requires(comp):
+                later[comp] = releases(comp, self.variant(accel))
+        picked = self.decide("torch", releases("torch"), later=later)
+        assert picked is not None
+        pypi = self.site.arch in rule("torch-arch").data["pypi_archs"]
         variant = {"none": "cpu", "cuda": "cuda", "rocm": "rocm", "xpu": "xpu"}[accel]
         reason = self.pin_reason("torch", f"newest torch release allowed by every rule ({variant})")
-        self.components["torch"] = Choice(
-            version,
-            reason,
-            "conda (Open-CE)" if conda else "pip",
+        self.choose(
+            "torch", picked, reason, "pip" if pypi else "conda (Open-CE)",
             options={"variant": variant},
-            rules=["torch-python", "torch-arch"],
-        )
-        if accel == "cuda":
-            self.decide_cuda(version, conda)
-        elif accel == "rocm":
-            self.use("torch-rocm")
+        )  # fmt: skip
+        if accel == "rocm":
             rocm = self.site.gpu.rocm or ""
             self.components["rocm"] = Choice(
                 rocm, f"site {self.site.name} ROCm, supported by torch", "base image",
-                rules=["torch-rocm"],
+                rules=[r for r in picked.rules if r == "torch-rocm"],
             )  # fmt: skip
             self.components["rccl"] = Choice(
                 f"bundled-rocm-{major_minor(rocm)}", "RCCL ships with ROCm", "base image"
             )
 
-    def torch_cuda_builds(self, torch: str) -> list[str]:
-        self.use("torch-cuda")
-        if self.site.arch not in rule("torch-arch")["pypi_archs"]:
-            conda = rule("torch-arch")["conda"].get(self.site.arch, {}).get("torch", {})
-            return list(conda.get(torch, []))
-        return list(rule("torch-cuda")["table"].get(major_minor(torch), []))
-
-    def driver_allows(self, cuda: str) -> bool:
-        self.use("cuda-driver")
-        minimum = rule("cuda-driver")["min_driver"].get(major(cuda))
-        driver = self.site.gpu.driver
-        return bool(minimum and driver and at_least(driver, minimum))
-
-    def decide_cuda(self, torch: str, conda: bool) -> None:
-        builds = self.torch_cuda_builds(torch)
-        usable = [c for c in builds if self.driver_allows(c)]
-        pin = self.pins.get("cuda")
-        if pin:
-            if major_minor(pin.value) not in builds:
-                raise self.conflict(
-                    "torch-cuda",
-                    Fact("cuda", pin.value, pin.origin),
-                    self.fact("torch"),
-                    f"torch {major_minor(torch)} has CUDA builds {', '.join(builds)}",
-                )
-            cuda = major_minor(pin.value)
-        else:
-            cuda = sorted(usable, key=vtuple)[-1]
-        self.components["cuda"] = Choice(
-            cuda,
+    def decide_cuda(self) -> None:
+        picked = self.decide("cuda", releases("cuda"))
+        assert picked is not None
+        torch = self.components["torch"].version
+        self.choose(
+            "cuda", picked,
             self.pin_reason(
                 "cuda",
                 f"newest CUDA that torch {torch} is built for and driver "
                 f"{self.site.gpu.driver} runs (minor-version compatibility)",
             ),
-            "base image",
-            rules=["torch-cuda", "cuda-driver"],
-        )
+            "base image", version=major_minor(picked.value),
+        )  # fmt: skip
+        self.facts["cuda"] = Fact("cuda", major_minor(picked.value), picked.fact.origin)
 
     def decide_nccl(self) -> None:
         cuda = self.components["cuda"].version
-        table = rule("nccl-cuda")["table"]
-        self.use("nccl-cuda")
-
-        def fits(v: str) -> tuple[str, Fact, str] | None:
-            builds = table.get(v)
-            if builds is None:
-                return None if v.startswith("conda") else (
-                    "nccl-cuda", self.fact("cuda"), f"NCCL {v} is not in the knowledge base"
-                )  # fmt: skip
-            if cuda not in builds:
-                return (
-                    "nccl-cuda",
-                    self.fact("cuda"),
-                    f"NCCL {v} is built for CUDA {', '.join(builds)}",
-                )
-            return None
-
-        version = self.pick("nccl", list(kb()["releases"]["nccl"]), [fits])
-        self.components["nccl"] = Choice(
-            version,
-            self.pin_reason("nccl", f"newest NCCL with a +cuda{cuda} build"),
-            "apt (NVIDIA repo)",
-            options={"package": f"libnccl2={version}-1+cuda{cuda}"},
-            rules=["nccl-cuda"],
-        )
+        picked = self.decide("nccl", releases("nccl"))
+        assert picked is not None
+        self.choose(
+            "nccl", picked, self.pin_reason("nccl", f"newest NCCL with a +cuda{cuda} build"),
+            "apt (NVIDIA repo)", options={"package": f"libnccl2={picked.value}-1+cuda{cuda}"},
+        )  # fmt: skip
 
     def decide_mpi(self) -> None:
         host = self.site.mpi
@@ -395,29 +386,12 @@ class Resolver:
         host_abi = families[host.name]["abi"]
         pkgs = self.os[self.site.os]["packages"]
         pin = self.pins.get("mpi")
-        rid = self.use("mpi-bind-abi" if host.model == "bind" else "mpi-hybrid-pmi")
+        pinned = None
         if pin:
             name, version = parse_spec(pin.value)
-            if name not in families:
-                raise ConfigError(
-                    f"{pin.describe('mpi')}: unknown MPI; known: {', '.join(families)}"
-                )
             version = version or pkgs.get(name, "")
-            abi = families[name]["abi"]
-            host_fact = Fact("host mpi", host.spec, f"site {self.site.name}, {host.model} model")
-            if host.model == "bind" and abi != host_abi:
-                raise self.conflict(
-                    rid, Fact("mpi", pin.value, pin.origin), host_fact,
-                    f"bind model replaces the image MPI with the host's at run time, so the image "
-                    f"MPI must be in the host's ABI family ({host_abi}), not {abi}",
-                )  # fmt: skip
-            if host.model == "hybrid" and abi != host_abi:
-                raise self.conflict(
-                    rid, Fact("mpi", pin.value, pin.origin), host_fact,
-                    "hybrid model: the host launcher starts the image's MPI, which must be the "
-                    "host's MPI family and speak its PMI",
-                )  # fmt: skip
-            reason = f"from {pin.origin}"
+            pinned = Fact("mpi", f"{name}@{version}", pin.origin, pin.forced)
+            reason = self.pin_reason("mpi", "")
         elif host.model == "bind":
             name = kb()["image_mpi_for_family"][host_abi]
             version = pkgs[name]
@@ -429,141 +403,73 @@ class Resolver:
             name = host.name
             version = host.version or pkgs.get(name, "")
             reason = f"hybrid model: same MPI family and version as the host ({host.spec})"
-        src = "apt" if pkgs.get(name) == version else "source"
-        self.components["mpi"] = Choice(
-            version,
-            reason,
-            src,
-            implementation=name,
-            options={"abi": families[name]["abi"]},
-            rules=[rid],
+        picked = self.decide(
+            "mpi", [f"{name}@{version}"], pinned=pinned, skip=["daal4py-mpich-abi"]
         )
-        self.decide_pmix(name, version)
+        assert picked is not None
+        self.choose(
+            "mpi", picked, reason, "apt" if pkgs.get(name) == version else "source",
+            version=version, implementation=name, options={"abi": families[name]["abi"]},
+        )  # fmt: skip
+        self.decide_pmix()
 
-    def decide_pmix(self, mpi: str, mpi_version: str) -> None:
-        host = self.site.mpi
-        host_pmi, host_pmi_version = parse_spec(host.pmi)
+    def decide_pmix(self) -> None:
         pkgs = self.os[self.site.os]["packages"]
-        pin = self.pins.get("pmix")
-        version = pin.value if pin else pkgs["pmix"]
-        origin = pin.origin if pin else f"{self.site.os} packages"
-        if mpi == "openmpi" and major(mpi_version) == "5":
-            minimum = rule("openmpi5-pmix")["min_pmix"]
-            self.use("openmpi5-pmix")
-            if not at_least(version, minimum):
-                raise self.conflict(
-                    "openmpi5-pmix",
-                    Fact("pmix", version, origin),
-                    self.fact("mpi"),
-                    f"Open MPI 5 needs PMIx >= {minimum}",
-                )
-        reason = f"PMIx of {self.site.os}" if not pin else f"from {pin.origin}"
-        if host.model == "hybrid" and host_pmi == "pmix" and host_pmi_version:
-            if major(version) != major(host_pmi_version):
-                raise self.conflict(
-                    "mpi-hybrid-pmi",
-                    Fact("pmix", version, origin),
-                    Fact("host pmi", host.pmi, f"site {self.site.name}"),
-                    "hybrid model: the image's PMIx must have the host's major version, or srun "
-                    "starts N independent rank-0 copies",
-                )
-            reason += f"; major {major(version)} matches host {host.pmi} (srun --mpi=pmix)"
-        self.components["pmix"] = Choice(
-            version,
-            reason,
-            "apt" if version == pkgs["pmix"] else "source",
-            rules=["mpi-hybrid-pmi"],
-        )
+        picked = self.decide("pmix", [pkgs["pmix"]])
+        assert picked is not None
+        version = picked.value
+        reason = self.pin_reason("pmix", f"PMIx of {self.site.os}")
+        if "mpi-hybrid-pmi" in picked.rules:
+            reason += f"; major {major(version)} matches host {self.site.mpi.pmi} (srun --mpi=pmix)"
+        self.choose("pmix", picked, reason, "apt" if version == pkgs["pmix"] else "source")
 
     def decide_fabric(self) -> None:
         fabric = self.site.mpi.fabric
+        if fabric not in ("ucx", "libfabric"):
+            return
         pkgs = self.os[self.site.os]["packages"]
-        if fabric in ("ucx", "libfabric"):
-            pin = self.pins.get(fabric)
-            version = pin.value if pin else pkgs[fabric]
-            self.components[fabric] = Choice(
-                version,
-                f"site {self.site.name} fabric is {fabric}; the image needs its user-space library",
-                "apt" if version == pkgs[fabric] else "source",
-            )
-
-    def intel_builds(self, rid: str, accel: str) -> list[str]:
-        self.use(rid)
-        if self.site.arch not in rule(rid)["archs"]:
-            return []
-        variant = "xpu" if accel == "xpu" else "cpu"
-        return list(rule(rid)["builds"][variant])
+        picked = self.decide(fabric, [pkgs[fabric]])
+        assert picked is not None
+        self.choose(
+            fabric, picked,
+            f"site {self.site.name} fabric is {fabric}; the image needs its user-space library",
+            "apt" if picked.value == pkgs[fabric] else "source",
+        )  # fmt: skip
 
     def decide_intel_stack(self, accel: str) -> None:
         torch = self.components.get("torch")
-        for comp, rid in (("torch-ccl", "torch-ccl-torch"), ("ipex", "ipex-torch")):
+        variant = self.variant(accel)
+        index = kb()["install"]["intel_index"][variant]
+        for comp in ("torch-ccl", "ipex"):
             if not self.recipe.wants(comp) or torch is None:
                 continue
-            builds = self.intel_builds(rid, accel)
-            matching = [b for b in builds if major_minor(b) == major_minor(torch.version)]
-            pin = self.pins.get(comp)
-            if pin:
-                if major_minor(pin.value) != major_minor(torch.version):
-                    raise self.conflict(
-                        rid, Fact(comp, pin.value, pin.origin), self.fact("torch"),
-                        f"{comp} must have the same major.minor as torch",
-                    )  # fmt: skip
-                matching = [pin.value]
-            if not matching:
-                why = (
-                    f"no {comp} build for torch {major_minor(torch.version)} "
-                    f"(builds exist for {', '.join(builds) or 'none'} on {self.site.arch}) [rule {rid}; source: {source(rid)}]"
-                )
-                if self.recipe.requires(comp):
-                    raise ConflictError(f"{comp}: {why}")
-                self.excluded[comp] = why
+            picked = self.decide(comp, releases(comp, variant), required=self.recipe.requires(comp))
+            if picked is None:
                 continue
-            variant = "xpu" if accel == "xpu" else "cpu"
-            index = rule("torch-ccl-torch")["index"][variant]
-            self.components[comp] = Choice(
-                matching[0],
+            self.choose(
+                comp, picked,
                 self.pin_reason(comp, f"{comp} build with torch's major.minor ({variant})"),
-                f"pip ({index})",
-                options={"index": index},
-                rules=[rid],
-            )
+                f"pip ({index})", options={"index": index},
+            )  # fmt: skip
         if "torch-ccl" in self.components:
             ccl = self.components["torch-ccl"].version
-            bundled = rule("oneccl-torch-ccl")["table"].get(major_minor(ccl))
-            self.use("oneccl-torch-ccl")
-            pin = self.pins.get("oneccl")
-            if pin and bundled and major_minor(pin.value) != major_minor(bundled):
-                raise self.conflict(
-                    "oneccl-torch-ccl", Fact("oneccl", pin.value, pin.origin),
-                    self.fact("torch-ccl"), f"torch-ccl {major_minor(ccl)} bundles oneCCL {bundled}",
-                )  # fmt: skip
-            self.components["oneccl"] = Choice(
-                bundled or "bundled",
-                f"the oneCCL that torch-ccl {ccl} bundles"
+            bundled = rule("oneccl-torch-ccl").table.get(major_minor(ccl), [])
+            picked = self.decide("oneccl", bundled or ["bundled"])
+            assert picked is not None
+            self.choose(
+                "oneccl", picked,
+                self.pin_reason("oneccl", f"the oneCCL that torch-ccl {ccl} bundles")
                 + ("" if bundled else " (its version is not in the knowledge base)"),
                 "bundled with torch-ccl",
-                rules=["oneccl-torch-ccl"],
-            )
+            )  # fmt: skip
 
     def decide_horovod(self, accel: str) -> None:
         if not self.recipe.wants("horovod"):
             return
+        picked = self.decide("horovod", releases("horovod"))
+        assert picked is not None
         torch = self.components["torch"].version
-        r = rule("horovod-torch-cxx17")
-        needs_cxx17 = at_least(torch, r["cxx17_from_torch"])
-        self.use("horovod-torch-cxx17")
-
-        def cxx17_ok(v: str) -> tuple[str, Fact, str] | None:
-            if needs_cxx17 and v not in r["patchable_horovod"]:
-                return (
-                    "horovod-torch-cxx17",
-                    self.fact("torch"),
-                    f"torch >= {r['cxx17_from_torch']} needs C++17; hpcenv's C++17 patch is "
-                    f"known to work for horovod {', '.join(r['patchable_horovod'])} only",
-                )
-            return None
-
-        version = self.pick("horovod", list(kb()["releases"]["horovod"]), [cxx17_ok])
+        needs_cxx17 = applies(rule("horovod-torch-cxx17"), self.known())
         options = {
             "HOROVOD_WITH_PYTORCH": "1",
             "HOROVOD_WITH_MPI": "1",
@@ -577,6 +483,7 @@ class Resolver:
             notes.append("CCL not built: no oneCCL in this stack (no torch-ccl build for torch)")
         if "ccl" in ops:
             self.use("horovod-ccl")
+            picked.rules.append("horovod-ccl")
             options["HOROVOD_CPU_OPERATIONS"] = "CCL"
             if "gloo" in ops:
                 ops.remove("gloo")
@@ -595,41 +502,38 @@ class Resolver:
                 notes.append("no Horovod GPU operations for Intel GPUs")
         if needs_cxx17:
             options["cxx17_patch"] = "CMAKE_CXX_STANDARD 14->17 in CMakeLists.txt and horovod/torch"
-            notes.append(
-                f"C++17 patch: torch {torch} >= {r['cxx17_from_torch']} "
-                f"(Horovod CI tested torch <= {r['tested_torch_max']})"
-            )
+            notes.append(f"C++17 patch: torch {torch} needs C++17 (rule horovod-torch-cxx17)")
         options["operations"] = ",".join(ops)
         reason = self.pin_reason("horovod", "newest Horovod release that builds against this torch")
-        self.components["horovod"] = Choice(
-            version,
-            "; ".join([reason, *notes]),
-            "source (sdist)",
-            options=options,
-            rules=["horovod-torch-cxx17"],
+        self.choose(
+            "horovod", picked, "; ".join([reason, *notes]), "source (sdist)", options=options
         )
 
     def decide_mpi4py(self) -> None:
         if not self.recipe.wants("mpi4py"):
             return
-        version = self.pick("mpi4py", list(kb()["releases"]["mpi4py"]), [])
+        picked = self.decide("mpi4py", releases("mpi4py"))
+        assert picked is not None
         mpi = self.components["mpi"]
-        self.components["mpi4py"] = Choice(
-            version,
-            self.pin_reason(
-                "mpi4py", f"binary wheel; loads the image's {mpi.implementation} at run time"
-            ),
+        self.choose(
+            "mpi4py", picked,
+            self.pin_reason("mpi4py", f"binary wheel; loads the image's {mpi.implementation} at run time"),
             "pip",
-        )
+        )  # fmt: skip
 
     def decide_daal4py(self) -> None:
+        """daal4py's SPMD mode needs an MPICH-ABI MPI: the image's, or a side runtime (hybrid)."""
         if not self.recipe.wants("daal4py"):
             return
-        self.use("daal4py-mpich-abi")
+        picked = self.decide("daal4py", releases("daal4py"), skip=["daal4py-mpich-abi"])
+        assert picked is not None
+        version = picked.value
         mpi = self.components["mpi"]
-        version = self.pick("daal4py", list(kb()["releases"]["daal4py"]), [])
+        abi = evaluate(rule("daal4py-mpich-abi"), self.known())
+        assert abi is not None
+        self.use("daal4py-mpich-abi")
         options = {"package": f"scikit-learn-intelex=={version}"}
-        if mpi.options["abi"] == "mpich":
+        if abi.ok:
             reason = f"distributed mode uses the image's {mpi.implementation} (MPICH ABI)"
             options["launcher"] = "mpiexec"
         elif self.site.mpi.model == "hybrid":
@@ -646,25 +550,24 @@ class Resolver:
                 "lib_dir": "/opt/mpich-abi/lib",
             }
         else:
-            host = Fact("host mpi", self.site.mpi.spec, f"site {self.site.name}, bind model")
+            host = self.facts["host.mpi"]
             why = (
-                "daal4py distributed mode needs an MPICH-ABI MPI, but the bind model needs the "
-                f"image MPI in the host's {mpi.options['abi']} family"
+                f"{abi.detail}, but the bind model needs the image MPI in the host's "
+                f"{mpi.options['abi']} family [also rule mpi-bind-abi]"
             )
             if self.recipe.requires("daal4py"):
-                raise self.conflict(
-                    "daal4py-mpich-abi", Fact("daal4py", version, f"recipe {self.recipe.name}"),
-                    host, why + " [also rule mpi-bind-abi]",
+                failed = Picked(
+                    Fact("daal4py", version, f"recipe {self.recipe.name}"), failures=[
+                        Verdict(abi.rule, False, why, (host,))
+                    ], ok=False,
                 )  # fmt: skip
+                self.conflict("daal4py", failed)
+                return
             self.excluded["daal4py"] = f"{why} [rule daal4py-mpich-abi]"
+            del self.facts["daal4py"]
             return
-        self.components["daal4py"] = Choice(
-            version, reason, "pip", options=options, rules=["daal4py-mpich-abi"]
-        )
-
-    def pin_reason(self, name: str, default: str) -> str:
-        pin = self.pins.get(name)
-        return f"pinned by {pin.origin}" if pin else default
+        picked.rules.append("daal4py-mpich-abi")
+        self.choose("daal4py", picked, reason, "pip", options=options)
 
     def build_info(self, accel: str) -> dict[str, Any]:
         site = self.site

@@ -72,7 +72,11 @@ def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: conflict between cuda 12.4 (--set) and gpu.driver")
+    lines = proc.stderr.splitlines()
+    # every conflict found, one line each: the driver and the Open-CE CUDA builds
+    assert all(line.startswith("error: conflict between cuda 12.4 (--set) and ") for line in lines)
+    assert any("and gpu.driver 450.80.02" in line and "rule cuda-driver" in line for line in lines)
+    assert any("rule torch-cuda-opence" in line for line in lines)
 
 
 def test_bad_site_file_exit_2(tmp_path: Path) -> None:

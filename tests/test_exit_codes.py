@@ -49,7 +49,9 @@ def test_resolve_conflict_exits_2() -> None:
 def test_render_bad_site_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nbogus: 1\n")
-    proc = hpcenv("render", "--site", str(bad), "--recipe", "horovod-cpu", "--out", str(tmp_path / "out"))
+    proc = hpcenv(
+        "render", "--site", str(bad), "--recipe", "horovod-cpu", "--out", str(tmp_path / "out")
+    )
     assert proc.returncode == 2
     assert "field 'bogus'" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -74,7 +74,8 @@ def main() -> None:
     except HpcenvError as err:
         if os.environ.get("HPCENV_DEBUG"):
             raise
-        typer.echo(f"error: {err}", err=True)
+        for line in str(err).splitlines() or [""]:  # several conflicts: one line each
+            typer.echo(f"error: {line}", err=True)
         sys.exit(err.exit_code)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
