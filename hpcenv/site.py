@@ -53,12 +53,34 @@ class Node(Strict):
     memory_gb: int = Field(ge=1)
     gpus: int = Field(default=0, ge=0)
     gpu_model: str | None = None
+    gpu_tiles: int = Field(
+        default=1, ge=1, description="tiles per GPU that ranks bind to separately (Aurora: 2)"
+    )
     nics: int = Field(default=1, ge=0)
     nic_model: str | None = None
+    reserved_cores: list[Annotated[int, Field(ge=0)]] = Field(
+        default=[], description="cores the system keeps (never given to a rank), e.g. low-noise"
+    )
+    ranks_per_node: int | None = Field(
+        default=None, ge=1, description="the site's documented default ranks per node"
+    )
 
     @property
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
+
+    @model_validator(mode="after")
+    def _reserved(self) -> Node:
+        bad = [c for c in self.reserved_cores if c >= self.cores]
+        if bad:
+            raise ValueError(f"reserved_cores {bad} beyond the node's {self.cores} cores")
+        per_socket = [
+            sum(1 for c in set(self.reserved_cores) if c // self.cores_per_socket == s)
+            for s in range(self.sockets)
+        ]
+        if max(per_socket) >= self.cores_per_socket:
+            raise ValueError("reserved_cores leave a socket without a usable core")
+        return self
 
 
 class Gpu(Strict):
@@ -78,6 +100,17 @@ class HostMpi(Strict):
     fabric: Literal["ucx", "libfabric", "verbs", "shm"] = "shm"
     root: ShellPath | None = Field(default=None, description="host MPI prefix to bind (bind model)")
     bind_paths: list[ShellPath] = []
+    library_path: list[ShellPath] = Field(
+        default=[],
+        description="bind model: the loader path inside the container, host MPI first "
+        "(default <root>/lib); entries may name variables the site's modules set",
+    )
+    host_libs: list[ShellPath] = Field(
+        default=[], description="bind model: single host libraries the host MPI links to"
+    )
+    preload: list[ShellPath] = Field(
+        default=[], description="bind model: libraries to LD_PRELOAD (e.g. a GPU transport layer)"
+    )
     env: dict[ShellWord, ShellWord] = {}
 
     @model_validator(mode="after")
@@ -103,6 +136,16 @@ class Scheduler(Strict):
     mpi_plugin: ShellWord | None = Field(default=None, description="srun --mpi=VALUE")
     account: ShellWord | None = None
     queue: ShellWord | None = Field(default=None, description="partition (Slurm) or queue")
+    qos: ShellWord | None = Field(default=None, description="default QOS (Slurm --qos)")
+    cpus_per_core: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="Slurm CPUs per physical core: 2 where Slurm counts hardware threads",
+    )
+    launcher_flags: list[ShellWord] = Field(
+        default=[], description="launcher options the site documents for every rank launch"
+    )
     walltime: Annotated[str, StringConstraints(pattern=r"^[0-9:-]+$")] = "00:30:00"
     extra_directives: list[ShellText] = []
     login_host: ShellWord | None = None
@@ -110,6 +153,9 @@ class Scheduler(Strict):
         default=None,
         description="client configuration the scheduler commands read (Slurm: SLURM_CONF), "
         "for a login host that serves more than one cluster",
+    )
+    account_required: bool = Field(
+        default=False, description="the site refuses jobs without a project/account"
     )
 
 
@@ -127,6 +173,16 @@ class Runtime(Strict):
     kind: Literal["apptainer", "singularity", "podman-hpc", "shifter", "podman", "pyxis"]
     binds: list[ShellPath] = []
     flags: list[ShellWord] = []
+
+
+class SiteVariable(Strict):
+    """A variable the site provides (``$MEMBERWORK``); the job script keeps the site's value and
+    falls back to the documented ``default`` where it is unset."""
+
+    default: ShellPath | None = Field(
+        default=None, description="documented value; none: the site always sets it"
+    )
+    source: str = Field(description="where the site documents it, and the date read")
 
 
 class Filesystem(Strict):
@@ -185,6 +241,9 @@ class Site(Strict):
     filesystems: list[Filesystem] = []
     node_local: NodeLocal | None = None
     modules: list[ShellWord] = []
+    variables: dict[ShellWord, SiteVariable] = Field(
+        default={}, description="site-provided variables with their documented defaults"
+    )
     recipes: list[str] = []
     build: Build = Build()
     defaults: dict[str, str] = Field(default={}, description="component pins, as for --set")

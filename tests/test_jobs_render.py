@@ -54,6 +54,7 @@ def full_job(site: Site, *, array: bool = False) -> JobSpec:
         name="train",
         command=["python3", "train.py", "--data", "{data}", "--out={output}/ckpt"],
         nodes=2,
+        account="stf007" if site.scheduler.account_required else None,
         recipe=site.recipes[0],
         stage_in=StageIn(source=f"{base}/datasets/mnist"),
         stage_out=StageOut(dest=f"{base}/results/run1"),
@@ -114,28 +115,31 @@ def test_podman_rank_recipe(tmp_path: Path) -> None:
 @needs_shellcheck
 def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
     site = load_site("summit")
-    script = render_job(site, full_job(site), image="/gpfs/alpine/x.sif")
+    script = render_job(site, full_job(site), image="/gpfs/alpine2/x.sif")
     shellcheck(script, tmp_path)
     assert directives(script, "#BSUB") == {
         "#BSUB -J train",
         "#BSUB -nnodes 2",
         "#BSUB -W 00:30",
-        "#BSUB -P PROJ123",
+        "#BSUB -P stf007",
         "#BSUB -o train-%J.out",
         "#BSUB -e train-%J.err",
-        '#BSUB -alloc_flags "gpumps smt1 NVME"',
+        '#BSUB -alloc_flags "smt1 NVME"',  # no gpumps: MPS hangs with CUDA > 11.0.3 (OLCF)
     }
     lines = script.splitlines()
     stage = next(ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 1 -c 1 bash"))
     assert '"/mnt/bb/$USER/train/data"' in stage and "stage-in.sh" in stage
     run = next(ln for ln in lines if ln.startswith("jsrun -n 12"))
     assert run.startswith(
-        "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-gpu apptainer exec --nv"
+        "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-disable_gpu_hooks "
+        "apptainer exec --nv"
     )
     assert "--bind /sw/summit/spectrum-mpi" in run  # bind-model MPI
     assert "export APPTAINERENV_LD_LIBRARY_PATH=/sw/summit/spectrum-mpi/lib" in lines
     assert "export OMPI_MCA_pml=ob1" in lines and "export OMP_NUM_THREADS=7" in lines
     assert "module load spectrum-mpi cuda/11.0.3" in lines
+    assert "export HPCENV_PROJECT=stf007" in lines
+    assert 'export MEMBERWORK="${MEMBERWORK:-/gpfs/alpine2/scratch/$USER}"' in lines
 
 
 @needs_shellcheck
@@ -149,12 +153,17 @@ def test_aurora_pbs_directives_and_mpiexec(tmp_path: Path) -> None:
         "#PBS -l select=2",
         "#PBS -l place=scatter",
         "#PBS -l walltime=00:30:00",
-        "#PBS -A PROJ123",
+        "#PBS -A stf007",
         "#PBS -q debug",
+        "#PBS -l filesystems=home:flare",  # mandatory on ALCF systems
     }
-    run = next(ln for ln in script.splitlines() if ln.startswith("mpiexec -n 12"))
+    assert "module load apptainer" in script.splitlines()
+    run = next(ln for ln in script.splitlines() if ln.startswith("mpiexec -n 24"))
+    # 12 ranks per node (one per tile), 8 cores each, cores 0 and 52 left to the system;
+    # oneCCL's 4 workers take the last 4 cores of each rank's 8 (ALCF's list: 1-8:9-16:...).
     assert run.startswith(
-        "mpiexec -n 12 --ppn 6 --cpu-bind list:0-12:17-29:34-46:52-64:69-81:86-98"
+        "mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:"
+        "69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1"
     )
     assert "export CCL_WORKER_COUNT=4" in script and "export CCL_ATL_TRANSPORT=mpi" in script
     assert "export HPCENV_JOB_ID=${PBS_JOBID}" in script
@@ -171,8 +180,10 @@ def test_slurm_directives_merge_constraints() -> None:
     script = render_job(site, full_job(site), image="docker:x")
     d = directives(script, "#SBATCH")
     assert '#SBATCH -C "gpu&nvme"' in d
-    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=16",
-            "#SBATCH --gpus-per-task=1", "#SBATCH --account=m0000", "#SBATCH --time=00:30:00"} <= d  # fmt: skip
+    # NERSC's Slurm counts hardware threads: 16 cores per rank are -c 32.
+    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=32",
+            "#SBATCH --gpus-per-task=1", "#SBATCH --account=stf007", "#SBATCH --time=00:30:00",
+            "#SBATCH --qos=regular"} <= d  # fmt: skip
 
 
 def test_frontier_bind_model_and_nvme_request() -> None:
@@ -183,8 +194,24 @@ def test_frontier_bind_model_and_nvme_request() -> None:
         ln for ln in script.splitlines() if ln.startswith("srun --nodes=2 --ntasks-per-node=8")
     )
     assert "--mpi=cray_shasta" in run and "apptainer exec --rocm" in run
-    assert "--bind /usr/lib64/libcxi.so.1" in run
-    assert "export MPICH_GPU_SUPPORT_ENABLED=1" in script
+    # Low-noise mode: 56 usable cores, 7 per rank, as OLCF's examples (-c 7).
+    assert "--cpus-per-task=7" in run and "#SBATCH --cpus-per-task=7" in script
+    lines = script.splitlines()
+    assert "export MPICH_GPU_SUPPORT_ENABLED=1" in lines
+    assert (
+        "export APPTAINERENV_LD_PRELOAD=/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0"
+        in lines
+    )
+    containlibs = next(ln for ln in lines if ln.startswith("export APPTAINER_CONTAINLIBS="))
+    assert "/usr/lib64/libcxi.so.1" in containlibs and "/usr/lib64/libxpmem.so.0" in containlibs
+    ld = next(ln for ln in lines if ln.startswith("export APPTAINERENV_LD_LIBRARY_PATH="))
+    assert ld.startswith(
+        'export APPTAINERENV_LD_LIBRARY_PATH="/opt/cray/pe/mpich/8.1.31/ofi/crayclang/17.0/'
+        "lib-abi-mpich:"
+    ) and ":$CRAY_LD_LIBRARY_PATH:" in ld
+    assert "ofi/gnu/9.1" not in script
+    assert "export FI_CXI_RDZV_PROTO=alt_read" in lines
+    assert "#SBATCH --network=disable_rdzv_get" in lines
 
 
 def test_quoting_survives_hostile_arguments(tmp_path: Path) -> None:
@@ -255,21 +282,22 @@ def test_array_and_stitch_scripts() -> None:
 @needs_shellcheck
 def test_cli_dry_run_summit_renders_bsub_jsrun_with_nvme(runner: CliRunner, tmp_path: Path) -> None:
     res = runner.invoke(app, ["submit", "--site", "summit", "--recipe", "horovod-gpu", "-N", "2",
-                              "--stage-in", "/gpfs/alpine/scratch/$USER/$PROJ/mnist",
-                              "--stage-out", "/gpfs/alpine/scratch/$USER/$PROJ/out/run1",
+                              "--account", "stf007",
+                              "--stage-in", "$MEMBERWORK/stf007/mnist",
+                              "--stage-out", "$MEMBERWORK/stf007/out/run1",
                               "--dry-run", "--", "python3", "train.py", "--data", "{data}"])  # fmt: skip
     assert res.exit_code == 0, res.output
     script = res.stdout
     shellcheck(script, tmp_path)
     assert script.startswith("#!/bin/bash\n#BSUB -J horovod-gpu\n")
-    assert '#BSUB -alloc_flags "gpumps smt1 NVME"' in script
+    assert '#BSUB -alloc_flags "smt1 NVME"' in script and "#BSUB -P stf007" in script
     assert 'jsrun -n 2 -r 1 -a 1 -c 1 bash "$HPCENV_STEPS/stage-in.sh"' in script
     assert '"/mnt/bb/$USER/horovod-gpu/data"' in script
     assert "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7" in script
-    assert '"/gpfs/alpine/scratch/$USER/$PROJ/hpcenv/images/horovod-gpu-summit.sif"' in script
+    assert '"$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif"' in script
     assert 'bash "$HPCENV_STEPS/stage-out.sh"' in script
     res = runner.invoke(app, ["submit", "--site", "summit", "-r", "horovod-gpu", "--dry-run",
-                              "--json", "--", "true"])  # fmt: skip
+                              "-A", "stf007", "--json", "--", "true"])  # fmt: skip
     data = json.loads(res.stdout)
     assert data["scheduler"] == "lsf" and data["tuning"]["ranks_per_node"] == 6
 
@@ -283,7 +311,7 @@ def test_cli_submit_needs_an_image_choice(runner: CliRunner) -> None:
 def test_default_images() -> None:
     assert default_image(load_site("local"), "horovod-cpu") == "localhost/hpcenv/horovod-cpu:local"
     summit = default_image(load_site("summit"), "horovod-gpu")
-    assert summit == "/gpfs/alpine/scratch/$USER/$PROJ/hpcenv/images/horovod-gpu-summit.sif"
+    assert summit == "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif"
 
 
 def test_prepare_reports_logs_and_workdir() -> None:

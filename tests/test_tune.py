@@ -9,8 +9,14 @@ from typer.testing import CliRunner
 
 from hpcenv.cli.main import app
 from hpcenv.errors import ConfigError
+from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.tuning import tune
 from hpcenv.site import Site, load_site
+
+
+def flags(site: str | Site, launcher: str, **kw: object) -> list[str]:
+    s = load_site(site) if isinstance(site, str) else site
+    return get_launcher(launcher).flags(s, tune(s, **kw))  # type: ignore[arg-type]
 
 
 def _site(sockets: int, cores: int, gpus: int = 0) -> Site:
@@ -35,9 +41,15 @@ def test_ccl_workers_kept_out_of_compute_domain() -> None:
     workers = {int(c) for c in t.env["CCL_WORKER_AFFINITY"].split(",")}
     for mask in masks:
         assert all(not (mask >> c) & 1 for c in workers)
-    assert t.openmpi == ["--map-by", "ppr:1:socket:pe=28", "--bind-to", "core"]
-    assert t.mpiexec[-1] == "list:0-23:28-51"
-    assert t.srun == ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=28"]
+    site = _site(2, 28)
+    kw = {"nodes": 1, "ranks_per_node": 2, "ccl_workers": 4}
+    assert flags(site, "mpirun", **kw) == [
+        "-np", "2", "--map-by", "ppr:1:socket:pe=28", "--bind-to", "core"
+    ]  # fmt: skip
+    assert flags(site, "mpiexec", **kw)[-1] == "list:0-23:28-51"
+    assert flags(site, "srun", **kw) == [
+        "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=28", "--mpi=pmix"
+    ]  # fmt: skip
 
 
 def test_local_two_ranks_one_thread_each() -> None:
@@ -55,14 +67,18 @@ def test_oversubscription_refused_unless_forced() -> None:
     with pytest.raises(ConfigError, match="no core .* for compute threads"):
         tune(local, ranks_per_node=2, ccl_workers=1)
     forced = tune(local, ranks_per_node=3, force=True)
-    assert forced.oversubscribed and forced.srun == ["--nodes=1", "--ntasks=3", "--overcommit"]
-    assert "--oversubscribe" in forced.openmpi and forced.omp_threads == 1
+    srun = get_launcher("srun").flags(local, forced)
+    assert forced.oversubscribed and srun == ["--nodes=1", "--ntasks=3", "--overcommit", "--mpi=pmix"]
+    assert "--oversubscribe" in get_launcher("mpirun").flags(local, forced)
+    assert forced.omp_threads == 1
 
 
 def test_summit_resource_sets_one_per_gpu() -> None:
     t = tune(load_site("summit"), nodes=2)
     assert t.ranks_per_node == 6 and t.cores_per_rank == 7 and t.gpus_per_rank == 1
-    assert t.jsrun == ["-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b", "packed:7"]
+    assert flags("summit", "jsrun", nodes=2) == [
+        "-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b", "packed:7"
+    ]  # fmt: skip
     # Three ranks per socket; socket 1 starts at core 21.
     assert t.compute_cores[3] == tuple(range(21, 28))
 
@@ -70,13 +86,18 @@ def test_summit_resource_sets_one_per_gpu() -> None:
 def test_gpu_sites_bind_gpus_per_task() -> None:
     t = tune(load_site("frontier"), nodes=1)
     assert t.ranks_per_node == 8
-    assert "--gpus-per-task=1" in t.srun and "--gpu-bind=closest" in t.srun
+    srun = flags("frontier", "srun", nodes=1)
+    assert "--gpus-per-task=1" in srun and "--gpu-bind=closest" in srun
+    # Low-noise mode: core 0 of each L3 region (8 cores) is reserved -> 7 cores per rank.
+    assert t.cores_per_rank == 7 and "--cpus-per-task=7" in srun
+    assert t.compute_cores[0] == tuple(range(1, 8)) and t.compute_cores[7] == tuple(range(57, 64))
 
 
 def test_ccl_default_on_for_ccl_recipes() -> None:
     aurora = load_site("aurora")
     t = tune(aurora, nodes=1, recipe="torch-ccl")
-    assert t.ccl_workers == 4 and t.cores_per_rank == 17 and t.omp_threads == 13
+    # 12 ranks (one per tile) x 8 cores; 4 of each rank's 8 run the CCL workers.
+    assert t.ccl_workers == 4 and t.cores_per_rank == 8 and t.omp_threads == 4
     assert len(t.env["CCL_WORKER_AFFINITY"].split(",")) == 4 * t.ranks_per_node
     assert tune(load_site("generic-slurm"), recipe="horovod-cpu").ccl_workers == 0
 
@@ -96,3 +117,28 @@ def test_cli_tune_oversubscription_is_one_line_error(runner: CliRunner) -> None:
     res = runner.invoke(app, ["tune", "--site", "local", "-n", "4"])
     assert res.exit_code != 0
     assert isinstance(res.exception, ConfigError)
+
+
+def test_aurora_never_binds_reserved_cores_and_matches_alcf_list() -> None:
+    """ALCF reserves cores 0 and 52; without CCL workers the list is ALCF's own example."""
+    aurora = load_site("aurora")
+    t = tune(aurora, nodes=1, ccl_workers=0)
+    used = {c for d in t.compute_cores for c in d}
+    assert not used & {0, 52}
+    assert flags(aurora, "mpiexec", nodes=1, ccl_workers=0) == [
+        "-n", "12", "--ppn", "12", "--cpu-bind",
+        "list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100",
+        "--gpu-bind", "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
+    ]  # fmt: skip
+    # Six ranks (implicit scaling): ALCF's list:1-16:17-32:33-48:53-68:69-84:85-100 covers
+    # 16 cores a rank; hpcenv gives 17 of each socket's 51 (same sockets, no reserved core).
+    six = tune(aurora, nodes=1, ranks_per_node=6, ccl_workers=0)
+    assert six.gpu_bind == "list" and six.gpu_ids[0] == ("0.0", "0.1")
+    assert not {c for d in six.compute_cores for c in d} & {0, 52}
+
+
+def test_local_default_runs_two_ranks() -> None:
+    """One rank on a one-socket node makes an allreduce a no-op: the default is two."""
+    t = tune(load_site("local"))
+    assert t.ranks_per_node == 2 and t.ranks == 2
+    assert any("two on a one-socket node" in r for r in t.reasons)

@@ -72,7 +72,9 @@ class BenchContext:
     @property
     def hpcenv_mpirun(self) -> str:
         """``mpirun`` with hpcenv's launch tuning for NP ranks on one node of the site."""
-        return " ".join(["mpirun", "-np", str(NP), *map(shlex.quote, self.tuning.openmpi)])
+        from hpcenv.jobs.launchers import Mpirun
+
+        return " ".join(map(shlex.quote, Mpirun().command(self.site, self.tuning)))
 
     @property
     def hpcenv_env(self) -> dict[str, str]:

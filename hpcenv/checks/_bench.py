@@ -27,7 +27,26 @@ def sweep_parser(doc: str | None, factor: int, max_iters: int) -> argparse.Argum
     ap.add_argument("--max-bytes", type=int, default=64 * MiB)
     ap.add_argument("--factor", type=int, default=factor, help="size step of the sweep")
     ap.add_argument("--max-iters", type=int, default=max_iters, help="timed ops per size, at most")
+    ap.add_argument(
+        "--allow-single-rank",
+        action="store_true",
+        help="run with world size 1 (a collective over one rank moves no data: refused otherwise)",
+    )
     return ap
+
+
+def require_peers(world_size: int, allowed: bool) -> None:
+    """Refuse a collective check that cannot fail: world size 1 moves nothing (busbw 0).
+
+    Exits 2 with one line on stderr unless ``--allow-single-rank`` was given.
+    """
+    if world_size < 2 and not allowed:
+        print(
+            f"error: world size {world_size}: a collective check over one rank moves no data and "
+            "cannot fail; launch at least 2 ranks (or pass --allow-single-rank)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
 
 
 def message_sizes(lo: int = 8, hi: int = 64 * MiB, factor: int = 4) -> list[int]:

@@ -19,6 +19,7 @@ from _bench import (
     iterations,
     message_sizes,
     platform_info,
+    require_peers,
     seconds_per_op,
     sweep_parser,
 )
@@ -88,6 +89,7 @@ def main() -> None:
     ap = sweep_parser(__doc__, factor=16, max_iters=100)
     args = ap.parse_args()
     hvd.init()
+    require_peers(hvd.size(), args.allow_single_rank)
     torch.set_num_threads(1)
     exact = exact_checks(args.exact_n)
     rows = sweep(message_sizes(args.min_bytes, args.max_bytes, args.factor), args.max_iters)

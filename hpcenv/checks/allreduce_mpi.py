@@ -15,6 +15,7 @@ from _bench import (
     iterations,
     message_sizes,
     platform_info,
+    require_peers,
     seconds_per_op,
     sweep_parser,
 )
@@ -76,6 +77,7 @@ def main() -> None:
     ap = sweep_parser(__doc__, factor=4, max_iters=1000)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
+    require_peers(comm.Get_size(), args.allow_single_rank)
     exact = exact_checks(comm, args.exact_n)
     rows = sweep(comm, message_sizes(args.min_bytes, args.max_bytes, args.factor), args.max_iters)
     if comm.Get_rank() == 0:

@@ -18,6 +18,7 @@ from _bench import (
     iterations,
     message_sizes,
     platform_info,
+    require_peers,
     seconds_per_op,
     sweep_parser,
 )
@@ -98,6 +99,7 @@ def run_allreduce(backend: str, argv: list[str] | None = None) -> dict[str, Any]
     env_from_launcher()
     torch.set_num_threads(1)
     dist.init_process_group(backend)
+    require_peers(dist.get_world_size(), args.allow_single_rank)
     try:
         exact = exact_checks(args.exact_n)
         rows = sweep(message_sizes(args.min_bytes, args.max_bytes, args.factor), args.max_iters)

@@ -101,6 +101,24 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--workdir", help="default <scratch>/hpcenv-jobs")
         ] = None,
         walltime: Annotated[str | None, typer.Option("--walltime")] = None,
+        account: Annotated[
+            str | None,
+            typer.Option("--account", "-A", help="project/account to charge (sites need one)"),
+        ] = None,
+        queue: Annotated[
+            str | None, typer.Option("--partition", "--queue", "-p", "-q", help="partition/queue")
+        ] = None,
+        qos: Annotated[str | None, typer.Option("--qos", help="Slurm QOS")] = None,
+        constraint: Annotated[
+            str | None, typer.Option("--constraint", "-C", help="node features (Slurm -C)")
+        ] = None,
+        option: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--option",
+                help="any other scheduler option, one per --option (e.g. '-l filesystems=home')",
+            ),
+        ] = None,
         single: Annotated[
             bool, typer.Option("--single", help="run once in the batch shell, not per rank")
         ] = False,
@@ -144,12 +162,15 @@ def register(app: typer.Typer) -> None:
         from hpcenv.errors import ConfigError
         from hpcenv.jobs.containers import default_image
         from hpcenv.jobs.render import prepare
+        from hpcenv.jobs.schedulers import option_pair
         from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut
         from hpcenv.jobs.submit import submit
         from hpcenv.jobs.submit import wait as wait_for
         from hpcenv.site import load_site
 
         s = load_site(site)
+        for opt in option or []:
+            option_pair(opt)  # one clear line per bad --option, before the job model
         if image and no_container:
             raise ConfigError("--image and --no-container exclude each other")
         if not image and not no_container:
@@ -169,6 +190,11 @@ def register(app: typer.Typer) -> None:
                 image=None if no_container else image,
                 workdir=workdir,
                 walltime=walltime,
+                account=account,
+                queue=queue,
+                qos=qos,
+                constraint=constraint,
+                scheduler_options=list(option or []),
                 stage_in=StageIn(source=stage_in) if stage_in else None,
                 stage_out=StageOut(dest=stage_out, force=force) if stage_out else None,
                 array=ArraySpec(count=array) if array else None,
@@ -177,7 +203,7 @@ def register(app: typer.Typer) -> None:
             )
         except ValueError as err:
             raise ConfigError(f"invalid job: {err}") from None
-        rendered = prepare(s, job)
+        rendered = prepare(s, job, submitting=True)
         if dry_run:
             if as_json:
                 out = {"site": s.name, "scheduler": rendered.scheduler.name, "image": rendered.image,
@@ -270,7 +296,8 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="allow over-subscription")] = False,
         as_json: JsonOpt = False,
     ) -> None:
-        """Launch settings (threads, binding, masks, launcher flags) from the site's topology."""
+        """Placement (ranks, cores, GPUs, threads, masks) and each launcher's flags for it."""
+        from hpcenv.jobs.launchers import LAUNCHERS
         from hpcenv.jobs.shell import join
         from hpcenv.jobs.tuning import tune
         from hpcenv.site import load_site
@@ -291,10 +318,8 @@ def register(app: typer.Typer) -> None:
         for k, v in t.env.items():
             typer.echo(f"  {k}={v}")
         typer.echo("launchers:")
-        typer.echo(f"  srun    {join(t.srun)}")
-        typer.echo(f"  mpirun  {join(t.openmpi)}")
-        typer.echo(f"  jsrun   {join(t.jsrun)}")
-        typer.echo(f"  mpiexec {join(t.mpiexec)}")
+        for lname, launcher in LAUNCHERS.items():
+            typer.echo(f"  {lname:<7} {join(launcher().flags(s, t))}")
         typer.echo("cores per local rank (compute | CCL workers):")
         for i, (c, w) in enumerate(zip(t.compute_cores, t.worker_cores, strict=True)):
             typer.echo(f"  rank {i}: {_span(c)} | {_span(w) or '-'}")

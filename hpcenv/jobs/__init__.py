@@ -6,7 +6,8 @@ Public API:
   scheduler, tuning and log names.
 - :func:`submit` / :func:`submit_chain` (afterok) / :func:`wait` / :func:`status` /
   :func:`logs` / :func:`cancel` over a :class:`Transport` (local or SSH).
-- :func:`tune` -> :class:`LaunchTuning` from node topology and job shape.
+- :func:`tune` -> :class:`Placement` (neutral: ranks, cores, GPUs, env); launchers and
+  runtimes turn it into their own flags.
 - :func:`training_chain` / :func:`array_chain` build staged pipelines; manifests via
   :func:`write_manifest` / :func:`verify_manifest`.
 - Registries: :func:`get_scheduler`, :func:`get_launcher`, :func:`get_runtime`.
@@ -30,10 +31,10 @@ from hpcenv.jobs.submit import (
     wait,
 )
 from hpcenv.jobs.transport import LocalTransport, SshTransport, Transport, TransportSpec
-from hpcenv.jobs.tuning import LaunchTuning, tune
+from hpcenv.jobs.tuning import LaunchTuning, Placement, tune
 
 __all__ = [
-    "ArraySpec", "JobSpec", "JobStatus", "LaunchTuning", "LocalTransport", "RenderedJob",
+    "ArraySpec", "JobSpec", "JobStatus", "LaunchTuning", "LocalTransport", "Placement", "RenderedJob",
     "Scheduler", "SshTransport", "StageIn", "StageOut", "Stitch", "Submission", "Transport",
     "TransportSpec", "array_chain", "cancel", "default_image", "get_launcher", "get_runtime",
     "get_scheduler", "load_record", "logs", "prepare", "render_job", "status", "submit",

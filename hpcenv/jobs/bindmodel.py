@@ -40,10 +40,16 @@ class SiteMpi:
     soname: str
     abi: str
     env: dict[str, str] = field(default_factory=dict)
+    libs: tuple[str, ...] = ()  # single host libraries the site MPI links to (mpi.host_libs)
+    preload: tuple[str, ...] = ()  # libraries to LD_PRELOAD (mpi.preload: e.g. Cray GTL)
 
     @property
     def ld_library_path(self) -> str:
         return ":".join(self.library_path)
+
+    @property
+    def ld_preload(self) -> str:
+        return ":".join(self.preload)
 
     @property
     def library(self) -> str:
@@ -64,10 +70,12 @@ def site_mpi(site: Site) -> SiteMpi | None:
         spec=mpi.spec,
         root=mpi.root,
         mounts=tuple(mounts),
-        library_path=(f"{mpi.root}/lib",),
+        library_path=tuple(mpi.library_path) or (f"{mpi.root}/lib",),
         soname=str(family.get("soname", "libmpi.so")),
         abi=str(family.get("abi", "unknown")),
         env=dict(mpi.env),
+        libs=tuple(mpi.host_libs),
+        preload=tuple(mpi.preload),
     )
 
 

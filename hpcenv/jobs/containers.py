@@ -1,9 +1,16 @@
 """Container runtimes: how each rank enters the image, per the site's ``runtime.kind``.
 
 A runtime turns (site, image, context) into a :class:`ContainerLaunch`: options for the launcher
-(pyxis), an argv prefix put before the command, and variables to export. Bind-model MPI binds
-``mpi.root`` and ``mpi.bind_paths`` and puts the host MPI's libraries first on the loader path;
-hybrid MPI relies on the PMI match (``srun --mpi=pmix`` + the image's own Open MPI).
+(pyxis), an argv prefix put before the command, and variables to export. The launcher's flags
+come from :mod:`hpcenv.jobs.launchers` (one :class:`~hpcenv.jobs.tuning.Placement`); a runtime
+adds only how a rank enters the image.
+
+Bind-model MPI (:mod:`hpcenv.jobs.bindmodel`): each runtime says the site MPI's injection in its
+own words: Apptainer ``--bind``, ``APPTAINERENV_LD_LIBRARY_PATH``/``APPTAINERENV_LD_PRELOAD`` and
+``APPTAINER_CONTAINLIBS`` for single host libraries (as OLCF's Frontier examples do); OCI
+runtimes ``--volume`` and ``--env``. Runtimes whose own flags inject the site MPI (podman-hpc
+``--mpi``, shifter ``--module=mpich``) get nothing added. Hybrid MPI relies on the PMI match
+(``srun --mpi=pmix`` + the image's own Open MPI).
 
 ``podman`` (site ``local``) starts one rootful container per rank under ``srun --mpi=pmix``. What
 makes the image's Open MPI join the host Slurm's PMIx server (measured with Slurm 22.05 + PMIx
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError
-from hpcenv.jobs.bindmodel import site_mpi
+from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
 from hpcenv.jobs.shell import Expand
 from hpcenv.site import Site
 
@@ -65,9 +72,31 @@ def _p(path: str) -> str:
     return Expand(path) if "$" in path else path
 
 
+# Runtime flags that make the runtime inject the site MPI itself (NERSC podman-hpc modules
+# mpich/cuda-mpich, NERSC/podman-hpc etc/modules.d, read 2026-11-22; shifter's mpich modules).
+_SELF_INJECTING = {
+    "podman-hpc": ("--mpi", "--cuda-mpi"),
+    "shifter": ("--module=mpich", "--module=cuda-mpich"),
+}
+
+
+def _injection(site: Site, ctx: RunContext) -> SiteMpi | None:
+    """The site MPI this runtime must inject (None: hybrid, a control run, or self-injected)."""
+    if not ctx.inject_site_mpi:
+        return None
+    if any(f in _SELF_INJECTING.get(site.runtime.kind, ()) for f in site.runtime.flags):
+        return None
+    return site_mpi(site)
+
+
+def _v(value: str) -> str:
+    """An exported value that names variables (``$CRAY_LD_LIBRARY_PATH``): double-quoted."""
+    return Expand(value) if "$" in value else value
+
+
 def _binds(site: Site, ctx: RunContext) -> list[str]:
     paths = [*site.runtime.binds, ctx.workdir, *ctx.binds]
-    inj = site_mpi(site) if ctx.inject_site_mpi else None
+    inj = _injection(site, ctx)
     if inj:
         paths += inj.mounts
     seen: list[str] = []
@@ -97,9 +126,13 @@ class Apptainer(ContainerRuntime):
         argv += ["--pwd", _p(ctx.workdir), _p(image)]
         env: dict[str, str] = {}
         notes = []
-        inj = site_mpi(site) if ctx.inject_site_mpi else None
+        inj = _injection(site, ctx)
         if inj:
-            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = inj.ld_library_path
+            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = _v(inj.ld_library_path)
+            if inj.preload:
+                env[f"{self.env_prefix}LD_PRELOAD"] = _v(inj.ld_preload)
+            if inj.libs:  # single host libraries, bound into the container's library folder
+                env[f"{self.kind.upper()}_CONTAINLIBS"] = _v(",".join(inj.libs))
             notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
         return ContainerLaunch(prefix=argv, env=env, notes=notes)
 
@@ -113,11 +146,22 @@ def _oci_run(
     cmd: list[str], site: Site, image: str, ctx: RunContext, extra: list[str] | None = None
 ) -> list[str]:
     argv = list(cmd)
-    for path in _binds(site, ctx):
+    inj = _injection(site, ctx)
+    for path in [*_binds(site, ctx), *(inj.libs if inj else ())]:
         argv.append(_p(f"--volume={path}:{path}"))
     argv.append(_p(f"--workdir={ctx.workdir}"))
     argv += [f"--env={name}" for name in ctx.env_names]
     return [*argv, *(extra or []), image]
+
+
+def _oci_mpi_env(inj: SiteMpi | None) -> list[str]:
+    """``--env`` flags that put the site MPI first on the loader path (and preload its GTL)."""
+    if not inj:
+        return []
+    out = [_p(f"--env=LD_LIBRARY_PATH={inj.ld_library_path}")]
+    if inj.preload:
+        out.append(_p(f"--env=LD_PRELOAD={inj.ld_preload}"))
+    return out
 
 
 class Podman(ContainerRuntime):
@@ -129,25 +173,34 @@ class Podman(ContainerRuntime):
         # PMIX_*, SLURM_*, OMPI_*, HPCENV_* pass by wildcard in PODMAN_RANK.
         names = [n for n in ctx.env_names if not n.startswith(_PODMAN_WILDCARDS)]
         notes = ["podman per rank: host network/ipc/pid, job owner's uid, PMIx store mounted"]
-        inj = site_mpi(site) if ctx.inject_site_mpi else None
-        extra = []
+        inj = _injection(site, ctx)
+        extra = _oci_mpi_env(inj)
         if inj:
             # As NERSC podman-hpc's --mpi module: bind the site MPI, put it first on the path.
-            extra.append(f"--env=LD_LIBRARY_PATH={inj.ld_library_path}")
             notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
         ctx = RunContext(ctx.workdir, ctx.binds, names, ctx.inject_site_mpi)
         cmd = ["bash", "-c", PODMAN_RANK, "hpcenv-rank"]
         return ContainerLaunch(prefix=_oci_run(cmd, site, image, ctx, extra), notes=notes)
 
 
+def _self_injected(site: Site) -> list[str]:
+    flags = [f for f in site.runtime.flags if f in _SELF_INJECTING.get(site.runtime.kind, ())]
+    if flags and site.mpi.model == "bind":
+        return [f"bind model: {site.runtime.kind} {flags[0]} injects the site's {site.mpi.spec}"]
+    return []
+
+
 class PodmanHpc(ContainerRuntime):
-    """NERSC podman-hpc; ``runtime.flags`` carry ``--mpi``/``--gpu``/``--openmpi-pmix``."""
+    """NERSC podman-hpc; ``runtime.flags`` carry ``--mpi``/``--gpu``/``--nccl``, whose modules
+    (NERSC/podman-hpc ``etc/modules.d``) bind the site MPI, the GPU driver and the NCCL plugin."""
 
     kind = "podman-hpc"
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        cmd = ["podman-hpc", "run", "--rm", *site.runtime.flags]
+        extra = _oci_mpi_env(_injection(site, ctx))
         return ContainerLaunch(
-            prefix=_oci_run(["podman-hpc", "run", "--rm", *site.runtime.flags], site, image, ctx)
+            prefix=_oci_run(cmd, site, image, ctx, extra), notes=_self_injected(site)
         )
 
 
@@ -159,9 +212,10 @@ class Shifter(ContainerRuntime):
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
         ref = image if image.startswith(("docker:", "id:")) else f"docker:{image}"
         argv = ["shifter", f"--image={ref}", *site.runtime.flags]
-        for path in _binds(site, ctx):
+        inj = _injection(site, ctx)
+        for path in [*_binds(site, ctx), *(inj.libs if inj else ())]:
             argv.append(_p(f"--volume={path}:{path}"))
-        return ContainerLaunch(prefix=argv)
+        return ContainerLaunch(prefix=[*argv, *_oci_mpi_env(inj)], notes=_self_injected(site))
 
 
 class Pyxis(ContainerRuntime):

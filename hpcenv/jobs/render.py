@@ -1,7 +1,8 @@
 """Render a job script from ``templates/jobs/`` for a site and a :class:`JobSpec`.
 
-The scheduler gives the directives, the launcher the rank launch, the container runtime the
-per-rank prefix and the tuning the environment. Every value is quoted here (see
+The scheduler gives the directives, the launcher the rank launch (from the job's
+:class:`~hpcenv.jobs.tuning.Placement`), the container runtime the per-rank prefix, and the
+placement, the site and the job the environment. Every value is quoted here (see
 :mod:`hpcenv.jobs.shell`); the template only places pre-quoted text.
 """
 
@@ -17,6 +18,7 @@ from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import preflight_script, site_mpi
 from hpcenv.jobs.containers import RunContext, get_runtime
 from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
     PLACEHOLDERS,
@@ -24,11 +26,12 @@ from hpcenv.jobs.shell import (
     env_name,
     join,
     placeholders,
+    q,
     qpath,
     word,
 )
 from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
-from hpcenv.jobs.tuning import LaunchTuning, tune
+from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.paths import templates_dir
 from hpcenv.site import Site
 
@@ -39,11 +42,20 @@ class RenderedJob:
 
     script: str
     scheduler: Scheduler
-    tuning: LaunchTuning
+    tuning: Placement
     workdir: str
     log_names: tuple[str | None, str | None]
     image: str | None
     notes: list[str] = field(default_factory=list)
+    prelude: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def placement(self) -> Placement:
+        return self.tuning
+
+    def prelude_line(self) -> str:
+        """``NAME=value ...;`` for a shell that expands the workdir (the submit line)."""
+        return "".join(f"{k}={v}; " for k, v in self.prelude)
 
 
 @lru_cache(maxsize=1)
@@ -70,8 +82,14 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
-    """Render ``job`` for ``site``; ``image`` overrides ``job.image`` (None: run on the host)."""
+def prepare(
+    site: Site, job: JobSpec, image: str | None = None, *, submitting: bool = False
+) -> RenderedJob:
+    """Render ``job`` for ``site``; ``image`` overrides ``job.image`` (None: run on the host).
+
+    ``submitting``: the script is about to be submitted (or shown as such), so a missing or
+    placeholder account is refused with the option to give.
+    """
     if site.scheduler.kind == "none":
         raise ConfigError(f"site {site.name!r} has no batch scheduler (scheduler.kind: none)")
     scheduler = get_scheduler(site.scheduler.kind)
@@ -124,6 +142,7 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
     elif "output" in used:
         output = f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
 
+    account = account_for(site, job.account, strict=submitting)
     env: dict[str, str] = {}
     env.update(tuning.env)
     env.update(site.mpi.env)
@@ -165,7 +184,7 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
             head = launcher.command(site, tuning, launcher_args)
             launch_what = f"{tuning.ranks} ranks, {tuning.ranks_per_node} per node"
         elif launcher_args:  # pyxis: the container is an srun option
-            head = ["srun", "--ntasks=1", "--nodes=1", *launcher_args]
+            head = launcher.one_task(launcher_args)
             launch_what = "one task"
         else:
             head = []
@@ -182,7 +201,7 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
         if key == "CONTAINERS_CONF":
             exports.append((key, f'"{value}"'))
         else:
-            exports.append((key, shlex.quote(value)))
+            exports.append((key, q(value)))
 
     stage_in = stage_out = stitch = None
     if job.stage_in:
@@ -228,7 +247,10 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
         }
 
     context = {
-        "directives": scheduler.directives(site, job, tuning, node_local=per_node),
+        "directives": scheduler.directives(
+            site, job.model_copy(update={"account": account}), tuning, node_local=per_node
+        ),
+        "prelude": prelude(site, account),
         "site": site.name,
         "scheduler": scheduler.name,
         "launcher": launcher.name,
@@ -262,6 +284,7 @@ def prepare(site: Site, job: JobSpec, image: str | None = None) -> RenderedJob:
         log_names=scheduler.log_names(job),
         image=image,
         notes=notes,
+        prelude=prelude(site, account),
     )
 
 

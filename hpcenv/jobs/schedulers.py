@@ -15,12 +15,13 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError, JobError
+from hpcenv.jobs.launchers import slurm_shape
 from hpcenv.jobs.shell import job_id as job_id_word
 from hpcenv.jobs.shell import join, word
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus, Phase, aggregate
 from hpcenv.jobs.transport import Completed, Transport
-from hpcenv.jobs.tuning import LaunchTuning
+from hpcenv.jobs.tuning import Placement
 from hpcenv.site import Site
 
 
@@ -63,6 +64,28 @@ def _merge(
     return out
 
 
+_OPTION_TEXT = re.compile(r"^[A-Za-z0-9_.,:@%+=/ -]+$")
+
+
+def option_pair(text: str) -> tuple[str, str | None]:
+    """One pass-through scheduler option (``--reservation=x``, ``-l filesystems=home``).
+
+    A newline never starts a new directive: only letters, digits, spaces and ``_.,:@%+=/-``
+    are allowed, and the text must be exactly one flag with at most one value.
+    """
+    if not _OPTION_TEXT.match(text):
+        raise ConfigError(
+            f"--option {text!r}: only letters, digits, spaces and _.,:@%+=/- (no newlines, "
+            "quotes or $)"
+        )
+    words = text.split()
+    if not words[0].startswith("-") or len(words) > 2 or (len(words) == 2 and "=" in words[0]):
+        raise ConfigError(
+            f"--option {text!r}: give one option (a flag and at most one value) per --option"
+        )
+    return directive_pairs(words)[0]
+
+
 def _val(value: str) -> str:
     return f'"{value}"' if re.search(r"[\s&|]", value) else value
 
@@ -78,19 +101,40 @@ class Scheduler(ABC):
     # -- rendering --------------------------------------------------------------------------
     @abstractmethod
     def resources(
-        self, site: Site, job: JobSpec, tuning: LaunchTuning
+        self, site: Site, job: JobSpec, tuning: Placement
     ) -> list[tuple[str, str | None]]:
         """Directive (flag, value) pairs for the job's shape, names, logs and array."""
 
     def directives(
-        self, site: Site, job: JobSpec, tuning: LaunchTuning, node_local: bool
+        self, site: Site, job: JobSpec, tuning: Placement, node_local: bool
     ) -> list[str]:
         """Complete directive lines: the job's resources + the site's extra directives."""
         extra = list(site.scheduler.extra_directives)
         if node_local and site.node_local:
             extra += site.node_local.request
-        pairs = _merge([*self.resources(site, job, tuning), *directive_pairs(extra)], self.merge)
-        return [self.line(f, v) for f, v in pairs]
+        pairs = [*self.resources(site, job, tuning), *directive_pairs(extra)]
+        pairs += self.job_options(job)
+        pairs += [option_pair(o) for o in job.scheduler_options]
+        return [self.line(f, v) for f, v in _merge(pairs, self.merge)]
+
+    # Flags for --qos and --constraint; a scheduler without one refuses the option.
+    qos_flag: ClassVar[str | None] = None
+    constraint_flag: ClassVar[str | None] = None
+
+    def job_options(self, job: JobSpec) -> list[tuple[str, str | None]]:
+        pairs: list[tuple[str, str | None]] = []
+        for what, value, flag in (
+            ("--qos", job.qos, self.qos_flag),
+            ("--constraint", job.constraint, self.constraint_flag),
+        ):
+            if value is None:
+                continue
+            if flag is None:
+                raise ConfigError(
+                    f"{self.name} has no {what}; pass the scheduler's own option with --option"
+                )
+            pairs.append((flag, value))
+        return pairs
 
     def line(self, flag: str, value: str | None) -> str:
         if value is None:
@@ -184,29 +228,33 @@ class Slurm(Scheduler):
     task_id_expr = "${SLURM_ARRAY_TASK_ID}"
     merge = {"-C": "&", "--constraint": "&"}
     id_pattern = re.compile(r"^(\d+)(?:;\S+)?$")
+    qos_flag = "--qos"
+    constraint_flag = "-C"  # the flag site files use, so the two merge into one expression
 
     def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         tag = "%A_%a" if job.array else "%j"
         return f"{job.name}-{tag}.out", f"{job.name}-{tag}.err"
 
     def resources(
-        self, site: Site, job: JobSpec, tuning: LaunchTuning
+        self, site: Site, job: JobSpec, tuning: Placement
     ) -> list[tuple[str, str | None]]:
         out, err = self.log_names(job)
         pairs: list[tuple[str, str | None]] = [("--job-name", job.name)]
-        pairs += [(f, v) for f, _, v in (a.partition("=") for a in tuning.srun)]
+        pairs += [(f, v) for f, _, v in (a.partition("=") for a in slurm_shape(site, tuning))]
         pairs += [
             ("--time", word(job.walltime or site.scheduler.walltime, "walltime")),
             ("--output", out),
             ("--error", err),
         ]
-        pairs = [(f, v or None) for f, v in pairs if f != "--gpu-bind"]
-        account = job.account or site.scheduler.account
+        pairs = [(f, v or None) for f, v in pairs]
+        account = job.account  # resolved by render (project.account_for)
         if account:
             pairs.append(("--account", account))
         queue = job.queue or site.scheduler.queue
         if queue:
             pairs.append(("--partition", queue))
+        if site.scheduler.qos and not job.qos:
+            pairs.append(("--qos", site.scheduler.qos))
         if job.array:
             spec = f"0-{job.array.count - 1}"
             if job.array.parallel:
@@ -302,7 +350,7 @@ class Lsf(Scheduler):
         return f"{job.name}-{tag}.out", f"{job.name}-{tag}.err"
 
     def resources(
-        self, site: Site, job: JobSpec, tuning: LaunchTuning
+        self, site: Site, job: JobSpec, tuning: Placement
     ) -> list[tuple[str, str | None]]:
         out, err = self.log_names(job)
         name = job.name
@@ -317,7 +365,7 @@ class Lsf(Scheduler):
             ("-o", out),
             ("-e", err),
         ]
-        account = job.account or site.scheduler.account
+        account = job.account  # resolved by render (project.account_for)
         if account:
             pairs.append(("-P", account))
         queue = job.queue or site.scheduler.queue
@@ -389,7 +437,7 @@ class Pbs(Scheduler):
     id_pattern = re.compile(r"^(\d+(?:\[\])?(?:\.[A-Za-z0-9_.-]+)?)$")
 
     def resources(
-        self, site: Site, job: JobSpec, tuning: LaunchTuning
+        self, site: Site, job: JobSpec, tuning: Placement
     ) -> list[tuple[str, str | None]]:
         pairs: list[tuple[str, str | None]] = [
             ("-N", job.name),
@@ -397,7 +445,7 @@ class Pbs(Scheduler):
             ("-l", "place=scatter"),
             ("-l", f"walltime={word(job.walltime or site.scheduler.walltime, 'walltime')}"),
         ]
-        account = job.account or site.scheduler.account
+        account = job.account  # resolved by render (project.account_for)
         if account:
             pairs.append(("-A", account))
         queue = job.queue or site.scheduler.queue

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from hpcenv.site import ShellPath, ShellWord
+from hpcenv.site import ShellPath, ShellText, ShellWord
 
 JobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 Walltime = Annotated[str, StringConstraints(pattern=r"^[0-9:-]+$")]
@@ -83,8 +83,13 @@ class JobSpec(_Strict):
     image: str | None = None
     workdir: ShellPath | None = Field(default=None, description="default: <scratch>/hpcenv-jobs")
     walltime: Walltime | None = None
-    account: ShellWord | None = None
-    queue: ShellWord | None = None
+    account: ShellWord | None = Field(default=None, description="project/account to charge")
+    queue: ShellWord | None = Field(default=None, description="partition (Slurm) or queue")
+    qos: ShellWord | None = None
+    constraint: ShellWord | None = Field(default=None, description="node features (Slurm -C)")
+    scheduler_options: list[ShellText] = Field(
+        default=[], description="more directives, one option (flag and value) per item"
+    )
     env: dict[ShellWord, str] = {}
     stage_in: StageIn | None = None
     stage_out: StageOut | None = None

@@ -96,11 +96,14 @@ def submit(
     rendered: RenderedJob | None = None,
 ) -> Submission:
     """Render (unless given) and submit ``job``; ``after``: job ids that must succeed first."""
-    rendered = rendered or prepare(site, job, image)
+    rendered = rendered or prepare(site, job, image, submitting=True)
     scheduler = rendered.scheduler
     argv = scheduler.submit_argv(list(after or []))
     wd = qpath(rendered.workdir)
-    command = f'mkdir -p {wd} && cd {wd} && echo {_WORKDIR_MARK}"$(pwd -P)" && {join(argv)}'
+    command = (
+        f"{rendered.prelude_line()}mkdir -p {wd} && cd {wd} && "
+        f'echo {_WORKDIR_MARK}"$(pwd -P)" && {join(argv)}'
+    )
     result = transport.run(command, stdin=rendered.script)
     workdir = rendered.workdir
     lines = []

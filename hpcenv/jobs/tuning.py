@@ -1,28 +1,37 @@
-"""Launch tuning: derive rank placement, threads and binding from a site's node topology.
+"""Placement: one neutral description of where a job's ranks run, derived from node topology.
+
+:func:`tune` returns a :class:`Placement` (nodes, ranks per node, cores and core lists per rank,
+GPUs per rank and their binding, environment); it names no launcher flag. Each launcher
+(:mod:`hpcenv.jobs.launchers`: srun, jsrun, mpiexec, mpirun) and each container runtime
+(:mod:`hpcenv.jobs.containers`) turns it into its own flags, so a launch line is built in one
+place. ``Placement.env`` is a plain mapping that later layers (site tuning, measured tuning files)
+extend; nothing else carries environment.
 
 Cores are numbered socket-major (socket ``s`` owns cores ``s*C .. s*C+C-1``, first hardware
-thread of each core), which is how Linux numbers physical cores on the sites hpcenv knows.
-Each local rank gets a contiguous *domain* of ``cores_per_rank`` cores inside one socket when
-the ranks divide evenly over sockets. With oneCCL, the last ``ccl_workers`` cores of each domain
-run the CCL workers and are kept out of the compute threads' domain: ``OMP_NUM_THREADS``, the
-``I_MPI_PIN_DOMAIN`` masks and PALS ``--cpu-bind list:`` cover only the compute cores, and
-``CCL_WORKER_AFFINITY`` lists exactly the worker cores.
+thread of each core), which is how Linux numbers physical cores on the sites hpcenv knows. Cores
+the site reserves for the system (``node.reserved_cores``: Frontier's low-noise core 0 of each L3
+region, Aurora's cores 0 and 52) are never given to a rank. Each local rank gets a contiguous
+*domain* of ``cores_per_rank`` usable cores inside one socket when the ranks divide evenly over
+sockets. With oneCCL, the last ``ccl_workers`` cores of each domain run the CCL workers and are
+kept out of the compute threads' domain: ``OMP_NUM_THREADS``, the ``I_MPI_PIN_DOMAIN`` masks and
+PALS ``--cpu-bind list:`` cover only the compute cores, and ``CCL_WORKER_AFFINITY`` lists exactly
+the worker cores.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hpcenv.errors import ConfigError
 from hpcenv.site import Site
 
-DEFAULT_CCL_WORKERS = 4
+GpuBind = Literal["none", "closest", "list", "shared"]
 
 
 @dataclass(frozen=True)
-class LaunchTuning:
-    """Everything a launcher and the job's environment need for one job shape."""
+class Placement:
+    """Where one job shape's ranks run; launchers and runtimes turn it into their flags."""
 
     site: str
     nodes: int
@@ -32,14 +41,12 @@ class LaunchTuning:
     omp_threads: int
     ccl_workers: int
     gpus_per_rank: int
+    gpu_bind: GpuBind
+    gpu_ids: tuple[tuple[str, ...], ...]
     oversubscribed: bool
     compute_cores: tuple[tuple[int, ...], ...]
     worker_cores: tuple[tuple[int, ...], ...]
     env: dict[str, str]
-    srun: list[str]
-    openmpi: list[str]
-    jsrun: list[str]
-    mpiexec: list[str]
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -48,6 +55,12 @@ class LaunchTuning:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The name this type had before launchers owned their flags; kept for callers.
+LaunchTuning = Placement
+
+DEFAULT_CCL_WORKERS = 4
 
 
 def default_ccl_workers(site: Site, recipe: str | None) -> int:
@@ -76,6 +89,33 @@ def _mask(cores: tuple[int, ...]) -> str:
     return hex(sum(1 << c for c in cores))
 
 
+def usable_cores(site: Site) -> list[list[int]]:
+    """Per socket, the cores a job may use (the site's ``node.reserved_cores`` left out)."""
+    node = site.node
+    reserved = set(node.reserved_cores)
+    return [
+        [c for c in range(s * node.cores_per_socket, (s + 1) * node.cores_per_socket)
+         if c not in reserved]
+        for s in range(node.sockets)
+    ]  # fmt: skip
+
+
+def default_ranks_per_node(site: Site) -> tuple[int, str]:
+    """The site's documented default, else one rank per GPU, else per socket (at least 2)."""
+    node = site.node
+    if node.ranks_per_node:
+        return node.ranks_per_node, "the site's documented default (node.ranks_per_node)"
+    if node.gpus:
+        if node.gpu_tiles > 1:
+            return node.gpus * node.gpu_tiles, "one per GPU tile (default)"
+        return node.gpus, "one per GPU (default)"
+    usable = sum(len(s) for s in usable_cores(site))
+    if node.sockets == 1 and usable >= 2:
+        # One rank on a one-socket node makes every collective a no-op (world size 1).
+        return 2, "two on a one-socket node, so collectives cross ranks (default)"
+    return node.sockets, "one per socket (default)"
+
+
 def tune(
     site: Site,
     nodes: int = 1,
@@ -85,24 +125,31 @@ def tune(
     ccl_workers: int | None = None,
     recipe: str | None = None,
     force: bool = False,
-) -> LaunchTuning:
-    """Derive the launch settings for ``nodes`` x ``ranks_per_node`` ranks on ``site``.
+) -> Placement:
+    """The placement of ``nodes`` x ``ranks_per_node`` ranks on ``site``.
 
-    Defaults: one rank per GPU, else one per socket; cores split evenly among a socket's ranks.
-    Raises ConfigError on over-subscription (more cores asked than the node has, or no core left
-    for compute threads after the CCL workers) unless ``force``.
+    Defaults: the site's ``node.ranks_per_node``, else one rank per GPU, else one per socket
+    (two on a one-socket node); usable cores split evenly among a socket's ranks. Raises
+    ConfigError on over-subscription (more cores asked than the node leaves to jobs, or no core
+    left for compute threads after the CCL workers) unless ``force``.
     """
     node = site.node
-    sockets, per_socket, gpus = node.sockets, node.cores_per_socket, node.gpus
-    cores = node.cores
+    sockets, gpus = node.sockets, node.gpus
+    sockets_cores = usable_cores(site)
+    flat = [c for sc in sockets_cores for c in sc]
+    per_socket = min(len(sc) for sc in sockets_cores)
+    cores = len(flat)
     if nodes < 1:
         raise ConfigError("--nodes must be at least 1")
     reasons: list[str] = []
-    if ranks_per_node is None:
-        ranks_per_node = gpus or sockets
+    if node.reserved_cores:
         reasons.append(
-            f"{ranks_per_node} ranks per node: one per {'GPU' if gpus else 'socket'} (default)"
+            f"cores {core_ranges(tuple(node.reserved_cores))} reserved for the system "
+            f"(node.reserved_cores): {cores} of {node.cores} cores usable"
         )
+    if ranks_per_node is None:
+        ranks_per_node, why = default_ranks_per_node(site)
+        reasons.append(f"{ranks_per_node} ranks per node: {why}")
     if ranks_per_node < 1:
         raise ConfigError("--ranks-per-node must be at least 1")
     k = ranks_per_node
@@ -118,13 +165,14 @@ def tune(
             cores_per_rank = max(1, per_socket // per_socket_ranks)
             reasons.append(
                 f"{per_socket_ranks} rank(s) per socket x {sockets} socket(s); "
-                f"{per_socket} cores per socket -> {cores_per_rank} cores per rank"
+                f"{per_socket} usable cores per socket -> {cores_per_rank} cores per rank"
             )
         else:
             cores_per_rank = max(1, cores // k)
             reasons.append(
                 f"{k} ranks do not split evenly over {sockets} socket(s); "
-                f"{cores} cores / {k} -> {cores_per_rank} cores per rank, ranks may span sockets"
+                f"{cores} usable cores / {k} -> {cores_per_rank} cores per rank, "
+                "ranks may span sockets"
             )
     elif cores_per_rank < 1:
         raise ConfigError("cores per rank must be at least 1")
@@ -135,7 +183,9 @@ def tune(
     if k * cores_per_rank > cores:
         problems.append(
             f"{k} ranks x {cores_per_rank} cores = {k * cores_per_rank} cores per node, "
-            f"but a {site.name} node has {cores} ({sockets} x {per_socket})"
+            f"but a {site.name} node has {cores} usable ({sockets} x {node.cores_per_socket}"
+            + (f", {len(node.reserved_cores)} reserved" if node.reserved_cores else "")
+            + ")"
         )
     if workers >= cores_per_rank:
         problems.append(
@@ -151,10 +201,11 @@ def tune(
     worker: list[tuple[int, ...]] = []
     for i in range(k):
         if per_socket_ranks:
-            start = (i // per_socket_ranks) * per_socket + (i % per_socket_ranks) * cores_per_rank
+            socket = sockets_cores[i // per_socket_ranks]
+            start = (i % per_socket_ranks) * cores_per_rank
+            domain = tuple(socket[start + j] for j in range(cores_per_rank))
         else:
-            start = i * cores_per_rank
-        domain = tuple((start + j) % cores for j in range(cores_per_rank))
+            domain = tuple(flat[(i * cores_per_rank + j) % cores] for j in range(cores_per_rank))
         n_compute = max(1, cores_per_rank - workers)
         compute.append(domain[:n_compute])
         if workers < cores_per_rank:
@@ -171,12 +222,24 @@ def tune(
         reasons.append(f"OMP_NUM_THREADS={omp}: one thread per core of the rank's domain")
 
     gpr = 0
+    gpu_bind: GpuBind = "none"
+    gpu_ids: list[tuple[str, ...]] = [() for _ in range(k)]
+    tiles = node.gpu_tiles
+    units = gpus * tiles  # what a rank binds to: a GPU, or a tile of one
+    unit = "GPU tile" if tiles > 1 else "GPU"
     if gpus:
-        if k <= gpus:
-            gpr = gpus // k
-            reasons.append(f"{gpus} GPUs / {k} ranks -> {gpr} GPU(s) per rank, bound closest")
+        if k <= units:
+            gpr = units // k
+            ids = [f"{u // tiles}.{u % tiles}" if tiles > 1 else str(u) for u in range(units)]
+            gpu_ids = [tuple(ids[i * gpr : (i + 1) * gpr]) for i in range(k)]
+            # Tiles are bound by explicit list (ALCF's --gpu-bind=list), whole GPUs closest.
+            gpu_bind = "list" if tiles > 1 else "closest"
+            reasons.append(
+                f"{units} {unit}s / {k} ranks -> {gpr} {unit}(s) per rank, bound {gpu_bind}"
+            )
         else:
-            reasons.append(f"{k} ranks > {gpus} GPUs: GPUs shared, no per-task GPU binding")
+            gpu_bind = "shared"
+            reasons.append(f"{k} ranks > {units} {unit}s: shared, no per-rank GPU binding")
 
     env = {
         "OMP_NUM_THREADS": str(omp),
@@ -189,28 +252,7 @@ def tune(
         env["CCL_WORKER_AFFINITY"] = ",".join(str(c) for d in worker for c in d)
     reasons.append("KMP_BLOCKTIME=1: threads stop spinning soon after a parallel region")
 
-    if oversubscribed:  # Slurm refuses per-node task/CPU counts beyond the node even with -O
-        srun = [f"--nodes={nodes}", f"--ntasks={nodes * k}", "--overcommit"]
-    else:
-        srun = [f"--nodes={nodes}", f"--ntasks-per-node={k}", f"--cpus-per-task={cores_per_rank}"]
-    if gpr:
-        srun += [f"--gpus-per-task={gpr}", "--gpu-bind=closest"]
-
-    if per_socket_ranks:
-        openmpi = ["--map-by", f"ppr:{per_socket_ranks}:socket:pe={cores_per_rank}"]
-    else:
-        openmpi = ["--map-by", f"ppr:{k}:node:pe={cores_per_rank}"]
-    openmpi += ["--bind-to", "none" if oversubscribed else "core"]
-    if oversubscribed:
-        openmpi.append("--oversubscribe")
-
-    jsrun = ["-n", str(nodes * k), "-r", str(k), "-a", "1", "-c", str(cores_per_rank)]
-    jsrun += ["-g", str(gpr), "-b", f"packed:{cores_per_rank}"]
-
-    mpiexec = ["-n", str(nodes * k), "--ppn", str(k)]
-    mpiexec += ["--cpu-bind", "list:" + ":".join(core_ranges(d) for d in compute)]
-
-    return LaunchTuning(
+    return Placement(
         site=site.name,
         nodes=nodes,
         ranks_per_node=k,
@@ -219,13 +261,11 @@ def tune(
         omp_threads=omp,
         ccl_workers=workers,
         gpus_per_rank=gpr,
+        gpu_bind=gpu_bind,
+        gpu_ids=tuple(gpu_ids),
         oversubscribed=oversubscribed,
         compute_cores=tuple(compute),
         worker_cores=tuple(worker) if workers else tuple(() for _ in compute),
         env=env,
-        srun=srun,
-        openmpi=openmpi,
-        jsrun=jsrun,
-        mpiexec=mpiexec,
         reasons=reasons,
     )

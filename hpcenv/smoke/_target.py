@@ -30,7 +30,9 @@ class Target:
     @property
     def mpirun(self) -> str:
         """Open MPI (the primary MPI); ``--oversubscribe`` because ranks may exceed cores."""
-        return f"mpirun -np {self.ranks} --oversubscribe"
+        from hpcenv.jobs.launchers import Mpirun
+
+        return shlex.join(Mpirun.unplaced(self.ranks))
 
     @property
     def mpiexec_mpich(self) -> str:

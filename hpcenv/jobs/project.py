@@ -1,0 +1,83 @@
+"""The job's project/account, and the variables a site provides to its job scripts.
+
+A site file may leave the account out (``scheduler.account_required``) or hold an obvious
+placeholder (``PROJ123``, ``m0000``); either is refused when a job is submitted, with the
+option to give (``--account``). The account becomes ``$HPCENV_PROJECT`` in the job script,
+so site paths such as ``$MEMBERWORK/$HPCENV_PROJECT`` (OLCF) or
+``/lus/flare/projects/$HPCENV_PROJECT`` (ALCF) expand on the compute node. Site variables
+(``variables:`` in the site file) keep the value the site sets and fall back to the documented
+default where it is unset, so ``set -u`` never meets an unbound name.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hpcenv.errors import ConfigError
+from hpcenv.jobs.shell import env_name, qpath
+from hpcenv.site import Site
+
+PROJECT_VAR = "HPCENV_PROJECT"
+
+# Values that stand for "your project here" in examples and site files.
+_PLACEHOLDER = re.compile(
+    r"^(?:PROJ\d*|PROJECT|proj\d*|m0+|abc123|ABC123|XXX+|xxx+|CHANGEME|changeme|"
+    r"your[_-]?project|<.*>|\$\{?PROJ\}?)$",
+    re.IGNORECASE,
+)
+
+
+def is_placeholder(value: str) -> bool:
+    return bool(_PLACEHOLDER.match(value))
+
+
+def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
+    """The account a job is charged to: ``given`` (``--account``), else the site file's.
+
+    ``strict`` (submission): a placeholder, or no account where the site needs one, is a
+    ConfigError that names the option to give.
+    """
+    account = given or site.scheduler.account
+    if not strict:
+        return None if account and is_placeholder(account) else account
+    option = "--account" if site.scheduler.kind != "lsf" else "--account (bsub -P)"
+    if account and is_placeholder(account):
+        where = "given" if given else f"site {site.name}'s scheduler.account"
+        raise ConfigError(
+            f"account {account!r} ({where}) is a placeholder: give your project with {option} ID"
+        )
+    if not account and site.scheduler.account_required:
+        raise ConfigError(
+            f"site {site.name} needs a project to charge the job to: give {option} ID"
+        )
+    return account
+
+
+def uses_project(site: Site) -> bool:
+    """Whether the site's paths name ``$HPCENV_PROJECT``."""
+    texts = [f.path for f in site.filesystems]
+    texts += [v.default for v in site.variables.values() if v.default]
+    if site.node_local:
+        texts.append(site.node_local.path)
+    return any(PROJECT_VAR in t for t in texts)
+
+
+def prelude(site: Site, account: str | None) -> list[tuple[str, str]]:
+    """``(NAME, quoted value)`` assignments every job script (and the submit line) starts with."""
+    out: list[tuple[str, str]] = []
+    if account is not None:
+        out.append((PROJECT_VAR, qpath(account)))
+    elif uses_project(site):
+        out.append(
+            (PROJECT_VAR, f'"${{{PROJECT_VAR}:?site {site.name} paths need a project: '
+                          f'submit with --account ID}}"')
+        )  # fmt: skip
+    for name, var in site.variables.items():
+        env_name(name)
+        if var.default is None:
+            out.append((name, f'"${{{name}:?site {site.name} sets {name} on its nodes}}"'))
+            continue
+        default = qpath(var.default)
+        inner = default[1:-1] if default.startswith('"') else default
+        out.append((name, f'"${{{name}:-{inner}}}"'))
+    return out

@@ -1,0 +1,109 @@
+"""``submit`` options for the project, queue, QOS, constraint and any other scheduler option,
+run as the installed ``hpcenv`` (exit codes and messages), and the two-rank local default."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+CHECKS = Path(__file__).resolve().parents[1] / "hpcenv" / "checks"
+
+
+def hpcenv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(HPCENV), *args], capture_output=True, text=True, timeout=120)
+
+
+def dry(site: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return hpcenv("submit", "--site", site, "--recipe", "horovod-gpu", "--dry-run", *args,
+                  "--", "python3", "train.py")  # fmt: skip
+
+
+@pytest.mark.parametrize("site", ["summit", "frontier", "perlmutter", "aurora"])
+def test_real_sites_refuse_a_missing_account_and_name_the_option(site: str) -> None:
+    proc = dry(site)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"site {site} needs a project" in proc.stderr and "--account" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["PROJ123", "m0000", "abc123", "CHANGEME"])
+def test_placeholder_accounts_are_refused(value: str) -> None:
+    proc = dry("frontier", "--account", value)
+    assert proc.returncode == 2
+    assert f"account {value!r} (given) is a placeholder" in proc.stderr
+    assert "--account ID" in proc.stderr
+
+
+def test_placeholder_in_a_site_file_is_refused(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[1] / "site-configs" / "generic-slurm.yaml").read_text()
+    site = tmp_path / "mysite.yaml"
+    site.write_text(text.replace("name: generic-slurm", "name: mysite") + "\n")
+    # generic-slurm has no account; give it the placeholder OLCF's examples use
+    site.write_text(site.read_text().replace("  kind: slurm\n", "  kind: slurm\n  account: PROJ123\n", 1))
+    proc = hpcenv("submit", "--site", str(site), "--no-container", "--dry-run", "--", "true")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "site mysite's scheduler.account" in proc.stderr and "--account" in proc.stderr
+
+
+def test_scheduler_options_reach_the_directives() -> None:
+    proc = dry("frontier", "-A", "stf007", "--partition", "extended", "--qos", "debug",
+               "--constraint", "nvme", "--option", "--reservation=hackathon",
+               "--option", "--mail-type END")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = set(proc.stdout.splitlines())
+    assert {"#SBATCH --account=stf007", "#SBATCH --partition=extended", "#SBATCH --qos=debug",
+            "#SBATCH -C nvme", "#SBATCH --reservation=hackathon",
+            "#SBATCH --mail-type=END"} <= lines  # fmt: skip
+    pbs = dry("aurora", "-A", "stf007", "--queue", "prod", "--option", "-l filesystems=home:flare:daos_user")  # fmt: skip
+    assert pbs.returncode == 0, pbs.stderr
+    assert {"#PBS -A stf007", "#PBS -q prod"} <= set(pbs.stdout.splitlines())
+    assert "#PBS -l filesystems=home:flare:daos_user" in pbs.stdout
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--a\n#SBATCH --x", "--option"),  # a newline never starts a directive
+        ("--a=1 --b=2", "one option"),
+        ("plain", "one option"),
+        ("--a=$(id)", "--option"),
+    ],
+)
+def test_bad_scheduler_options_are_one_line_errors(option: str, message: str) -> None:
+    proc = dry("frontier", "-A", "stf007", "--option", option)
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_qos_on_a_scheduler_without_one_is_refused() -> None:
+    proc = dry("summit", "-A", "stf007", "--qos", "debug")
+    assert proc.returncode == 2
+    assert "lsf has no --qos" in proc.stderr
+
+
+def test_local_default_job_runs_two_ranks() -> None:
+    proc = hpcenv("submit", "--site", "local", "--no-container", "--dry-run", "--",
+                  "python3", "/opt/hpcenv/checks/allreduce_mpi.py")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --ntasks-per-node=2" in proc.stdout
+    assert "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix" in proc.stdout
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed")
+def test_collective_check_refuses_world_size_one() -> None:
+    """The allreduce check run as one rank exits 2 (it would 'pass' with busbw 0)."""
+    pytest.importorskip("mpi4py")
+    script = str(CHECKS / "allreduce_mpi.py")
+    one = subprocess.run([sys.executable, script, "--max-bytes", "64"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert one.returncode == 2, one.stdout + one.stderr
+    assert "world size 1" in one.stderr and "--allow-single-rank" in one.stderr
+    ok = subprocess.run([sys.executable, script, "--max-bytes", "64", "--allow-single-rank"],
+                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ok.returncode == 0 and '"world_size": 1' in ok.stdout
