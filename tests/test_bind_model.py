@@ -49,7 +49,8 @@ def test_frontier_gets_the_same_injection_through_apptainer() -> None:
     inj = site_mpi(site)
     assert inj is not None and inj.soname == "libmpi.so.12" and inj.abi == "mpich"
     script = render_job(site, _job(), "/lustre/orion/x.sif")
-    assert f"export APPTAINERENV_LD_LIBRARY_PATH={inj.ld_library_path}" in script
+    # OLCF's wiring names $CRAY_LD_LIBRARY_PATH (set by cray-mpich-abi): double-quoted.
+    assert f'export APPTAINERENV_LD_LIBRARY_PATH="{inj.ld_library_path}"' in script
     for path in inj.mounts:
         assert f"--bind {path}" in script
     assert "apptainer exec" in script and "bind model ABI mismatch" in script
