@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpcenv.engines import BuildResult, StepCallback, get_engine
 from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
+from hpcenv.output import output_lock, publish_dir
 from hpcenv.paths import cache_dir
 from hpcenv.recipe import load_recipe
 from hpcenv.render import Rendered, render, write
@@ -30,6 +33,7 @@ class BuildPlan:
     rendered: Rendered
     context: Path
     tag: str
+    owned: bool = True  # the context lives in hpcenv's cache (replaced without --force)
 
     def summary(self) -> dict[str, object]:
         comps = self.lock.components
@@ -49,7 +53,7 @@ class BuildPlan:
 
 
 def default_context_root() -> Path:
-    return cache_dir() / "contexts"
+    return cache_dir(create=False) / "contexts"
 
 
 def make_plans(
@@ -57,8 +61,12 @@ def make_plans(
     recipes: list[str] | None,
     overrides: dict[str, str],
     out_root: Path | None = None,
+    *,
+    owned: bool | None = None,
 ) -> list[BuildPlan]:
-    """Resolve and render every requested recipe (default: the site's recipes)."""
+    """Resolve and render every requested recipe (default: the site's recipes); nothing is
+    written until :func:`write_context` or :func:`context_ready`. ``owned``: hpcenv may
+    replace the contexts without --force (default: only under its own cache)."""
     names = recipes or list(site.recipes)
     if not names:
         raise ConfigError(f"site {site.name} lists no default recipes; pass --recipe")
@@ -68,9 +76,29 @@ def make_plans(
         lock = resolve(site, load_recipe(name), overrides)
         rendered = render(lock, site)
         context = root / site.name / name
-        write(rendered, context)
-        plans.append(BuildPlan(site, name, lock, rendered, context, image_tag(site.name, name)))
+        tag = image_tag(site.name, name)
+        mine = out_root is None if owned is None else owned
+        plans.append(BuildPlan(site, name, lock, rendered, context, tag, mine))
     return plans
+
+
+def write_context(plan: BuildPlan, *, locked: bool = False) -> Path:
+    """Write the plan's build context (files + build inputs) and swap it in whole."""
+
+    def fill(tmp: Path) -> None:
+        write(plan.rendered, tmp)
+        stage_build_inputs(plan, tmp)
+
+    publish_dir(plan.context, fill, force=plan.owned, locked=locked)
+    return plan.context
+
+
+@contextmanager
+def context_ready(plan: BuildPlan) -> Iterator[Path]:
+    """The plan's context, written and held (locked) until the block ends: concurrent builds
+    of the same context take turns instead of mixing files."""
+    with output_lock(plan.context):
+        yield write_context(plan, locked=True)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -84,10 +112,10 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def stage_build_inputs(plan: BuildPlan) -> None:
+def stage_build_inputs(plan: BuildPlan, context: Path | None = None) -> None:
     """Put the site's CA bundle and wheelhouse into the build-only part of the context."""
     build = plan.site.build
-    inputs = plan.context / "hpcenv-build"
+    inputs = (context or plan.context) / "hpcenv-build"
     inputs.mkdir(parents=True, exist_ok=True)
     if build.ca_bundle:
         ca = Path(build.ca_bundle)
@@ -130,8 +158,8 @@ def build_image(
     """Build one plan for real; a failure names the step and its log (BuildError)."""
     engine = get_engine(engine_name or plan.site.build.engine)
     ensure_base(plan, on_step)
-    stage_build_inputs(plan)
     log = cache_dir() / "logs" / f"build-{plan.site.name}-{plan.recipe}.log"
-    return engine.build(
-        plan.context, plan.context / "Dockerfile", plan.tag, log_path=log, on_step=on_step
-    )
+    with context_ready(plan) as context:
+        return engine.build(
+            context, context / "Dockerfile", plan.tag, log_path=log, on_step=on_step
+        )

@@ -35,3 +35,7 @@ class JobError(HpcenvError):
 
 class EnvironmentProblem(HpcenvError):
     """Something this host lacks (engine, runtime, launcher); says how to fix it."""
+
+
+class OutputError(HpcenvError):
+    """hpcenv will not, or cannot, write its output where asked; nothing was changed there."""

@@ -45,13 +45,30 @@ def package_dir() -> Path:
     return _package_path()
 
 
-def cache_dir() -> Path:
-    """Per-user cache for base images, logs and results (``HPCENV_CACHE`` overrides)."""
+def cache_dir(*, create: bool = True) -> Path:
+    """Per-user cache for base images, logs and results (``HPCENV_CACHE`` overrides).
+
+    ``create=False`` only names it (``build --dry-run`` writes nothing). A cache that cannot be
+    made or written is a one-line ConfigError naming the variable to change.
+    """
+    from hpcenv.errors import ConfigError
+
+    env = "HPCENV_CACHE" if os.environ.get("HPCENV_CACHE") else "XDG_CACHE_HOME"
     root = os.environ.get("HPCENV_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")), "hpcenv"
+        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "hpcenv"
     )
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    if not create:
+        return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"cache folder {root} cannot be made ({err.strerror or err}); set {env} to a "
+            "writable folder"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"cache folder {root} is not writable; set {env} to a writable folder")
     return path
 
 

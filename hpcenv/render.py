@@ -16,6 +16,7 @@ import jinja2
 from hpcenv import __version__
 from hpcenv.blocks import Blocks, Stage
 from hpcenv.lock import Lock
+from hpcenv.output import write_private
 from hpcenv.paths import package_dir, templates_dir
 from hpcenv.site import Site
 
@@ -94,25 +95,37 @@ def checks_dir() -> Path:
     return package_dir() / "checks"
 
 
-def write(rendered: Rendered, out: Path, *, checks: bool = True) -> list[Path]:
-    """Write the build context's text files (Dockerfile, Singularity.def, lock, pip.conf, checks)."""
-    out.mkdir(parents=True, exist_ok=True)
+BUILD_INPUTS_NOTE = (
+    "hpcenv build puts the build-only inputs here: pip.conf (mode 0600), the site's CA bundle and\n"
+    "its wheelhouse. `hpcenv render` leaves them out: they may hold credentials.\n"
+)
+
+
+def write(
+    rendered: Rendered, out: Path, *, checks: bool = True, build_inputs: bool = True
+) -> list[Path]:
+    """Write the build context's text files (Dockerfile, Singularity.def, lock, checks) into
+    ``out``, a fresh folder (see :func:`hpcenv.output.publish_dir`). ``build_inputs``: also
+    ``hpcenv-build/pip.conf`` (mode 0600); without it a note says where those inputs come from.
+    """
     files = {
         "Dockerfile": rendered.dockerfile,
         "Singularity.def": rendered.singularity,
         "stack.lock.json": rendered.lock_json,
-        "hpcenv-build/pip.conf": rendered.pip_conf,
     }
     written = []
     for rel, text in files.items():
         path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(path)
+    inputs = out / "hpcenv-build"
+    inputs.mkdir(exist_ok=True)
+    if build_inputs:
+        written.append(write_private(inputs / "pip.conf", rendered.pip_conf))
+    else:
+        (inputs / "README").write_text(BUILD_INPUTS_NOTE, encoding="utf-8")
     if checks:
         dest = out / "checks"
-        if dest.exists():
-            shutil.rmtree(dest)
         src = checks_dir()
         if src.is_dir():
             shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

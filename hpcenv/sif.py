@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from hpcenv.build import BuildPlan, ensure_base, stage_build_inputs
+from hpcenv.build import BuildPlan, context_ready, ensure_base
 from hpcenv.engines import get_engine
 from hpcenv.paths import cache_dir
 from hpcenv.render import BASE_ARCHIVE
@@ -50,12 +50,11 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
             archive.unlink(missing_ok=True)
         stamp.write_text(image_id + "\n")
     else:
-        stage_build_inputs(plan)
         if plan.lock.build.get("bootstrap_base"):
             ensure_base(plan)
-            base = plan.context / BASE_ARCHIVE
-            if not base.is_file():
-                engine.save(plan.lock.build["base_image"], base, "oci-archive")
-        apptainer.build_from_def(plan.context / "Singularity.def", sif, plan.context)
+        with context_ready(plan) as context:
+            if plan.lock.build.get("bootstrap_base"):
+                engine.save(plan.lock.build["base_image"], context / BASE_ARCHIVE, "oci-archive")
+            apptainer.build_from_def(context / "Singularity.def", sif, context)
     register_image(sif_name(plan, source), sif)
     return sif

@@ -34,6 +34,9 @@ def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        at = text_line(path.read_bytes(), err.start)
+        raise ConfigError(f"{path}:{at}: not UTF-8 text (byte {err.start})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -46,6 +49,11 @@ def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     if node is not None:
         _index_lines(node, (), lines)
     return data, lines
+
+
+def text_line(data: bytes, offset: int) -> int:
+    """1-based line number of byte ``offset`` in ``data``."""
+    return data.count(b"\n", 0, offset) + 1
 
 
 def _line_for(loc: Sequence[str | int], lines: dict[Loc, int]) -> int | None:

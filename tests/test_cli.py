@@ -61,7 +61,8 @@ def test_build_dry_run_summit(runner: CliRunner, tmp_path: Path) -> None:
     assert plan["components"]["cuda"].startswith("11.")
     assert plan["components"]["mpi"].startswith("openmpi@")
     assert {"nccl", "horovod", "torch"} <= set(plan["components"])
-    assert (tmp_path / "summit" / "horovod-gpu" / "Dockerfile").is_file()
+    assert plan["context"] == str(tmp_path / "summit" / "horovod-gpu")
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 
 def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:

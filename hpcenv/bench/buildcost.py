@@ -396,16 +396,15 @@ def build_section(ctx: BenchContext) -> Section:
     """Build cost of the ``daal4py`` recipe three ways + the full image from its build log."""
     from hpcenv.bench import hpccm_daal4py
     from hpcenv.bench.shells import podman
-    from hpcenv.build import ensure_base, image_tag, make_plans, stage_build_inputs
+    from hpcenv.build import ensure_base, image_tag, make_plans, write_context
     from hpcenv.paths import cache_dir
 
     sec = Section(
         "build", f"Build cost: hpcenv vs naive single-stage vs hpccm ({ctx.cfg.build_recipe})"
     )
     recipe = ctx.cfg.build_recipe
-    plan = make_plans(ctx.site, [recipe], {}, ctx.work / "contexts")[0]
-    stage_build_inputs(plan)
-    context = plan.context
+    plan = make_plans(ctx.site, [recipe], {}, ctx.work / "contexts", owned=True)[0]
+    context = write_context(plan)
     lock = plan.lock
     files = {
         "hpcenv": context / "Dockerfile",
@@ -574,10 +573,10 @@ def _full_record_path(site: str) -> Path:
 
 
 def _full_plan(ctx: BenchContext) -> Any:
-    from hpcenv.build import make_plans, stage_build_inputs
+    from hpcenv.build import make_plans, write_context
 
-    plan = make_plans(ctx.site, [FULL_RECIPE], {}, ctx.work / "contexts")[0]
-    stage_build_inputs(plan)
+    plan = make_plans(ctx.site, [FULL_RECIPE], {}, ctx.work / "contexts", owned=True)[0]
+    write_context(plan)
     return plan
 
 

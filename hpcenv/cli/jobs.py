@@ -37,13 +37,19 @@ def _transport(
     raise ConfigError(f"unknown transport {kind!r}; use local or ssh")
 
 
-def _record(job_id: str, site: str | None) -> tuple[Submission, Transport]:
+OnOpt = Annotated[
+    str | None,
+    typer.Option("--on", help="local or the SSH host, when jobs in several places share the id"),
+]
+
+
+def _record(job_id: str, site: str | None, on: str | None = None) -> tuple[Submission, Transport]:
     """A submitted job's record, or a bare one for --site (local transport)."""
     from hpcenv.errors import ConfigError
     from hpcenv.jobs.submit import Submission, load_record, transport_for
     from hpcenv.jobs.transport import LocalTransport, TransportSpec, client_env
 
-    sub = load_record(job_id)
+    sub = load_record(job_id, on)
     if sub is not None:
         return sub, transport_for(sub)
     if site is None:
@@ -241,11 +247,12 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--site", "-s", help="for jobs not submitted here")
         ] = None,
         as_json: JsonOpt = False,
+        on: OnOpt = None,
     ) -> None:
         """Show a job's state in the scheduler's own words."""
         from hpcenv.jobs.submit import status
 
-        sub, t = _record(job_id, site)
+        sub, t = _record(job_id, site, on)
         try:
             st = status(sub, t)
         finally:
@@ -263,11 +270,12 @@ def register(app: typer.Typer) -> None:
         site: Annotated[
             str | None, typer.Option("--site", "-s", help="for jobs not submitted here")
         ] = None,
+        on: OnOpt = None,
     ) -> None:
         """Cancel a job."""
         from hpcenv.jobs.submit import cancel
 
-        sub, t = _record(job_id, site)
+        sub, t = _record(job_id, site, on)
         try:
             cancel(sub, t)
         finally:
@@ -275,11 +283,11 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"cancelled {job_id}")
 
     @app.command("logs")
-    def logs_cmd(job_id: str) -> None:
+    def logs_cmd(job_id: str, on: OnOpt = None) -> None:
         """Print a job's stdout and stderr files."""
         from hpcenv.jobs.submit import logs
 
-        sub, t = _record(job_id, None)
+        sub, t = _record(job_id, None, on)
         try:
             typer.echo(logs(sub, t), nl=False)
         finally:

@@ -53,24 +53,37 @@ def register(app: typer.Typer) -> None:
         recipe: RecipeOpt,
         set_: SetOpt = None,
         out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("out"),
+        force: Annotated[
+            bool,
+            typer.Option("--force", help="replace a non-empty folder hpcenv did not create"),
+        ] = False,
     ) -> None:
-        """Write Dockerfile, Singularity.def, stack.lock.json and a job script (job.sh) to --out."""
+        """Write Dockerfile, Singularity.def, stack.lock.json and a job script (job.sh) to --out.
+
+        The folder is replaced whole (written beside it, then swapped in); a non-empty folder
+        that hpcenv did not make is refused unless --force. pip.conf is not written here.
+        """
         from hpcenv.jobs.containers import default_image
         from hpcenv.jobs.render import render_job
         from hpcenv.jobs.spec import JobSpec
+        from hpcenv.output import check_target, publish_dir
         from hpcenv.render import render, write
 
+        check_target(out, force=force)  # before the slower resolve
         site_obj, lock = _lock(site, recipe, set_)
-        paths = write(render(lock, site_obj), out)
+        rendered = render(lock, site_obj)
         # A ready job script: the image's MPI allreduce check, launched the site's way.
         check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
         job = JobSpec(name=f"hpcenv-{recipe}", command=check, recipe=recipe)
-        script = out / "job.sh"
-        script.write_text(
-            render_job(site_obj, job, default_image(site_obj, recipe)), encoding="utf-8"
-        )
-        for path in [*paths, script]:
-            typer.echo(str(path))
+        job_sh = render_job(site_obj, job, default_image(site_obj, recipe))
+
+        def write_all(tmp: Path) -> list[str]:
+            paths = write(rendered, tmp, build_inputs=False)
+            (tmp / "job.sh").write_text(job_sh, encoding="utf-8")
+            return [p.relative_to(tmp).as_posix() for p in [*paths, tmp / "job.sh"]]
+
+        for rel in publish_dir(out, write_all, force=force):
+            typer.echo(str(out / rel))
 
     @app.command("build")
     def build_cmd(

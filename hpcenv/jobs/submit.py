@@ -2,20 +2,24 @@
 
 Submission runs one shell line on the transport: create and enter the workdir (its ``$VARS``
 expand there), print it, and pipe the script into ``sbatch``/``bsub``/``qsub``. Each submission
-is recorded in ``<cache>/jobs/<id>.json`` (site, scheduler, transport, workdir, log names) so
-``hpcenv status|logs|cancel JOBID`` need nothing else.
+is recorded in ``<cache>/jobs/<transport>-<host>-<id>.json`` (mode 0600; site, scheduler,
+transport, workdir, log names) so ``hpcenv status|logs|cancel JOBID`` need nothing else.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import re
 import shlex
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcenv.errors import JobError
+from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.render import RenderedJob, prepare
 from hpcenv.jobs.schedulers import get_scheduler
 from hpcenv.jobs.shell import job_id as check_job_id
@@ -23,6 +27,7 @@ from hpcenv.jobs.shell import join, qpath
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus
 from hpcenv.jobs.transport import Completed, Transport, TransportSpec, make_transport
+from hpcenv.output import write_private
 from hpcenv.paths import cache_dir
 from hpcenv.site import Site
 
@@ -73,17 +78,63 @@ class Submission:
 def records_dir() -> Path:
     path = cache_dir() / "jobs"
     path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
     return path
 
 
-def load_record(job_id: str) -> Submission | None:
+def record_key(spec: TransportSpec, job_id: str) -> str:
+    """File stem of a job record: transport, host and id, so a local job and an SSH job
+    (or two clusters) with the same id never share one (``local-HOST-ID``,
+    ``ssh-HOST-PORT-ID``)."""
     check_job_id(job_id)
-    base = job_id.split("_")[0]
-    for name in (job_id, base):
-        path = records_dir() / f"{name}.json"
-        if path.is_file():
-            return Submission.from_dict(json.loads(path.read_text()))
-    return None
+    if spec.kind == "local":
+        where = ["local", socket.gethostname().split(".")[0]]
+    else:
+        where = ["ssh", spec.host or "", str(spec.port)]
+    safe = [re.sub(r"[^A-Za-z0-9_.-]", "_", w) for w in where]
+    return "-".join([*safe, job_id])
+
+
+def _read_record(path: Path) -> Submission:
+    try:
+        return Submission.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(
+            f"job record {path} is unreadable ({type(err).__name__}: {err}); "
+            "delete it, or pass --site to ask the scheduler directly"
+        ) from None
+
+
+def load_records(job_id: str) -> list[Submission]:
+    """Every record of ``job_id`` (array tasks ``ID_N`` find ``ID``), any transport."""
+    check_job_id(job_id)
+    found: list[Submission] = []
+    for name in dict.fromkeys((job_id, job_id.split("_")[0])):
+        for path in sorted(records_dir().glob(f"*-{glob.escape(name)}.json")):
+            sub = _read_record(path)
+            if sub.job_id == name:
+                found.append(sub)
+        if found:
+            break
+    return found
+
+
+def load_record(job_id: str, where: str | None = None) -> Submission | None:
+    """The record of ``job_id``; ``where`` (``local`` or an SSH host) picks one when jobs on
+    several transports share the id."""
+    subs = load_records(job_id)
+    if where:
+        subs = [s for s in subs if where in (s.transport.kind, s.transport.host)]
+    if len(subs) > 1:
+        places = ", ".join(_place(s) for s in subs)
+        raise ConfigError(f"job {job_id} was submitted to more than one place ({places}); "
+                          "pass --on local or --on HOST")  # fmt: skip
+    return subs[0] if subs else None
+
+
+def _place(sub: Submission) -> str:
+    t = sub.transport
+    return "local" if t.kind == "local" else f"{t.host}:{t.port}"
 
 
 def submit(
@@ -113,8 +164,8 @@ def submit(
         else:
             lines.append(line)
     job_id = scheduler.parse_job_id(Completed(result.returncode, "\n".join(lines), result.stderr))
-    script_path = records_dir() / f"{job_id}.sh"
-    script_path.write_text(rendered.script)
+    key = record_key(transport.spec, job_id)
+    script_path = write_private(records_dir() / f"{key}.sh", rendered.script)
     sub = Submission(
         job_id=job_id,
         name=job.name,
@@ -126,7 +177,7 @@ def submit(
         script_path=str(script_path),
         array=job.array.count if job.array else None,
     )
-    (records_dir() / f"{job_id}.json").write_text(json.dumps(sub.to_dict(), indent=2) + "\n")
+    write_private(records_dir() / f"{key}.json", json.dumps(sub.to_dict(), indent=2) + "\n")
     return sub
 
 
