@@ -83,13 +83,14 @@ def make_plans(
 
 
 def write_context(plan: BuildPlan, *, locked: bool = False) -> Path:
-    """Write the plan's build context (files + build inputs) and swap it in whole."""
+    """Write the plan's build context (files + build inputs) and swap it in whole; the folder
+    is private (0700): its build inputs are for this user only."""
 
     def fill(tmp: Path) -> None:
         write(plan.rendered, tmp)
         stage_build_inputs(plan, tmp)
 
-    publish_dir(plan.context, fill, force=plan.owned, locked=locked)
+    publish_dir(plan.context, fill, force=plan.owned, locked=locked, mode=0o700)
     return plan.context
 
 

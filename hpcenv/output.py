@@ -85,23 +85,28 @@ def output_lock(out: Path) -> Iterator[None]:
 
 
 def publish_dir(
-    out: Path, write: Callable[[Path], T], *, force: bool = False, locked: bool = False
+    out: Path,
+    write: Callable[[Path], T],
+    *,
+    force: bool = False,
+    locked: bool = False,
+    mode: int = 0o755,
 ) -> T:
     """Run ``write(tmp)`` in a fresh folder beside ``out`` and swap it in as ``out``.
 
     Holds :func:`output_lock` (``locked``: the caller already does); on any failure, Ctrl-C
     included, the temporary folder is removed and ``out`` is unchanged. OSErrors become
-    one-line :class:`OutputError`.
+    one-line :class:`OutputError`. ``mode``: of the folder itself (0700 for private ones).
     """
     target = check_target(out, force=force)
     if locked:
-        return _publish(out, target, write)
+        return _publish(out, target, write, mode)
     with output_lock(target):
         target = check_target(out, force=force)  # again: another writer may have been first
-        return _publish(out, target, write)
+        return _publish(out, target, write, mode)
 
 
-def _publish(out: Path, target: Path, write: Callable[[Path], T]) -> T:
+def _publish(out: Path, target: Path, write: Callable[[Path], T], mode: int) -> T:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.hpcenv-tmp-", dir=target.parent))
     except OSError as err:
@@ -113,7 +118,7 @@ def _publish(out: Path, target: Path, write: Callable[[Path], T]) -> T:
             encoding="utf-8",
         )
         result = write(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        os.chmod(tmp, mode)  # mkdtemp makes it 0700
         _swap(tmp, target)
     except OSError as err:
         raise OutputError(f"cannot write to {out}: {err.strerror or err}") from err

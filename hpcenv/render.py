@@ -16,7 +16,6 @@ import jinja2
 from hpcenv import __version__
 from hpcenv.blocks import Blocks, Stage
 from hpcenv.lock import Lock
-from hpcenv.output import write_private
 from hpcenv.paths import package_dir, templates_dir
 from hpcenv.site import Site
 
@@ -96,7 +95,7 @@ def checks_dir() -> Path:
 
 
 BUILD_INPUTS_NOTE = (
-    "hpcenv build puts the build-only inputs here: pip.conf (mode 0600), the site's CA bundle and\n"
+    "hpcenv build puts the build-only inputs here: pip.conf, the site's CA bundle and\n"
     "its wheelhouse. `hpcenv render` leaves them out: they may hold credentials.\n"
 )
 
@@ -106,7 +105,10 @@ def write(
 ) -> list[Path]:
     """Write the build context's text files (Dockerfile, Singularity.def, lock, checks) into
     ``out``, a fresh folder (see :func:`hpcenv.output.publish_dir`). ``build_inputs``: also
-    ``hpcenv-build/pip.conf`` (mode 0600); without it a note says where those inputs come from.
+    ``hpcenv-build/pip.conf``; without it a note says where those inputs come from.
+
+    Build contexts are private folders (mode 0700); pip.conf itself keeps the default file
+    mode because the mode is part of the layer-cache key of the ``COPY hpcenv-build`` step.
     """
     files = {
         "Dockerfile": rendered.dockerfile,
@@ -121,7 +123,9 @@ def write(
     inputs = out / "hpcenv-build"
     inputs.mkdir(exist_ok=True)
     if build_inputs:
-        written.append(write_private(inputs / "pip.conf", rendered.pip_conf))
+        pip_conf = inputs / "pip.conf"
+        pip_conf.write_text(rendered.pip_conf, encoding="utf-8")
+        written.append(pip_conf)
     else:
         (inputs / "README").write_text(BUILD_INPUTS_NOTE, encoding="utf-8")
     if checks:
