@@ -48,6 +48,9 @@ class RenderedJob:
     image: str | None
     notes: list[str] = field(default_factory=list)
     prelude: list[tuple[str, str]] = field(default_factory=list)
+    # The launch line as argv before quoting: Expand items name variables, command arguments
+    # may hold {data}-style placeholders (what the dry-execution harness compares against).
+    launch_argv: list[str] = field(default_factory=list)
 
     @property
     def placement(self) -> Placement:
@@ -151,6 +154,7 @@ def prepare(
     notes = [f"tuning: {r}" for r in tuning.reasons]
 
     launch: str | None = None
+    launch_argv: list[str] = []
     launch_what = ""
     preflight: str | None = None
     if job.command:
@@ -189,6 +193,7 @@ def prepare(
         else:
             head = []
             launch_what = "in the batch shell"
+        launch_argv = [*head, *prefix, *job.command]
         launch = " ".join(
             part
             for part in (join(head), join(prefix), " ".join(command_arg(a) for a in job.command))
@@ -285,6 +290,7 @@ def prepare(
         image=image,
         notes=notes,
         prelude=prelude(site, account),
+        launch_argv=launch_argv,
     )
 
 

@@ -20,6 +20,7 @@ hpcenv_verify() {  # DIR MANIFEST: sizes first (cheap), then sha256sum -c
     fi
   done <"$manifest"
   [ "$bad" -eq 0 ] || return 1
+  [ -s "$manifest" ] || return 0  # no files: nothing to checksum (sha256sum -c refuses empty input)
   sed -E 's/^[0-9]+  //' "$manifest" | (cd "$dir" && sha256sum --quiet --strict -c -) || {
     echo "verify: checksum mismatch in $dir against $manifest" >&2; return 1
   }

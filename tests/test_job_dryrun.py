@@ -1,0 +1,243 @@
+"""Dry execution of every job script: each built-in site x its recipes x (1 node, 2 nodes) x
+(with, without staging) runs under ``bash -euo pipefail`` with stub launchers (see
+``tests/job_harness.py``). A run fails on an unset variable, a missing directory, or a launch
+whose argv (as the stub received it, after the shell's quoting and expansion) differs from the
+placement's. The four real sites also have their launch lines written out by hand from the
+sites' own documentation (``docs/sites/*.md``), and ``submit`` itself runs against a stub
+``sbatch``/``bsub``/``qsub`` so the workdir the script enters is the one submission created.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcenv.jobs import JobSpec, StageIn, StageOut, default_image, prepare
+from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.render import RenderedJob
+from hpcenv.jobs.shell import PLACEHOLDERS, Expand
+from hpcenv.jobs.transport import LocalTransport
+from hpcenv.site import Site, load_site, site_names
+from tests.job_harness import DryRun, Harness, expand, rooted, script_exports
+
+ACCOUNT = "stf007"  # a real-looking project id (OLCF's staff project in its own examples)
+COMMAND = ["python3", "train.py", "--data", "{data}", "--out={output}/ckpt", "it's a $HOME"]
+LAUNCHERS = {"srun", "jsrun", "mpiexec", "mpirun"}
+
+
+def _scratch(site: Site) -> str:
+    return next(f.path for f in site.filesystems if f.purpose in ("scratch", "project"))
+
+
+def _cases() -> list[tuple[str, str, int, bool]]:
+    out = []
+    for name in site_names():
+        site = load_site(name)
+        if site.scheduler.kind == "none":
+            continue
+        for recipe in site.recipes:
+            for nodes in (1, 2):
+                for staging in (False, True):
+                    out.append((name, recipe, nodes, staging))
+    return out
+
+
+def _job(site: Site, recipe: str, nodes: int, staging: bool) -> JobSpec:
+    base = _scratch(site)
+    return JobSpec(
+        name="train",
+        command=COMMAND if staging else [c for c in COMMAND if "{" not in c],
+        nodes=nodes,
+        recipe=recipe,
+        account=ACCOUNT if site.scheduler.account_required else None,
+        stage_in=StageIn(source=f"{base}/datasets/mnist") if staging else None,
+        stage_out=StageOut(dest=f"{base}/results/run1") if staging else None,
+    )
+
+
+def _expected(argv: list[str], values: dict[str, str]) -> list[str]:
+    """The argv a launcher receives: variables expanded, placeholders their values."""
+    out = []
+    for item in argv:
+        if isinstance(item, Expand):
+            out.append(expand(item, values))
+            continue
+        for key, var in PLACEHOLDERS.items():
+            if "{" + key + "}" in item and var in values:
+                item = item.replace("{" + key + "}", values[var])
+        out.append(item)
+    return out
+
+
+def _dry(tmp_path: Path, name: str, job_for, **kw: object) -> tuple[Site, RenderedJob, DryRun, dict[str, str]]:
+    harness = Harness(tmp_path)
+    site = rooted(load_site(name), tmp_path)
+    job = job_for(site)
+    rendered = prepare(site, job, default_image(site, job.recipe), submitting=True)
+    env = harness.env(site)
+    values = script_exports(rendered.script, env)
+    harness.provide(site, env, values)
+    Path(rendered.workdir and expand(rendered.workdir, {**env, **values})).mkdir(
+        parents=True, exist_ok=True
+    )  # submit creates it (tested below)
+    if job.stage_in:
+        Path(expand(job.stage_in.source, {**env, **values})).mkdir(parents=True, exist_ok=True)
+    result = harness.run(rendered.script, env)
+    return site, rendered, result, {**env, **values}
+
+
+@pytest.mark.parametrize("name, recipe, nodes, staging", _cases())
+def test_every_job_script_runs_with_stub_launchers(
+    tmp_path: Path, name: str, recipe: str, nodes: int, staging: bool
+) -> None:
+    site, rendered, run, values = _dry(
+        tmp_path, name, lambda s: _job(s, recipe, nodes, staging)
+    )
+    assert run.returncode == 0, run.stderr
+    launches = [c for c in run.calls if c[0] in LAUNCHERS]
+    expected = _expected(rendered.launch_argv, values)
+    assert launches[-1] == expected
+    if staging:
+        assert site.node_local is not None
+        per_node = get_launcher(site.scheduler.launcher).per_node(nodes)
+        stage = launches[0]
+        data = values["HPCENV_DATA"]
+        assert stage[: len(per_node)] == per_node
+        assert stage[len(per_node) :] == [
+            "bash", f"{values['HPCENV_WORKDIR']}/.hpcenv/4242/stage-in.sh",
+            expand(f"{_scratch(site)}/datasets/mnist", values), data,
+            expand(f"{_scratch(site)}/datasets/mnist/.hpcenv-manifest", values),
+        ]  # fmt: skip
+        # Stage-out ran for real in the batch shell: the results are where the job said.
+        dest = Path(expand(f"{_scratch(site)}/results/run1", values))
+        assert (dest / ".hpcenv-manifest").is_file(), run.stderr
+    assert "hpcenv: job 4242 done" in run.stdout
+    for module_call in run.calls_of("module"):
+        assert module_call[1] == "load"
+
+
+def test_an_unset_variable_fails_the_run(tmp_path: Path) -> None:
+    """The harness is strict: a script naming a variable nobody sets fails."""
+    harness = Harness(tmp_path)
+    site = rooted(load_site("perlmutter"), tmp_path)
+    rendered = prepare(site, _job(site, "horovod-gpu", 1, False), "docker:x", submitting=True)
+    env = harness.env(site)
+    del env["PSCRATCH"]  # NERSC sets it on every node; without it the script must stop
+    run = harness.run(rendered.script, env)
+    assert run.returncode != 0
+    assert "PSCRATCH" in run.stderr and "sets PSCRATCH on its nodes" in run.stderr
+    assert not [c for c in run.calls if c[0] in LAUNCHERS]
+
+
+def test_a_missing_directory_fails_the_run(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    site = rooted(load_site("frontier"), tmp_path)
+    rendered = prepare(site, _job(site, "horovod-gpu", 1, False), "/x.sif", submitting=True)
+    run = harness.run(rendered.script, harness.env(site))  # nothing provided: no $MEMBERWORK
+    assert run.returncode != 0 and "No such file or directory" in run.stderr
+    assert not [c for c in run.calls if c[0] in LAUNCHERS]
+
+
+# -- the real sites, written out from their documentation (docs/sites/*.md) ----------------
+
+
+def _launch(tmp_path: Path, name: str, recipe: str, nodes: int = 2) -> tuple[list[str], dict[str, str], DryRun]:
+    site, rendered, run, values = _dry(tmp_path, name, lambda s: JobSpec(
+        name="train", command=["python3", "train.py"], nodes=nodes, recipe=recipe,
+        account=ACCOUNT))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return [c for c in run.calls if c[0] in LAUNCHERS][-1], values, run
+
+
+def test_frontier_launch_as_olcf_documents(tmp_path: Path) -> None:
+    argv, v, run = _launch(tmp_path, "frontier", "horovod-gpu")
+    r = str(tmp_path)
+    wd = f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv-jobs"
+    assert argv == [
+        "srun", "--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-task=1",
+        "--gpu-bind=closest", "--mpi=cray_shasta",
+        "apptainer", "exec", "--rocm", "--bind", f"{r}/lustre/orion", "--bind", f"{r}/mnt/bb",
+        "--bind", wd, "--bind", f"{r}/opt/cray/pe/mpich/8.1.31", "--bind", f"{r}/opt/cray",
+        "--bind", f"{r}/usr/share/libdrm", "--bind", f"{r}/var/spool/slurmd",
+        "--pwd", wd, f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv/images/horovod-gpu-frontier.sif",
+        "python3", "train.py",
+    ]  # fmt: skip
+    assert v["APPTAINERENV_LD_PRELOAD"] == f"{r}/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0"
+    assert v["APPTAINERENV_LD_LIBRARY_PATH"].split(":")[:2] == [
+        f"{r}/opt/cray/pe/mpich/8.1.31/ofi/crayclang/17.0/lib-abi-mpich",
+        f"{r}/opt/cray/pe/mpich/8.1.31/gtl/lib",
+    ]
+    assert v["MPICH_GPU_SUPPORT_ENABLED"] == "1" and v["FI_CXI_RDZV_PROTO"] == "alt_read"
+    assert ["module", "load", "PrgEnv-gnu", "rocm/6.2.4", "craype-accel-amd-gfx90a",
+            "cray-mpich-abi/8.1.31"] in run.calls  # fmt: skip
+
+
+def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
+    argv, v, run = _launch(tmp_path, "aurora", "torch-ccl")
+    r = str(tmp_path)
+    wd = f"{r}/lus/flare/projects/{ACCOUNT}/hpcenv-jobs"
+    assert argv[:9] == [
+        "mpiexec", "-n", "24", "--ppn", "12", "--cpu-bind",
+        "list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96",
+        "--gpu-bind", "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
+    ]  # fmt: skip
+    assert argv[9:12] == ["apptainer", "exec", "--bind"] and wd in argv
+    assert v["CCL_WORKER_AFFINITY"].split(",")[:4] == ["5", "6", "7", "8"]
+    assert ["module", "load", "apptainer"] in run.calls
+
+
+def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
+    argv, v, _ = _launch(tmp_path, "summit", "horovod-gpu")
+    assert argv[:16] == ["jsrun", "-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b",
+                         "packed:7", "--smpiargs=-disable_gpu_hooks", "apptainer", "exec"]  # fmt: skip
+    assert v["HPCENV_WORKDIR"] == f"{tmp_path}/gpfs/alpine2/scratch/alice/{ACCOUNT}/hpcenv-jobs"
+
+
+def test_perlmutter_launch_as_nersc_documents(tmp_path: Path) -> None:
+    argv, v, _ = _launch(tmp_path, "perlmutter", "horovod-gpu")
+    assert argv[:12] == [
+        "srun", "--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=32", "--gpus-per-task=1",
+        "--gpu-bind=closest", "--mpi=cray_shasta", "--cpu-bind=cores",
+        "podman-hpc", "run", "--rm", "--gpu",
+    ]  # fmt: skip
+    assert argv[12:14] == ["--mpi", "--nccl"]
+    # podman-hpc's mpich module injects Cray MPICH: hpcenv adds no MPI volume or loader path.
+    assert not [a for a in argv if "LD_LIBRARY_PATH" in a or "/opt/cray" in a]
+    assert v["HPCENV_WORKDIR"].startswith(f"{tmp_path}/site-set/pscratch/alice")
+
+
+# -- submit itself, against stub sbatch/bsub/qsub ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["summit", "frontier", "perlmutter", "aurora"])
+def test_submit_creates_the_workdir_the_script_enters(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``submit`` (not only render): the submit line sets the project and site variables,
+    creates the workdir, and pipes the script to the scheduler; the script then runs there."""
+    harness = Harness(tmp_path)
+    site = rooted(load_site(name), tmp_path)
+    env = harness.env(site)
+    saved = tmp_path / "submitted.sh"
+    submit_cmd = {"slurm": "sbatch", "lsf": "bsub", "pbs": "qsub"}[site.scheduler.kind]
+    reply = {"sbatch": "4242", "bsub": "Job <4242> is submitted to queue <batch>.",
+             "qsub": "4242.aurora-pbs-0001"}[submit_cmd]  # fmt: skip
+    (harness.bin / submit_cmd).write_text(f"#!/bin/bash\ncat >{saved}\necho '{reply}'\n")
+    for k, val in env.items():
+        monkeypatch.setenv(k, val)
+    monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
+    harness.provide(site, env, {"HPCENV_PROJECT": ACCOUNT, **{
+        k: expand(v.default, {**env, "USER": "alice"}) for k, v in site.variables.items()
+        if v.default}})  # fmt: skip
+    from hpcenv.jobs.submit import submit
+
+    job = JobSpec(name="train", command=["python3", "train.py"], recipe=site.recipes[0],
+                  account=ACCOUNT)  # fmt: skip
+    sub = submit(site, job, LocalTransport(), image=default_image(site, job.recipe))
+    assert sub.job_id.startswith("4242")
+    assert Path(sub.workdir).is_dir() and sub.workdir.endswith("/hpcenv-jobs")
+    assert (ACCOUNT in sub.workdir) == (name != "perlmutter")  # $PSCRATCH is per user
+    run = harness.run(saved.read_text(), env, cwd=Path(sub.workdir))
+    assert run.returncode == 0, run.stderr
+    assert [c for c in run.calls if c[0] in LAUNCHERS]
