@@ -15,6 +15,7 @@ from typing import Literal
 
 from hpcenv.knowledge import kb
 from hpcenv.lock import Lock
+from hpcenv.safe import one_line
 from hpcenv.site import Site
 from hpcenv.versions import major_minor
 
@@ -36,6 +37,12 @@ class Primitive:
     dst: str = ""
     from_stage: str | None = None
     text: str = ""
+
+    def __post_init__(self) -> None:
+        """One line per value: a newline would start a new instruction in either format."""
+        for value in (*self.commands, *(x for pair in self.pairs for x in pair), self.src,
+                      self.dst, self.from_stage or "", self.text):  # fmt: skip
+            one_line(value, f"{self.kind} instruction")
 
 
 def comment(text: str) -> Primitive:

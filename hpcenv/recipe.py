@@ -6,10 +6,11 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from hpcenv.errors import ConfigError
 from hpcenv.paths import recipes_dir
+from hpcenv.safe import Name, SafeModel
 from hpcenv.yamlsrc import validate_file
 
 COMPONENTS = (
@@ -18,11 +19,11 @@ COMPONENTS = (
 )  # fmt: skip
 
 
-class Recipe(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Recipe(SafeModel):
+    """A recipe file; its name reaches labels, tags and comments, so it is a plain name."""
 
-    name: str
-    description: str
+    name: Name
+    description: str = Field(max_length=1000)
     accelerator: Literal["none", "site", "intel"] = "none"
     components: dict[
         Literal["torch", "horovod", "mpi4py", "daal4py", "torch-ccl", "ipex"],

@@ -17,6 +17,7 @@ from hpcenv import __version__
 from hpcenv.blocks import Blocks, Stage
 from hpcenv.lock import Lock
 from hpcenv.paths import package_dir, templates_dir
+from hpcenv.safe import checked_lines, finalize, ini_line
 from hpcenv.site import Site
 
 BASE_ARCHIVE = "hpcenv-base.oci.tar"  # Singularity bootstrap source for locally made bases
@@ -44,24 +45,29 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
+        finalize=finalize,  # every placed value is one line unless built by the lines filter
     )
     env.filters["env_pair"] = _env_pair
     env.filters["label_pair"] = _label_pair
     env.filters["sq"] = shlex.quote
+    env.filters["lines"] = lambda items, sep: checked_lines(items, sep)
     return env
 
 
 def pip_conf(site: Site) -> str:
-    """pip settings for the build stage (find-links and CA paths as seen inside the build)."""
-    lines = ["[global]", "no-cache-dir = true"]
+    """pip settings for the build stage (find-links and CA paths as seen inside the build).
+
+    Every line goes through :func:`hpcenv.safe.ini_line`: one ``key = value`` per line, URLs
+    only, so a value can never add a key (``trusted-host = *``) or a section."""
+    lines = ["[global]", ini_line("no-cache-dir", "true")]
     if site.build.pip_index_url:
-        lines.append(f"index-url = {site.build.pip_index_url}")
+        lines.append(ini_line("index-url", site.build.pip_index_url))
     if site.build.pip_extra_index_urls:
-        lines.append("extra-index-url = " + " ".join(site.build.pip_extra_index_urls))
+        lines.append(ini_line("extra-index-url", " ".join(site.build.pip_extra_index_urls)))
     if site.build.pip_find_links:
-        lines.append("find-links = /opt/hpcenv-build/wheels")
+        lines.append(ini_line("find-links", "/opt/hpcenv-build/wheels"))
     if site.build.ca_bundle:
-        lines.append("cert = /opt/hpcenv-build/ca.crt")
+        lines.append(ini_line("cert", "/opt/hpcenv-build/ca.crt"))
     return "\n".join(lines) + "\n"
 
 

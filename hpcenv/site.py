@@ -1,69 +1,90 @@
 """Sites: where an image runs. A typed, validated model of a site file in ``site-configs/``.
 
-Unknown keys are rejected; errors name the file, line and field. Every string that can reach
-a shell script is checked against a conservative pattern (``ShellWord``/``ShellPath``) here,
-and quoted again where it is rendered.
+Unknown keys, duplicate keys, YAML aliases, newlines and control characters are rejected; errors
+name the file, line and field. Every value has a shape (:mod:`hpcenv.safe`): shell words and
+paths, URLs, image references, versions, walltimes, bounded counts. Names are checked against
+the knowledge base: the MPI family, the PMI flavour, the launchers that fit the scheduler, a GPU
+driver or ROCm for GPU sites, and a hybrid-model MPI that hpcenv can install in the image.
+Everything is quoted again where it is rendered.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from hpcenv.errors import ConfigError
 from hpcenv.paths import site_configs_dir
+from hpcenv.safe import (
+    Count,
+    EnvName,
+    HostPath,
+    ImageRef,
+    Name,
+    SafeModel,
+    ShellPath,
+    ShellText,
+    ShellWord,
+    Url,
+    Walltime,
+)
+from hpcenv.versions import is_version, parse_spec
 from hpcenv.yamlsrc import validate_file
 
-# A word safe in a shell script without quoting: no spaces, quotes, ;|&<>`\ or $( .
-ShellWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=/-]+$")]
-# A path that may use environment variables ($USER, ${PROJ}) but nothing else of the shell.
-ShellPath = Annotated[
-    str, StringConstraints(pattern=r"^(?:[A-Za-z0-9_.,:@%+=/-]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)+$")
-]
-# Free text that is always shlex-quoted when rendered; still no quotes or metacharacters.
-ShellText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=/ -]+$")]
-Version = Annotated[str, StringConstraints(pattern=r"^[0-9][0-9A-Za-z.+_-]*$")]
+__all__ = ["ShellPath", "ShellText", "ShellWord", "Site", "load_site", "parse_spec"]
+
+
+def _version(value: str) -> str:
+    if not is_version(value):
+        raise ValueError(f"{value!r} is not a version")
+    return value
+
+
+def _not_option(value: str) -> str:
+    if value.startswith("-"):
+        raise ValueError(f"{value!r} must not start with '-'")
+    return value
+
+
+Version = Annotated[str, AfterValidator(_version)]
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
-
-_SPEC = re.compile(r"^(?P<name>[a-z][a-z0-9-]*)(?:@(?P<version>[0-9][0-9A-Za-z.+_-]*))?$")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+Text = Annotated[str, Field(max_length=500)]
 
 
-def parse_spec(spec: str) -> tuple[str, str | None]:
-    """Split a spack-style ``name@version`` spec."""
-    m = _SPEC.match(spec.strip())
-    if not m:
-        raise ValueError(f"not a name@version spec: {spec!r}")
-    return m["name"], m["version"]
+class Strict(SafeModel):
+    """Site parts: unknown keys refused, frozen, no control characters (see :mod:`hpcenv.safe`)."""
 
 
 class Node(Strict):
-    """One compute node's topology."""
+    """One compute node's topology (bounded: a typo like ``1e9`` is an error, not a plan)."""
 
-    sockets: int = Field(ge=1)
-    cores_per_socket: int = Field(ge=1)
-    threads_per_core: int = Field(default=1, ge=1)
-    memory_gb: int = Field(ge=1)
-    gpus: int = Field(default=0, ge=0)
-    gpu_model: str | None = None
+    sockets: int = Field(ge=1, le=64, strict=True)
+    cores_per_socket: int = Field(ge=1, le=1024, strict=True)
+    threads_per_core: int = Field(default=1, ge=1, le=8, strict=True)
+    memory_gb: int = Field(ge=1, le=65536, strict=True)
+    gpus: int = Field(default=0, ge=0, le=64, strict=True)
+    gpu_model: Text | None = None
     gpu_tiles: int = Field(
-        default=1, ge=1, description="tiles per GPU that ranks bind to separately (Aurora: 2)"
+        default=1,
+        ge=1,
+        le=16,
+        strict=True,
+        description="tiles per GPU that ranks bind to separately (Aurora: 2)",
     )
-    nics: int = Field(default=1, ge=0)
-    nic_model: str | None = None
-    reserved_cores: list[Annotated[int, Field(ge=0)]] = Field(
-        default=[], description="cores the system keeps (never given to a rank), e.g. low-noise"
+    nics: int = Field(default=1, ge=0, le=64, strict=True)
+    nic_model: Text | None = None
+    reserved_cores: list[Annotated[int, Field(ge=0, le=65535, strict=True)]] = Field(
+        default=[],
+        max_length=1024,
+        description="cores the system keeps (never given to a rank), e.g. low-noise",
     )
     ranks_per_node: int | None = Field(
-        default=None, ge=1, description="the site's documented default ranks per node"
-    )
+        default=None, ge=1, le=65536, strict=True,
+        description="the site's documented default ranks per node",
+    )  # fmt: skip
 
     @property
     def cores(self) -> int:
@@ -90,6 +111,14 @@ class Gpu(Strict):
     driver: Version | None = None
     rocm: Version | None = None
 
+    @model_validator(mode="after")
+    def _runtime_named(self) -> Gpu:
+        if self.vendor == "nvidia" and not self.driver:
+            raise ValueError("an NVIDIA site needs 'driver' (nvidia-smi's driver version)")
+        if self.vendor == "amd" and not self.rocm:
+            raise ValueError("an AMD site needs 'rocm' (the ROCm version on the nodes)")
+        return self
+
 
 class HostMpi(Strict):
     """The site's MPI and how containers use it (bind: inject host MPI; hybrid: PMI match)."""
@@ -99,7 +128,7 @@ class HostMpi(Strict):
     model: Literal["bind", "hybrid"]
     fabric: Literal["ucx", "libfabric", "verbs", "shm"] = "shm"
     root: ShellPath | None = Field(default=None, description="host MPI prefix to bind (bind model)")
-    bind_paths: list[ShellPath] = []
+    bind_paths: list[ShellPath] = Field(default=[], max_length=64)
     library_path: list[ShellPath] = Field(
         default=[],
         description="bind model: the loader path inside the container, host MPI first "
@@ -111,14 +140,52 @@ class HostMpi(Strict):
     preload: list[ShellPath] = Field(
         default=[], description="bind model: libraries to LD_PRELOAD (e.g. a GPU transport layer)"
     )
-    env: dict[ShellWord, ShellWord] = {}
+    env: dict[EnvName, ShellWord] = Field(default={}, max_length=128)
+
+    @field_validator("spec")
+    @classmethod
+    def _known_family(cls, spec: str) -> str:
+        from hpcenv.knowledge import mpi_family
+
+        try:
+            name, _ = parse_spec(spec)
+            mpi_family(name)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return spec
+
+    @field_validator("pmi")
+    @classmethod
+    def _known_pmi(cls, pmi: str) -> str:
+        from hpcenv.knowledge import kb
+
+        try:
+            name, _ = parse_spec(pmi)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        known = [k for k in kb()["pmi"] if k != "source"]
+        if name not in known:
+            raise ValueError(f"unknown PMI {name!r}; known: {', '.join(known)}")
+        return pmi
 
     @model_validator(mode="after")
-    def _specs(self) -> HostMpi:
-        parse_spec(self.spec)
-        parse_spec(self.pmi)
+    def _model_fits(self) -> HostMpi:
+        from hpcenv.knowledge import mpi_family
+
         if self.model == "bind" and not self.root:
             raise ValueError("bind model needs 'root' (the host MPI prefix to bind into the image)")
+        name, version = parse_spec(self.spec)
+        releases: list[str] = mpi_family(name).get("releases") or []
+        if self.model == "hybrid" and not releases:
+            raise ValueError(
+                f"hybrid model runs the host's MPI family inside the image, and hpcenv cannot "
+                f"install {name} there; use model: bind (the image gets an ABI-compatible MPI)"
+            )
+        if self.model == "hybrid" and version is not None and version not in releases:
+            raise ValueError(
+                f"hybrid model installs {name} {version} in the image, not a known release "
+                f"(known: {', '.join(releases)})"
+            )
         return self
 
     @property
@@ -144,10 +211,13 @@ class Scheduler(Strict):
         description="Slurm CPUs per physical core: 2 where Slurm counts hardware threads",
     )
     launcher_flags: list[ShellWord] = Field(
-        default=[], description="launcher options the site documents for every rank launch"
+        default=[], max_length=64,
+        description="launcher options the site documents for every rank launch",
+    )  # fmt: skip
+    walltime: Walltime = Field(
+        default="00:30:00", description="MM (minutes), HH:MM:SS or D-HH[:MM[:SS]]"
     )
-    walltime: Annotated[str, StringConstraints(pattern=r"^[0-9:-]+$")] = "00:30:00"
-    extra_directives: list[ShellText] = []
+    extra_directives: list[ShellText] = Field(default=[], max_length=64)
     login_host: ShellWord | None = None
     conf: ShellPath | None = Field(
         default=None,
@@ -158,21 +228,34 @@ class Scheduler(Strict):
         default=False, description="the site refuses jobs without a project/account"
     )
 
+    @field_validator("launcher")
+    @classmethod
+    def _fits_scheduler(cls, launcher: str, info: ValidationInfo) -> str:
+        from hpcenv.knowledge import kb
+
+        kind = info.data.get("kind")
+        fits = kb()["launchers"].get(kind, [])
+        if kind and launcher not in fits:
+            raise ValueError(
+                f"launcher {launcher} does not fit scheduler {kind} (use {', '.join(fits)})"
+            )
+        return launcher
+
 
 class Ssh(Strict):
     """How ``hpcenv submit`` reaches the login node (key auth, known_hosts checked)."""
 
-    host: ShellWord
-    user: ShellWord | None = None
-    port: int = 22
-    key_file: str | None = None
-    known_hosts: str | None = None
+    host: Annotated[ShellWord, AfterValidator(_not_option)]
+    user: Annotated[ShellWord, AfterValidator(_not_option)] | None = None
+    port: int = Field(default=22, ge=1, le=65535, strict=True)
+    key_file: HostPath | None = None
+    known_hosts: HostPath | None = None
 
 
 class Runtime(Strict):
     kind: Literal["apptainer", "singularity", "podman-hpc", "shifter", "podman", "pyxis"]
-    binds: list[ShellPath] = []
-    flags: list[ShellWord] = []
+    binds: list[ShellPath] = Field(default=[], max_length=64)
+    flags: list[ShellWord] = Field(default=[], max_length=64)
 
 
 class SiteVariable(Strict):
@@ -199,9 +282,9 @@ class NodeLocal(Strict):
 
     kind: Literal["nvme", "shm", "tmp", "ssd"]
     path: ShellPath
-    size_gb: int | None = None
+    size_gb: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     request: list[ShellText] = Field(
-        default=[], description="scheduler directive words that allocate it"
+        default=[], description="scheduler directive words that allocate it", max_length=16
     )
 
 
@@ -209,28 +292,28 @@ class Build(Strict):
     """How images for this site are built; mirrors and CA are used at build time only."""
 
     engine: Literal["podman", "docker", "buildah"] = "podman"
-    base_image: str | None = None
+    base_image: ImageRef | None = None
     bootstrap_base: bool = Field(
         default=False, description="make the base with debootstrap when no registry is reachable"
     )
-    apt_mirror: str | None = None
-    pip_index_url: str | None = None
-    pip_extra_index_urls: list[str] = []
-    pip_find_links: list[str] = []
-    ca_bundle: str | None = None
-    jobs: int = Field(default=2, ge=1, description="parallel compile jobs")
+    apt_mirror: Url | None = None
+    pip_index_url: Url | None = None
+    pip_extra_index_urls: list[Url] = Field(default=[], max_length=16)
+    pip_find_links: list[HostPath] = Field(default=[], max_length=16)
+    ca_bundle: HostPath | None = None
+    jobs: Count = Field(default=2, description="parallel compile jobs")
 
 
 class Provenance(Strict):
     """Which values are verified facts (with a source) and which are assumptions."""
 
-    verified: dict[str, str] = {}
-    assumed: dict[str, str] = {}
+    verified: dict[str, Text] = {}
+    assumed: dict[str, Text] = {}
 
 
 class Site(Strict):
-    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*$")]
-    description: str
+    name: Name
+    description: Text
     arch: Arch
     os: Literal["debian-12", "ubuntu-22.04"] = "debian-12"
     node: Node
@@ -238,20 +321,36 @@ class Site(Strict):
     mpi: HostMpi
     scheduler: Scheduler
     runtime: Runtime
-    filesystems: list[Filesystem] = []
+    filesystems: list[Filesystem] = Field(default=[], max_length=64)
     node_local: NodeLocal | None = None
-    modules: list[ShellWord] = []
-    variables: dict[ShellWord, SiteVariable] = Field(
+    modules: list[Annotated[ShellWord, AfterValidator(_not_option)]] = Field(
+        default=[], max_length=64
+    )
+    variables: dict[EnvName, SiteVariable] = Field(
         default={}, description="site-provided variables with their documented defaults"
     )
-    recipes: list[str] = []
+    recipes: list[Name] = Field(default=[], max_length=64)
     build: Build = Build()
     defaults: dict[str, str] = Field(default={}, description="component pins, as for --set")
-    tuning: dict[ShellWord, ShellWord] = Field(
-        default={}, description="environment knobs for jobs (e.g. HOROVOD_FUSION_THRESHOLD)"
+    tuning: dict[EnvName, ShellWord] = Field(
+        default={},
+        description="environment knobs for jobs (e.g. HOROVOD_FUSION_THRESHOLD)",
+        max_length=256,
     )
     ssh: Ssh | None = None
     provenance: Provenance = Provenance()
+
+    @field_validator("defaults")
+    @classmethod
+    def _pins(cls, defaults: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        from hpcenv.pins import check_pin
+
+        for name, value in defaults.items():
+            try:
+                check_pin(name, value, "site defaults")
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
+        return defaults
 
     @model_validator(mode="after")
     def _consistent(self) -> Site:

@@ -1,4 +1,10 @@
-"""YAML loading that remembers where each value came from, for file:line:field errors."""
+"""YAML loading that remembers where each value came from, for file:line:field errors.
+
+Hostile or careless files are refused before any value is used: more than 1 MiB, not UTF-8,
+anchors and aliases (a few hundred bytes of nested aliases expand to gigabytes), duplicate keys
+(YAML keeps the last one silently), keys that are not plain strings, and newlines or control
+characters in any key or string value (they would start a new instruction in a generated file).
+"""
 
 from __future__ import annotations
 
@@ -10,44 +16,94 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hpcenv.errors import ConfigError
+from hpcenv.safe import has_control
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
+MAX_BYTES = 1 << 20
 
 
-def _index_lines(node: yaml.Node, path: Loc, out: dict[Loc, int]) -> None:
+def _index_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], where: Path) -> None:
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key, value in node.value:
-            sub = (*path, str(key.value))
-            out[sub] = key.start_mark.line + 1
-            _index_lines(value, sub, out)
-            out[sub] = key.start_mark.line + 1
+            line = key.start_mark.line + 1
+            if not isinstance(key, yaml.ScalarNode):
+                raise ConfigError(f"{where}:{line}: a key must be a plain string")
+            name = str(key.value)
+            if name in seen:
+                raise ConfigError(
+                    f"{where}:{line}: duplicate key '{name}' (first at line {seen[name]})"
+                )
+            seen[name] = line
+            sub = (*path, name)
+            _index_lines(value, sub, out, where)
+            out[sub] = line
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index_lines(item, (*path, i), out)
+            _index_lines(item, (*path, i), out, where)
+
+
+def _refuse_aliases(text: str, where: Path) -> None:
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else 1
+            raise ConfigError(
+                f"{where}:{line}: YAML anchors and aliases (&name, *name) are not allowed; "
+                "write the value out"
+            )
+
+
+def _check_text(data: Any, path: Loc, lines: dict[Loc, int], where: Path) -> None:
+    if isinstance(data, str):
+        if has_control(data):
+            field = ".".join(str(p) for p in path) or "<top>"
+            raise ConfigError(
+                f"{where}:{_line_for(path, lines) or 1}: field '{field}': newline or control "
+                f"character in {data[:60]!r}"
+            )
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                raise ConfigError(
+                    f"{where}:{_line_for(path, lines) or 1}: key {key!r} must be a string"
+                )
+            _check_text(key, (*path, key), lines, where)
+            _check_text(value, (*path, key), lines, where)
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            _check_text(item, (*path, i), lines, where)
 
 
 def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse ``path``; return the data and a map from field path to line number."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
-    except UnicodeDecodeError as err:
-        at = text_line(path.read_bytes(), err.start)
-        raise ConfigError(f"{path}:{at}: not UTF-8 text (byte {err.start})") from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"{path}: {len(raw)} bytes; a site or recipe file is at most 1 MiB")
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = text_line(raw, err.start)
+        raise ConfigError(f"{path}:{at}: not UTF-8 text (byte {err.start})") from None
+    lines: dict[Loc, int] = {}
+    try:
+        _refuse_aliases(text, path)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _index_lines(node, (), lines, path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from err
-    lines: dict[Loc, int] = {}
-    if node is not None:
-        _index_lines(node, (), lines)
+        at = f":{mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}{at}: invalid YAML: {problem}") from err
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
+    _check_text(data, (), lines, path)
     return data, lines
 
 
@@ -65,6 +121,13 @@ def _line_for(loc: Sequence[str | int], lines: dict[Loc, int]) -> int | None:
     return lines.get(())
 
 
+def _message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    msg = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return " ".join(msg.split())  # one line
+
+
 def validate_file(model: type[M], path: Path) -> M:
     """Validate a YAML file against ``model``; errors name file, line and field."""
     data, lines = load_yaml(path)
@@ -78,6 +141,5 @@ def validate_file(model: type[M], path: Path) -> M:
             loc = [p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
             field = ".".join(str(p) for p in loc) or "<top>"
             line = _line_for(loc, lines)
-            msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
-            problems.append(f"{path}:{line or 1}: field '{field}': {msg}")
+            problems.append(f"{path}:{line or 1}: field '{field}': {_message(e)}")
         raise ConfigError("\n".join(problems)) from None

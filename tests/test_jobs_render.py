@@ -205,10 +205,13 @@ def test_frontier_bind_model_and_nvme_request() -> None:
     containlibs = next(ln for ln in lines if ln.startswith("export APPTAINER_CONTAINLIBS="))
     assert "/usr/lib64/libcxi.so.1" in containlibs and "/usr/lib64/libxpmem.so.0" in containlibs
     ld = next(ln for ln in lines if ln.startswith("export APPTAINERENV_LD_LIBRARY_PATH="))
-    assert ld.startswith(
-        'export APPTAINERENV_LD_LIBRARY_PATH="/opt/cray/pe/mpich/8.1.31/ofi/crayclang/17.0/'
-        "lib-abi-mpich:"
-    ) and ":$CRAY_LD_LIBRARY_PATH:" in ld
+    assert (
+        ld.startswith(
+            'export APPTAINERENV_LD_LIBRARY_PATH="/opt/cray/pe/mpich/8.1.31/ofi/crayclang/17.0/'
+            "lib-abi-mpich:"
+        )
+        and ":$CRAY_LD_LIBRARY_PATH:" in ld
+    )
     assert "ofi/gnu/9.1" not in script
     assert "export FI_CXI_RDZV_PROTO=alt_read" in lines
     assert "#SBATCH --network=disable_rdzv_get" in lines

@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from hpcenv.errors import JobError
+from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.schedulers import (
     Lsf,
     Pbs,
     Slurm,
     _lsf_walltime,
+    _pbs_walltime,
     directive_pairs,
     get_scheduler,
     parse_slurm_record,
@@ -175,4 +176,9 @@ def test_directive_words_and_walltime() -> None:
     assert directive_pairs(["-C", "gpu", "--exclusive", "--qos=debug"]) == [
         ("-C", "gpu"), ("--exclusive", None), ("--qos", "debug")]  # fmt: skip
     assert _lsf_walltime("01:30:00") == "01:30" and _lsf_walltime("00:00:30") == "00:01"
-    assert _lsf_walltime("00:30") == "00:30"
+    # one format for sites and jobs: "30" is 30 minutes; "00:30" is ambiguous and refused
+    assert _lsf_walltime("30") == "00:30" and _lsf_walltime("1-02") == "26:00"
+    assert _pbs_walltime("90") == "01:30:00"
+    for bad in ("-5", "1:2:3:4", "00:30", "00:61:00", "0", "soon", "01:30:00\n"):
+        with pytest.raises(ConfigError, match="walltime"):
+            _lsf_walltime(bad)

@@ -44,7 +44,9 @@ def test_placeholder_in_a_site_file_is_refused(tmp_path: Path) -> None:
     site = tmp_path / "mysite.yaml"
     site.write_text(text.replace("name: generic-slurm", "name: mysite") + "\n")
     # generic-slurm has no account; give it the placeholder OLCF's examples use
-    site.write_text(site.read_text().replace("  kind: slurm\n", "  kind: slurm\n  account: PROJ123\n", 1))
+    site.write_text(
+        site.read_text().replace("  kind: slurm\n", "  kind: slurm\n  account: PROJ123\n", 1)
+    )
     proc = hpcenv("submit", "--site", str(site), "--no-container", "--dry-run", "--", "true")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "site mysite's scheduler.account" in proc.stderr and "--account" in proc.stderr

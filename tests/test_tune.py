@@ -68,7 +68,12 @@ def test_oversubscription_refused_unless_forced() -> None:
         tune(local, ranks_per_node=2, ccl_workers=1)
     forced = tune(local, ranks_per_node=3, force=True)
     srun = get_launcher("srun").flags(local, forced)
-    assert forced.oversubscribed and srun == ["--nodes=1", "--ntasks=3", "--overcommit", "--mpi=pmix"]
+    assert forced.oversubscribed and srun == [
+        "--nodes=1",
+        "--ntasks=3",
+        "--overcommit",
+        "--mpi=pmix",
+    ]
     assert "--oversubscribe" in get_launcher("mpirun").flags(local, forced)
     assert forced.omp_threads == 1
 

@@ -165,6 +165,8 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option("--timeout", help="seconds for --wait")] = 600,
     ) -> None:
         """Render a job script for SITE and submit it (``-- COMMAND...``)."""
+        from pydantic import ValidationError
+
         from hpcenv.errors import ConfigError
         from hpcenv.jobs.containers import default_image
         from hpcenv.jobs.render import prepare
@@ -172,6 +174,7 @@ def register(app: typer.Typer) -> None:
         from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut
         from hpcenv.jobs.submit import submit
         from hpcenv.jobs.submit import wait as wait_for
+        from hpcenv.safe import validation_message
         from hpcenv.site import load_site
 
         s = load_site(site)
@@ -207,8 +210,8 @@ def register(app: typer.Typer) -> None:
                 force=force,
                 site_mpi=not no_site_mpi,
             )
-        except ValueError as err:
-            raise ConfigError(f"invalid job: {err}") from None
+        except ValidationError as err:
+            raise ConfigError(validation_message(err, "invalid job")) from None
         rendered = prepare(s, job, submitting=True)
         if dry_run:
             if as_json:

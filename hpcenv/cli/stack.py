@@ -74,8 +74,8 @@ def register(app: typer.Typer) -> None:
         rendered = render(lock, site_obj)
         # A ready job script: the image's MPI allreduce check, launched the site's way.
         check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
-        job = JobSpec(name=f"hpcenv-{recipe}", command=check, recipe=recipe)
-        job_sh = render_job(site_obj, job, default_image(site_obj, recipe))
+        job = JobSpec(name=f"hpcenv-{lock.recipe}", command=check, recipe=lock.recipe)
+        job_sh = render_job(site_obj, job, default_image(site_obj, lock.recipe))
 
         def write_all(tmp: Path) -> list[str]:
             paths = write(rendered, tmp, build_inputs=False)

@@ -93,14 +93,14 @@ def preflight_script(inj: SiteMpi) -> str:
             f"site={inj.library}; soname={inj.soname}; root={inj.root}",
             f'[ -e "$site" ] || {{ echo "hpcenv: bind model: site MPI library $site '
             f'({inj.spec}) is not visible in the container (bind mount missing)" >&2; exit 1; }}',
-            "abi_of() { case \"$1\" in " + labels + " *) echo 'unknown ABI' ;; esac; }",
+            'abi_of() { case "$1" in ' + labels + " *) echo 'unknown ABI' ;; esac; }",
             # The image's own MPI libraries: the loader cache plus the MPICH-ABI side runtime.
             "found=$( { ldconfig -p 2>/dev/null | awk '{print $NF}'; "
             'ls -d ${HPCENV_MPICH_ABI_LIB:+"$HPCENV_MPICH_ABI_LIB"/libmpi.so*} 2>/dev/null; } '
             '| grep -v "^$root/" | sort -u)',
             'same=""; other=""',
             "for lib in $found; do",
-            '  base=${lib##*/}',
+            "  base=${lib##*/}",
             f'  for s in {known}; do [ "$base" = "$s" ] || continue',
             '    if [ "$s" = "$soname" ]; then same="$same $lib"; '
             'else other="$other $lib ($s, $(abi_of "$s"))"; fi',
@@ -108,7 +108,7 @@ def preflight_script(inj: SiteMpi) -> str:
             "done",
             'if [ -n "$same" ]; then',
             f'  echo "hpcenv: bind model: site MPI {inj.spec} $site ({inj.abi} ABI) replaces '
-            'the image\'s$same"',
+            "the image's$same\"",
             "  exit 0",
             "fi",
             f'echo "hpcenv: bind model ABI mismatch: site MPI {inj.spec} provides $site '

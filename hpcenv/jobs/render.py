@@ -33,6 +33,7 @@ from hpcenv.jobs.shell import (
 from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
 from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.paths import templates_dir
+from hpcenv.safe import Lines, finalize
 from hpcenv.site import Site
 
 
@@ -68,12 +69,13 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
+        finalize=finalize,  # every placed value is one line unless hpcenv built it (Lines)
     )
 
 
 def step_script(name: str) -> str:
     """A staging step script (``stage_in``, ``stage_out``, ``stitch``) as a standalone text."""
-    return _env().get_template(f"jobs/{name}.sh.j2").render().rstrip("\n")
+    return Lines(_env().get_template(f"jobs/{name}.sh.j2").render().rstrip("\n"))
 
 
 def default_workdir(site: Site) -> str:
@@ -147,6 +149,7 @@ def prepare(
 
     account = account_for(site, job.account, strict=submitting)
     env: dict[str, str] = {}
+    expands: set[str] = set()  # values hpcenv wrote with ${...} to expand in the script
     env.update(tuning.env)
     env.update(site.mpi.env)
     env.update(site.tuning)
@@ -175,7 +178,8 @@ def prepare(
             inj = site_mpi(site) if job.site_mpi else None
             if inj and cl.prefix:
                 script = preflight_script(inj)
-                preflight = f"{join(cl.prefix)} sh -c {shlex.quote(script)}"
+                # hpcenv's own script from validated paths, single-quoted as one argument
+                preflight = Lines(f"{join(cl.prefix)} sh -c {shlex.quote(script)}")
             env.update(cl.env)
             prefix, launcher_args = cl.prefix, cl.launcher_args
             notes += cl.notes
@@ -183,7 +187,9 @@ def prepare(
                 from hpcenv.engines import containers_conf_path
 
                 conf = word(str(containers_conf_path()), "containers.conf path")
-                env.setdefault("CONTAINERS_CONF", f"${{CONTAINERS_CONF:-{conf}}}")
+                if "CONTAINERS_CONF" not in env:  # ours expands on the node; a user's is quoted
+                    env["CONTAINERS_CONF"] = f"${{CONTAINERS_CONF:-{conf}}}"
+                    expands.add("CONTAINERS_CONF")
         if job.launch == "mpi":
             head = launcher.command(site, tuning, launcher_args)
             launch_what = f"{tuning.ranks} ranks, {tuning.ranks_per_node} per node"
@@ -203,7 +209,7 @@ def prepare(
     exports = []
     for key, value in env.items():
         env_name(key)
-        if key == "CONTAINERS_CONF":
+        if key in expands:
             exports.append((key, f'"{value}"'))
         else:
             exports.append((key, q(value)))

@@ -242,7 +242,7 @@ class Slurm(Scheduler):
         pairs: list[tuple[str, str | None]] = [("--job-name", job.name)]
         pairs += [(f, v) for f, _, v in (a.partition("=") for a in slurm_shape(site, tuning))]
         pairs += [
-            ("--time", word(job.walltime or site.scheduler.walltime, "walltime")),
+            ("--time", word(job.walltime or site.scheduler.walltime, "walltime")),  # Slurm's own
             ("--output", out),
             ("--error", err),
         ]
@@ -326,15 +326,25 @@ _LSF_PHASE: dict[str, Phase] = {
 }  # fmt: skip
 
 
+def _seconds(value: str) -> int:
+    from hpcenv.safe import walltime_seconds
+
+    try:
+        return walltime_seconds(value)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _lsf_walltime(value: str) -> str:
-    """LSF ``-W [hour:]minute``; ``HH:MM:SS`` is rounded up to whole minutes."""
-    parts = [int(p) for p in value.replace("-", ":").split(":")]
-    if len(parts) >= 3:
-        days = parts[0] if len(parts) == 4 else 0
-        h, m, s = parts[-3:]
-        total = days * 1440 + h * 60 + m + (1 if s else 0)
-        return f"{total // 60:02d}:{total % 60:02d}"
-    return value
+    """LSF ``-W hour:minute`` from a Slurm-style time, rounded up to whole minutes."""
+    total = -(-_seconds(value) // 60)
+    return f"{total // 60:02d}:{total % 60:02d}"
+
+
+def _pbs_walltime(value: str) -> str:
+    """PBS ``walltime=HH:MM:SS`` (PBS reads a bare number as seconds, Slurm as minutes)."""
+    s = _seconds(value)
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 class Lsf(Scheduler):
@@ -361,7 +371,7 @@ class Lsf(Scheduler):
         pairs: list[tuple[str, str | None]] = [
             ("-J", name),
             ("-nnodes", str(tuning.nodes)),
-            ("-W", _lsf_walltime(word(job.walltime or site.scheduler.walltime, "walltime"))),
+            ("-W", _lsf_walltime(job.walltime or site.scheduler.walltime)),
             ("-o", out),
             ("-e", err),
         ]
@@ -443,7 +453,7 @@ class Pbs(Scheduler):
             ("-N", job.name),
             ("-l", f"select={tuning.nodes}"),
             ("-l", "place=scatter"),
-            ("-l", f"walltime={word(job.walltime or site.scheduler.walltime, 'walltime')}"),
+            ("-l", f"walltime={_pbs_walltime(job.walltime or site.scheduler.walltime)}"),
         ]
         account = job.account  # resolved by render (project.account_for)
         if account:

@@ -15,11 +15,12 @@ from collections.abc import Iterable
 
 from hpcenv.errors import ConfigError
 
-_PATH = re.compile(r"^(?:[A-Za-z0-9_.,:@%+=/-]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)+$")
-_WORD = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\[\]-]*$")
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Whole-string patterns, always used with fullmatch: ``re.match(r"^...$")`` accepts "x\n".
+_PATH = re.compile(r"(?:[A-Za-z0-9_.,:@%+=/-]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)+")
+_WORD = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*")
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class Expand(str):
@@ -28,7 +29,7 @@ class Expand(str):
     __slots__ = ()
 
     def __new__(cls, value: str) -> Expand:
-        if not _PATH.match(value):
+        if not _PATH.fullmatch(value):
             raise ConfigError(f"not a safe path for a job script: {value!r}")
         return super().__new__(cls, value)
 
@@ -53,21 +54,21 @@ def join(argv: Iterable[str]) -> str:
 
 def env_name(name: str) -> str:
     """Check an environment variable name."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ConfigError(f"not an environment variable name: {name!r}")
     return name
 
 
 def word(value: str, what: str) -> str:
     """Check a value that is written unquoted (scheduler directives)."""
-    if not _WORD.match(value):
+    if not _WORD.fullmatch(value):
         raise ConfigError(f"{what} {value!r} may only use letters, digits and _.,:@%+=/-")
     return value
 
 
 def job_name(value: str) -> str:
     """Check a job name (used in directives and log file names)."""
-    if not _JOB_NAME.match(value):
+    if not _JOB_NAME.fullmatch(value):
         raise ConfigError(
             f"job name {value!r}: 1-64 characters, letters, digits, '_', '.', '-' "
             "(starting with a letter or digit)"
@@ -77,13 +78,13 @@ def job_name(value: str) -> str:
 
 def job_id(value: str) -> str:
     """Check a job id (``12``, ``12_3``, ``123[].pbs01``) before it reaches a command."""
-    if not _JOB_ID.match(value):
+    if not _JOB_ID.fullmatch(value):
         raise ConfigError(f"not a job id: {value!r}")
     return value
 
 
 def is_expandable_path(value: str) -> bool:
-    return bool(_PATH.match(value))
+    return bool(_PATH.fullmatch(value))
 
 
 # Placeholders allowed in command arguments -> the job script variable they stand for.

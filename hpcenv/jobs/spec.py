@@ -10,18 +10,37 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints
 
-from hpcenv.site import ShellPath, ShellText, ShellWord
+from hpcenv.errors import ConfigError
+from hpcenv.safe import (
+    EnvName,
+    Name,
+    SafeModel,
+    ShellPath,
+    ShellText,
+    ShellWord,
+    Walltime,
+    image_or_sif,
+)
 
 JobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
-Walltime = Annotated[str, StringConstraints(pattern=r"^[0-9:-]+$")]
+
+
+def _image(value: str) -> str:
+    try:
+        return image_or_sif(value)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+
+
+Image = Annotated[str, AfterValidator(_image)]
 
 MANIFEST_NAME = ".hpcenv-manifest"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(SafeModel):
+    """Job parts: unknown keys refused, no newline or control character in any value."""
 
 
 class StageIn(_Strict):
@@ -75,12 +94,12 @@ class JobSpec(_Strict):
     launch: Literal["mpi", "single"] = Field(
         default="mpi", description="mpi: all ranks through the site launcher; single: batch shell"
     )
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=100000)
     ranks_per_node: int | None = Field(default=None, ge=1)
     cores_per_rank: int | None = Field(default=None, ge=1)
     ccl_workers: int | None = Field(default=None, ge=0)
-    recipe: ShellWord | None = None
-    image: str | None = None
+    recipe: Name | None = None
+    image: Image | None = Field(default=None, description="image reference or .sif path")
     workdir: ShellPath | None = Field(default=None, description="default: <scratch>/hpcenv-jobs")
     walltime: Walltime | None = None
     account: ShellWord | None = Field(default=None, description="project/account to charge")
@@ -90,7 +109,7 @@ class JobSpec(_Strict):
     scheduler_options: list[ShellText] = Field(
         default=[], description="more directives, one option (flag and value) per item"
     )
-    env: dict[ShellWord, str] = {}
+    env: dict[EnvName, str] = {}
     stage_in: StageIn | None = None
     stage_out: StageOut | None = None
     array: ArraySpec | None = None

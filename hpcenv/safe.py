@@ -1,0 +1,215 @@
+"""What input may look like before it reaches a generated file, and how each format escapes it.
+
+Every value from a site file, a recipe, ``--set``, a job option or the Python API passes here:
+
+- :class:`SafeModel` refuses newlines and other control characters in every string it is given
+  (keys too), whatever the field: a newline would start a new Dockerfile instruction, a new
+  Singularity section, a new shell command or a new pip.conf key.
+- The ``Annotated`` types below give each kind of value its shape, matched against the *whole*
+  string (pydantic's Rust ``^...$``, Python's ``re.fullmatch``: a trailing newline never slips
+  through as it does with Python's ``re.match(r"^...$")``).
+
+Escaping, one path per target format (the templates only place text made here):
+
+- Dockerfile and Singularity: :func:`checked_lines` / :func:`one_line` (Jinja ``finalize`` in
+  ``render.py`` refuses any other multi-line value); ENV/LABEL values are JSON strings.
+- shell (job scripts, ``RUN``/``%post`` commands): ``shlex.quote`` or :mod:`hpcenv.jobs.shell`.
+- pip.conf (ini): :func:`ini_line`.
+- labels: :func:`one_line` values (Singularity ``%labels`` is ``key value`` on one line).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+from hpcenv.errors import ConfigError
+
+# C0 controls, DEL, C1 controls and the Unicode line/paragraph separators.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def has_control(text: str) -> bool:
+    return bool(CONTROL.search(text))
+
+
+def one_line(text: str, what: str = "value") -> str:
+    """``text`` if it has no newline or control character, else a ConfigError naming it."""
+    if has_control(text):
+        raise ConfigError(f"{what} {text!r} contains a newline or control character")
+    return text
+
+
+class Lines(str):
+    """Text made of lines that were each checked by :func:`checked_lines` (trusted by templates)."""
+
+    __slots__ = ()
+
+
+def checked_lines(items: Iterable[str], sep: str) -> Lines:
+    """Join one-line items with a separator that may itself contain a newline."""
+    return Lines(sep.join(one_line(str(i)) for i in items))
+
+
+def finalize(value: Any) -> Any:
+    """Jinja ``finalize`` for every generated file: a value placed by a template is one line,
+    unless it is :class:`Lines` that hpcenv built from checked parts."""
+    if isinstance(value, Lines) or not isinstance(value, str):
+        return value
+    if has_control(value):
+        raise ConfigError(f"refusing to write {value[:80]!r}: newline or control character")
+    return value
+
+
+def ini_line(key: str, value: str) -> str:
+    """One ``key = value`` line of pip.conf (no newline, no ini comment or section syntax)."""
+    one_line(value, f"pip.conf {key}")
+    if not re.fullmatch(
+        r"[A-Za-z0-9._~:/?#\[\]@!&+,;=%-]+(?: [A-Za-z0-9._~:/?#\[\]@!&+,;=%-]+)*", value
+    ):
+        raise ConfigError(f"pip.conf {key}: {value!r} is not a URL or path list")
+    return f"{key} = {value}"
+
+
+def validation_message(err: Any, what: str) -> str:
+    """A pydantic ``ValidationError`` as one line per problem: ``what: field 'x': message``."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-")) or "<top>"
+        msg = "unknown field" if e["type"] == "extra_forbidden" else str(e["msg"])
+        msg = msg.removeprefix("Value error, ")
+        lines.append(f"{what}: field '{loc}': {' '.join(msg.split())}")
+    return "\n".join(lines)
+
+
+def _walk(value: Any, path: tuple[str | int, ...]) -> None:
+    if isinstance(value, str):
+        if has_control(value):
+            where = ".".join(str(p) for p in path) or "<value>"
+            raise ValueError(f"{where}: newline or control character in {value!r}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _walk(k, (*path, "<key>"))
+            _walk(v, (*path, str(k)))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _walk(v, (*path, i))
+
+
+class SafeModel(BaseModel):
+    """Base of every input model: unknown keys refused, frozen, no control characters anywhere."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_control_characters(cls, data: Any) -> Any:
+        _walk(data, ())
+        return data
+
+
+def _pattern(regex: str) -> str:
+    """A whole-string pattern for pydantic, whose (Rust) regex ``$`` is the end of the text."""
+    return r"^(?:" + regex + r")$"
+
+
+def _no_leading_dash(value: str) -> str:
+    if value.startswith("-"):
+        raise ValueError("must not start with '-' (it would be read as an option)")
+    return value
+
+
+# A word safe in a shell script without quoting: no spaces, quotes, ;|&<>`\ or $( .
+WORD = r"[A-Za-z0-9_.,:@%+=/-]+"
+ShellWord = Annotated[str, StringConstraints(pattern=_pattern(WORD))]
+# A path that may use environment variables ($USER, ${PROJ}) but nothing else of the shell.
+PATH = r"(?:[A-Za-z0-9_.,:@%+=/-]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)+"
+ShellPath = Annotated[
+    str, StringConstraints(pattern=_pattern(PATH)), AfterValidator(_no_leading_dash)
+]
+# Free text that is always shlex-quoted when rendered; still no quotes or metacharacters.
+ShellText = Annotated[str, StringConstraints(pattern=_pattern(r"[A-Za-z0-9_.,:@%+=/ -]+"))]
+EnvName = Annotated[str, StringConstraints(pattern=_pattern(r"[A-Za-z_][A-Za-z0-9_]{0,127}"))]
+Name = Annotated[str, StringConstraints(pattern=_pattern(r"[a-z][a-z0-9-]{0,63}"))]
+# A host path without variables (read by hpcenv on this machine: CA bundle, wheelhouse).
+HostPath = Annotated[
+    str,
+    StringConstraints(pattern=_pattern(r"[A-Za-z0-9_.,:@%+=/~-]{1,4096}")),
+    AfterValidator(_no_leading_dash),
+]
+# http(s) or file URL: no spaces, quotes, backslashes, backticks, '$', '<', '>' or '{}'.
+URL = r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&+,;=%-]{1,2000}"
+Url = Annotated[str, StringConstraints(pattern=_pattern(URL))]
+# An OCI image reference: [registry[:port]/]path[:tag][@digest], lower-case path components.
+IMAGE = (
+    r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\.[a-z0-9]+)*(?::[0-9]{1,5})?"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
+ImageRef = Annotated[str, StringConstraints(pattern=_pattern(IMAGE), max_length=512)]
+Count = Annotated[int, Field(ge=1, le=4096, strict=True)]
+
+
+def image_or_sif(value: str, what: str = "image") -> str:
+    """An image reference (``localhost/x:tag``) or a SIF file path; never an option."""
+    one_line(value, what)
+    if value.startswith("-"):
+        raise ConfigError(
+            f"{what} {value!r} must not start with '-' (it would be read as an option)"
+        )
+    if re.fullmatch(IMAGE, value) or (value.endswith(".sif") and re.fullmatch(PATH, value)):
+        return value
+    raise ConfigError(
+        f"{what} {value!r} is not an image reference (registry/name:tag) or a .sif path"
+    )
+
+
+_WALLTIME = re.compile(
+    r"\A(?:(?P<d>\d{1,3})-(?P<dh>\d{1,2})(?::(?P<dm>\d{2})(?::(?P<ds>\d{2}))?)?"
+    r"|(?P<h>\d{1,4}):(?P<m>\d{2}):(?P<s>\d{2})"
+    r"|(?P<mm>\d{1,6}))\Z"
+)
+
+
+def walltime_seconds(value: str) -> int:
+    """Seconds in a time: ``MM`` (minutes), ``HH:MM:SS`` or ``D-HH[:MM[:SS]]`` (as Slurm reads
+    them). ``A:B`` is refused: Slurm reads it as minutes:seconds, LSF as hours:minutes."""
+    if re.fullmatch(r"\d+:\d+", value):
+        raise ValueError(
+            f"walltime {value!r} is ambiguous (Slurm: MM:SS, LSF: HH:MM); write HH:MM:SS"
+        )
+    m = _WALLTIME.match(value)
+    if not m:
+        raise ValueError(
+            f"walltime {value!r} is not a time (MM, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)"
+        )
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if any(g.get(k, 0) >= 60 for k in ("dm", "ds", "m", "s")) or g.get("dh", 0) >= 24:
+        raise ValueError(f"walltime {value!r}: minutes and seconds < 60, hours after a day < 24")
+    seconds = (
+        g.get("d", 0) * 86400
+        + (g.get("dh", 0) + g.get("h", 0)) * 3600
+        + (g.get("dm", 0) + g.get("m", 0) + g.get("mm", 0)) * 60
+        + g.get("ds", 0) + g.get("s", 0)
+    )  # fmt: skip
+    if seconds <= 0 or seconds > 366 * 86400:
+        raise ValueError(f"walltime {value!r} must be more than 0 and at most a year")
+    return seconds
+
+
+def _walltime(value: str) -> str:
+    walltime_seconds(value)
+    return value
+
+
+Walltime = Annotated[str, AfterValidator(_walltime)]
