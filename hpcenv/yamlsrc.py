@@ -98,9 +98,9 @@ def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        at = f":{mark.line + 1}" if mark else ""
+        where = f":{mark.line + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}{at}: invalid YAML: {problem}") from err
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from err
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply") from None
     _check_text(data, (), lines, path)
