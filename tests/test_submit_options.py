@@ -109,3 +109,19 @@ def test_collective_check_refuses_world_size_one() -> None:
     ok = subprocess.run([sys.executable, script, "--max-bytes", "64", "--allow-single-rank"],
                         capture_output=True, text=True, timeout=120)  # fmt: skip
     assert ok.returncode == 0 and '"world_size": 1' in ok.stdout
+
+
+def test_readme_site_quick_starts_dry_run_with_only_an_account() -> None:
+    """Each real site's README quick-start submit line renders with nothing but --account."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    lines = re.findall(r"`(hpcenv submit --site (?:frontier|perlmutter|aurora)[^`]*)`", readme)
+    assert {shlex.split(ln)[3] for ln in lines} == {"frontier", "perlmutter", "aurora"}
+    for line in lines:
+        argv = shlex.split(line.replace("<project>", "stf007"))
+        cut = argv.index("--")
+        proc = hpcenv(*argv[1:cut], "--dry-run", *argv[cut:])
+        assert proc.returncode == 0, (line, proc.stderr)
+        assert "stf007" in proc.stdout
