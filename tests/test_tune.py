@@ -147,3 +147,11 @@ def test_local_default_runs_two_ranks() -> None:
     t = tune(load_site("local"))
     assert t.ranks_per_node == 2 and t.ranks == 2
     assert any("two on a one-socket node" in r for r in t.reasons)
+
+
+def test_placement_env_is_a_hook_for_later_layers() -> None:
+    t = tune(load_site("local"))
+    tuned = t.with_env({"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}, "measured rules file")
+    assert tuned.env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+    assert tuned.env["OMP_NUM_THREADS"] == "1" and "OMPI_MCA_coll_tuned_use_dynamic_rules" not in t.env
+    assert tuned.reasons[-1] == "measured rules file" and tuned.compute_cores == t.compute_cores

@@ -57,12 +57,17 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--force", help="replace a non-empty folder hpcenv did not create"),
         ] = False,
+        account: Annotated[
+            str | None,
+            typer.Option("--account", "-A", help="project for job.sh (else set HPCENV_PROJECT)"),
+        ] = None,
     ) -> None:
         """Write Dockerfile, Singularity.def, stack.lock.json and a job script (job.sh) to --out.
 
         The folder is replaced whole (written beside it, then swapped in); a non-empty folder
         that hpcenv did not make is refused unless --force. pip.conf is not written here.
         """
+        from hpcenv.errors import ConfigError
         from hpcenv.jobs.containers import default_image
         from hpcenv.jobs.render import render_job
         from hpcenv.jobs.spec import JobSpec
@@ -74,7 +79,15 @@ def register(app: typer.Typer) -> None:
         rendered = render(lock, site_obj)
         # A ready job script: the image's MPI allreduce check, launched the site's way.
         check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
-        job = JobSpec(name=f"hpcenv-{lock.recipe}", command=check, recipe=lock.recipe)
+        try:
+            job = JobSpec(name=f"hpcenv-{lock.recipe}", command=check, recipe=lock.recipe,
+                          account=account)  # fmt: skip
+        except ValueError:
+            raise ConfigError(f"--account {account!r}: letters, digits and _.,:@%+=/- only") from None
+        if account:
+            from hpcenv.jobs.project import account_for
+
+            account_for(site_obj, account, strict=True)  # a placeholder is refused here too
         job_sh = render_job(site_obj, job, default_image(site_obj, lock.recipe))
 
         def write_all(tmp: Path) -> list[str]:

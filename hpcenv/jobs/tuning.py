@@ -20,7 +20,8 @@ the worker cores.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from hpcenv.errors import ConfigError
@@ -52,6 +53,11 @@ class Placement:
     @property
     def ranks(self) -> int:
         return self.nodes * self.ranks_per_node
+
+    def with_env(self, env: Mapping[str, str], reason: str) -> Placement:
+        """This placement with ``env`` added (later layers win: site tuning, measured tuning
+        files, MCA parameters as ``OMPI_MCA_*``), the reason recorded."""
+        return replace(self, env={**self.env, **env}, reasons=[*self.reasons, reason])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
