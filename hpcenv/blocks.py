@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -102,6 +103,112 @@ def pip_install(*requirements: str, extra: str = "") -> str:
     return f"{PIP} install --no-cache-dir {extra}{reqs}".replace("  ", " ")
 
 
+# -- registered building blocks ---------------------------------------------------------------
+# Small functions from plain parameters to Parts; each has an exact-text test
+# (tests/test_blocks.py). ``Blocks`` below picks them from the lock; ``BLOCKS`` lists them so a
+# new image part (a network plugin, a GPU runtime, a site MPI build) is one function here.
+
+BLOCKS: dict[str, Callable[..., Parts]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., Parts]], Callable[..., Parts]]:
+    def add(fn: Callable[..., Parts]) -> Callable[..., Parts]:
+        BLOCKS[name] = fn
+        return fn
+
+    return add
+
+
+MPI_PREFIX = "/opt/mpi"
+
+
+@register("mpich-source")
+def mpich_source(version: str, configure: str, jobs: int, reason: str = "") -> Parts:
+    """MPICH built from source with shared libraries, for a host MPICH-ABI MPI to replace.
+
+    NERSC asks for MPICH from source (not apt) with shared libraries so Cray MPICH can be
+    injected; OLCF asks for the MPICH version ABI compatible with ``cray-mpich-abi``
+    (``--with-device=ch4:ofi``). Example: ``mpich_source("4.1.3", "--with-device=ch4:ofi", 2)``.
+    """
+    url = kb()["install"]["mpi_source_url"]["mpich"].format(version=version)
+    return Parts(
+        build=[
+            comment(f"MPI: mpich {version} from source (shared libraries) - {reason}".rstrip(" -")),
+            shell(
+                "mkdir -p /tmp/mpich-src",
+                f"curl -fsSL {shlex.quote(url)} | tar -xz --strip-components=1 -C /tmp/mpich-src -f -",
+                f"cd /tmp/mpich-src && ./configure --prefix={MPI_PREFIX} {configure}",
+                f"make -C /tmp/mpich-src -j{jobs} install",
+                "rm -rf /tmp/mpich-src",
+                f"test -e {MPI_PREFIX}/lib/libmpi.so.12",
+            ),
+            env(PATH=f"{MPI_PREFIX}/bin:{VENV_PATH}", LD_LIBRARY_PATH=f"{MPI_PREFIX}/lib"),
+        ],
+        runtime=[
+            copy(MPI_PREFIX, MPI_PREFIX, from_stage="build"),
+            env(LD_LIBRARY_PATH=f"{MPI_PREFIX}/lib"),
+        ],
+    )
+
+
+@register("xpu-runtime")
+def xpu_runtime(key_url: str, repo: str, packages: list[str]) -> Parts:
+    """Intel GPU user-space runtime (Level Zero loader + compute runtime) for torch XPU.
+
+    Apptainer injects no Intel GPU libraries, so the image carries them; the same apt source
+    is set up in both stages. Example: ``xpu_runtime(KEY, "https://.../ubuntu jammy unified",
+    ["level-zero", "intel-level-zero-gpu"])``.
+    """
+    keyring = "/usr/share/keyrings/intel-graphics.gpg"
+    line = shlex.quote(f"deb [arch=amd64 signed-by={keyring}] {repo}")
+    pkgs = " ".join(sorted(packages))
+    setup = shell(
+        "apt-get update",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        "ca-certificates curl gnupg",
+        f"curl -fsSL {shlex.quote(key_url)} | gpg --yes --dearmor --output {keyring}",
+        f"printf '%s\\n' {line} > /etc/apt/sources.list.d/intel-gpu.list",
+        "apt-get update",
+        f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {pkgs}",
+        "rm -rf /var/lib/apt/lists/*",
+    )
+    return Parts(
+        build=[comment("Intel GPU runtime (Level Zero) for torch XPU"), setup],
+        runtime=[comment("Intel GPU runtime (Level Zero) for torch XPU"), setup],
+    )
+
+
+@register("aws-ofi-nccl")
+def aws_ofi_nccl(version: str, accelerator: str, jobs: int) -> Parts:
+    """The libfabric network plugin for NCCL/RCCL built into the image (``/opt/aws-ofi-nccl``).
+
+    For sites whose documentation puts the plugin in the image; Frontier (``rccl-net-plugin``
+    module) and Perlmutter (``podman-hpc --nccl``) inject the host's build instead. On ROCm the
+    plugin is ``librccl-net.so`` (``--with-rocm``), with the ``libnccl-net.so`` link some RCCL
+    versions look for. Example: ``aws_ofi_nccl("1.19.2", "rocm", 2)``.
+    """
+    url = kb()["install"]["aws_ofi_nccl_url"].format(version=version)
+    prefix = "/opt/aws-ofi-nccl"
+    gpu = "--with-rocm=/opt/rocm" if accelerator == "rocm" else "--with-cuda=/usr/local/cuda"
+    cmds = [
+        "mkdir -p /tmp/aws-ofi-nccl",
+        f"curl -fsSL {shlex.quote(url)} | tar -xz --strip-components=1 -C /tmp/aws-ofi-nccl -f -",
+        f"cd /tmp/aws-ofi-nccl && ./configure --prefix={prefix} --with-libfabric=/usr {gpu}",
+        f"make -C /tmp/aws-ofi-nccl -j{jobs} install",
+        "rm -rf /tmp/aws-ofi-nccl",
+    ]
+    plugin = "librccl-net.so" if accelerator == "rocm" else "libnccl-net.so"
+    if accelerator == "rocm":
+        cmds.append(f"ln -sf {prefix}/lib/librccl-net.so {prefix}/lib/libnccl-net.so")
+    return Parts(
+        build=[comment(f"aws-ofi-nccl {version}: NCCL/RCCL over libfabric"), shell(*cmds)],
+        runtime=[
+            copy(prefix, prefix, from_stage="build"),
+            env(NCCL_NET_PLUGIN=f"{prefix}/lib/{plugin}"),
+        ],
+    )
+
+
 class Blocks:
     """Build the two stages for one lock on one site."""
 
@@ -116,10 +223,12 @@ class Blocks:
         parts = [
             self.trust(),
             self.build_tools(),
-            self.mpi(),
             self.fabric(),
+            self.mpi(),
             self.daal4py_mpi(),
+            self.gpu_runtime(),
             self.nccl(),
+            self.network_plugin(),
             self.python(),
             self.torch(),
             self.horovod(),
@@ -168,6 +277,10 @@ class Blocks:
                     apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 ],
                 runtime_apt=list(pkgs["runtime"]),
+            )
+        if name == "mpich":
+            return mpich_source(
+                mpi.version, mpi.options["configure"], self.lock.build["jobs"], mpi.reason
             )
         url = kb()["install"]["mpi_source_url"][name].format(
             version=mpi.version, mm=major_minor(mpi.version)
@@ -232,6 +345,21 @@ class Blocks:
             runtime_apt=list(pkgs["runtime"]),
         )
 
+    def gpu_runtime(self) -> Parts:
+        """The GPU user-space runtime the base image lacks (Intel Level Zero for XPU)."""
+        if self.lock.build.get("accelerator") != "xpu":
+            return Parts()
+        xpu = kb()["install"]["xpu_runtime"]
+        return xpu_runtime(xpu["key_url"], xpu["repo"], list(xpu["packages"]))
+
+    def network_plugin(self) -> Parts:
+        plugin = self.lock.components.get("net-plugin")
+        if not plugin or plugin.source != "image":
+            return Parts()  # from the host at run time (see the lock's reason), or none
+        return aws_ofi_nccl(
+            plugin.version, self.lock.build["accelerator"], self.lock.build["jobs"]
+        )
+
     def nccl(self) -> Parts:
         nccl = self.lock.components.get("nccl")
         if not nccl:
@@ -286,8 +414,10 @@ class Blocks:
                 runtime=[copy(VENV, VENV, from_stage="build")],
             )
         index = ""
-        if not self.site.build.pip_find_links:
-            tmpl = kb()["install"]["torch_index"][variant if variant != "xpu" else "cpu"]
+        if "index" in torch.options:
+            index = f"--extra-index-url {shlex.quote(torch.options['index'])} "
+        elif not self.site.build.pip_find_links:
+            tmpl = kb()["install"]["torch_index"][variant]
             cuda = self.lock.components.get("cuda")
             rocm = self.lock.components.get("rocm")
             url = tmpl.format(

@@ -15,7 +15,7 @@ from hpcenv.yamlsrc import validate_file
 
 COMPONENTS = (
     "os", "arch", "python", "mpi", "pmix", "ucx", "libfabric", "cuda", "rocm", "nccl", "rccl",
-    "oneccl", "torch", "horovod", "torch-ccl", "ipex", "mpi4py", "daal4py",
+    "oneccl", "net-plugin", "torch", "horovod", "torch-ccl", "ipex", "mpi4py", "daal4py",
 )  # fmt: skip
 
 

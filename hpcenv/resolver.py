@@ -25,7 +25,7 @@ from hpcenv.lock import Choice, Lock
 from hpcenv.pins import COMPONENTS, Pin, check_pin, parse_overrides
 from hpcenv.recipe import Recipe
 from hpcenv.site import Site
-from hpcenv.versions import major, major_minor, parse_spec
+from hpcenv.versions import at_least, major, major_minor, parse_spec
 
 __all__ = ["COMPONENTS", "parse_overrides", "resolve", "Resolver"]
 
@@ -240,6 +240,7 @@ class Resolver:
         self.decide_fabric()
         self.decide_intel_stack(accel)
         self.decide_horovod(accel)
+        self.decide_network_plugin(accel)
         self.decide_mpi4py()
         self.decide_daal4py()
         if self.conflicts:
@@ -263,6 +264,8 @@ class Resolver:
         planned |= {"cuda": {"cuda", "nccl"}, "rocm": {"rocm", "rccl"}}.get(accel, set())
         if self.recipe.wants("torch-ccl"):
             planned.add("oneccl")
+        if self.site.network_plugin and accel in ("cuda", "rocm"):
+            planned.add("net-plugin")
         self.planned = planned
         for name, pin in self.pins.items():
             if pin.origin == "--set" and name not in planned:
@@ -302,6 +305,16 @@ class Resolver:
         )  # fmt: skip
 
     def decide_accelerator(self) -> str:
+        """The accelerator as a fact the rules see (``accelerator``), and where torch comes from
+        (``torch.index``: Intel's index for IPEX stacks, else pytorch.org)."""
+        accel = self.accelerator()
+        origin = f"recipe {self.recipe.name} on site {self.site.name}"
+        self.facts["accelerator"] = Fact("accelerator", accel, origin)
+        index = "intel" if accel == "xpu" and self.recipe.wants("ipex") else "pytorch"
+        self.facts["torch.index"] = Fact("torch.index", index, origin)
+        return accel
+
+    def accelerator(self) -> str:
         """``cuda``, ``rocm``, ``xpu`` or ``none`` from the recipe and the site's GPUs."""
         site = self.site
         if self.recipe.accelerator == "intel":
@@ -342,9 +355,15 @@ class Resolver:
         pypi = self.site.arch in rule("torch-arch").data["pypi_archs"]
         variant = {"none": "cpu", "cuda": "cuda", "rocm": "rocm", "xpu": "xpu"}[accel]
         reason = self.pin_reason("torch", f"newest torch release allowed by every rule ({variant})")
+        options = {"variant": variant, "dist_backend": {"cuda": "nccl", "rocm": "nccl"}.get(variant, "gloo")}
+        if self.facts["torch.index"].value == "intel":
+            options["index"] = kb()["install"]["intel_index"]["xpu"]  # IPEX's torch builds
+            options["dist_backend"] = "ccl"
+        elif variant == "xpu":
+            xccl = rule("torch-xpu").data["xccl_from_torch"]
+            options["dist_backend"] = "xccl" if at_least(picked.value, xccl) else "gloo"
         self.choose(
-            "torch", picked, reason, "pip" if pypi else "conda (Open-CE)",
-            options={"variant": variant},
+            "torch", picked, reason, "pip" if pypi else "conda (Open-CE)", options=options,
         )  # fmt: skip
         if accel == "rocm":
             rocm = self.site.gpu.rocm or ""
@@ -399,6 +418,13 @@ class Resolver:
                 f"bind model over host {host.spec}: image carries {name} ({host_abi} ABI), "
                 "replaced by the host MPI at run time"
             )
+            cray = rule("cray-mpich-image-mpich")
+            if host.name == "cray-mpich" and host.version:
+                version = cray.data["image_mpich"].get(major(host.version), version)
+                reason += (
+                    f"; MPICH {version} built from source, as the site documents for "
+                    f"cray-mpich-abi {major(host.version)}.x (rule cray-mpich-image-mpich)"
+                )
         else:
             name = host.name
             version = host.version or pkgs.get(name, "")
@@ -407,9 +433,12 @@ class Resolver:
             "mpi", [f"{name}@{version}"], pinned=pinned, skip=["daal4py-mpich-abi"]
         )
         assert picked is not None
+        src = "apt" if pkgs.get(name) == version else "source"
+        options = {"abi": families[name]["abi"]}
+        if src == "source" and name == "mpich":
+            options["configure"] = rule("cray-mpich-image-mpich").data["configure"]
         self.choose(
-            "mpi", picked, reason, "apt" if pkgs.get(name) == version else "source",
-            version=version, implementation=name, options={"abi": families[name]["abi"]},
+            "mpi", picked, reason, src, version=version, implementation=name, options=options,
         )  # fmt: skip
         self.decide_pmix()
 
@@ -496,10 +525,6 @@ class Resolver:
             options["HOROVOD_GPU_OPERATIONS"] = "NCCL"
             if accel == "rocm":
                 options["HOROVOD_GPU"] = "ROCM"
-            elif accel == "xpu":
-                del options["HOROVOD_GPU_OPERATIONS"]
-                ops.remove("nccl")
-                notes.append("no Horovod GPU operations for Intel GPUs")
         if needs_cxx17:
             options["cxx17_patch"] = "CMAKE_CXX_STANDARD 14->17 in CMakeLists.txt and horovod/torch"
             notes.append(f"C++17 patch: torch {torch} needs C++17 (rule horovod-torch-cxx17)")
@@ -508,6 +533,19 @@ class Resolver:
         self.choose(
             "horovod", picked, "; ".join([reason, *notes]), "source (sdist)", options=options
         )
+
+    def decide_network_plugin(self, accel: str) -> None:
+        """aws-ofi-nccl, which NCCL/RCCL need on Slingshot, from where the site documents it."""
+        plugin = self.site.network_plugin
+        if plugin is None or accel not in ("cuda", "rocm"):
+            return
+        self.use("network-plugin")
+        where = "built into the image" if plugin.source == "image" else f"host: {plugin.how}"
+        lib = "RCCL" if accel == "rocm" else "NCCL"
+        self.components["net-plugin"] = Choice(
+            plugin.version or "site build", f"aws-ofi-nccl for {lib} over libfabric, {where}",
+            plugin.source, implementation="aws-ofi-nccl", rules=["network-plugin"],
+        )  # fmt: skip
 
     def decide_mpi4py(self) -> None:
         if not self.recipe.wants("mpi4py"):
@@ -575,7 +613,7 @@ class Resolver:
         if site.build.base_image:
             base = site.build.base_image
         elif accel == "cuda" and "cuda_base_image" in osinfo:
-            base = osinfo["cuda_base_image"].format(cuda=self.cuda_full())
+            base = osinfo["cuda_base_image"].format(cuda_tag=self.cuda_tag())
         elif accel == "rocm" and "rocm_base_image" in osinfo:
             base = osinfo["rocm_base_image"].format(rocm=self.components["rocm"].version)
         else:
@@ -591,10 +629,23 @@ class Resolver:
             "user": "hpc",
         }
 
-    def cuda_full(self) -> str:
+    def cuda_tag(self) -> str:
+        """The nvidia/cuda tag stem for the locked CUDA minor (cuDNN 8 vs cuDNN 9 naming)."""
         cuda = self.components["cuda"].version
-        tags: dict[str, str] = self.os[self.site.os].get("cuda_image_tags", {})
-        return tags.get(cuda, f"{cuda}.0")
+        osinfo = self.os[self.site.os]
+        if self.site.arch not in osinfo.get("cuda_image_archs", [self.site.arch]):
+            raise ConfigError(
+                f"no nvidia/cuda {self.site.os} image for {self.site.arch} "
+                f"[{osinfo['cuda_base_image_source']}]; set build.base_image in the site file "
+                "to a base that exists for it (e.g. the site's own CUDA base image)"
+            )
+        tags: dict[str, str] = osinfo.get("cuda_image_tags", {})
+        if cuda not in tags:
+            raise ConfigError(
+                f"no known nvidia/cuda image tag for CUDA {cuda} on {self.site.os} "
+                f"(known: {', '.join(tags)}); set build.base_image in the site file"
+            )
+        return tags[cuda]
 
 
 def resolve(site: Site, recipe: Recipe, overrides: dict[str, str] | None = None) -> Lock:

@@ -304,6 +304,18 @@ class Build(Strict):
     jobs: Count = Field(default=2, description="parallel compile jobs")
 
 
+class NetworkPlugin(Strict):
+    """The libfabric plugin NCCL/RCCL need on Slingshot (aws-ofi-nccl), and where it comes from.
+
+    ``host``: the site injects its own build at run time (``how`` says how: a module, a runtime
+    flag); ``image``: hpcenv builds it into the image.
+    """
+
+    source: Literal["host", "image"]
+    version: Version | None = Field(default=None, description="aws-ofi-nccl version, if known")
+    how: ShellText = Field(description="how the job gets it, e.g. 'module load rccl-net-plugin'")
+
+
 class Provenance(Strict):
     """Which values are verified facts (with a source) and which are assumptions."""
 
@@ -331,6 +343,7 @@ class Site(Strict):
     )
     recipes: list[Name] = Field(default=[], max_length=64)
     build: Build = Build()
+    network_plugin: NetworkPlugin | None = None
     defaults: dict[str, str] = Field(default={}, description="component pins, as for --set")
     tuning: dict[EnvName, ShellWord] = Field(
         default={},
@@ -354,6 +367,9 @@ class Site(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Site:
+        plugin = self.network_plugin
+        if plugin and plugin.source == "image" and not plugin.version:
+            raise ValueError("network_plugin.source image needs network_plugin.version")
         if self.gpu.vendor == "none" and self.node.gpus:
             raise ValueError("node.gpus > 0 but gpu.vendor is 'none'")
         if self.gpu.vendor != "none" and not self.node.gpus:

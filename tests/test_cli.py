@@ -33,7 +33,7 @@ def test_sites_validate_and_schema(runner: CliRunner, tmp_path: Path) -> None:
 
 def test_recipes(runner: CliRunner) -> None:
     names = {r["name"] for r in json.loads(run(runner, "recipes", "--json").stdout)}
-    assert names == {"horovod-cpu", "horovod-gpu", "torch-ccl", "daal4py"}
+    assert names == {"horovod-cpu", "horovod-gpu", "torch-ccl", "torch-gpu", "daal4py"}
 
 
 def test_resolve_json_shape(runner: CliRunner) -> None:
@@ -47,22 +47,50 @@ def test_resolve_json_shape(runner: CliRunner) -> None:
 
 
 def test_render_writes_files(runner: CliRunner, tmp_path: Path) -> None:
-    out = run(runner, "render", "-s", "frontier", "-r", "horovod-gpu", "--out", str(tmp_path))
+    out = run(runner, "render", "-s", "frontier", "-r", "torch-gpu", "--out", str(tmp_path))
     assert out.exit_code == 0, out.output
     for name in ("Dockerfile", "Singularity.def", "stack.lock.json"):
         assert (tmp_path / name).is_file()
 
 
-def test_build_dry_run_summit(runner: CliRunner, tmp_path: Path) -> None:
-    out = run(runner, "build", "--site", "summit", "--dry-run", "--json", "--out", str(tmp_path))
+def test_build_dry_run_frontier_lists_delivery(runner: CliRunner, tmp_path: Path) -> None:
+    out = run(runner, "build", "--site", "frontier", "-r", "torch-gpu", "--dry-run", "--json",
+              "--out", str(tmp_path))  # fmt: skip
     assert out.exit_code == 0, out.output
     (plan,) = json.loads(out.stdout)
-    assert plan["platform"] == "linux/ppc64le"
-    assert plan["components"]["cuda"].startswith("11.")
-    assert plan["components"]["mpi"].startswith("openmpi@")
-    assert {"nccl", "horovod", "torch"} <= set(plan["components"])
-    assert plan["context"] == str(tmp_path / "summit" / "horovod-gpu")
+    assert plan["components"]["mpi"] == "mpich@4.1.3"
+    assert plan["components"]["net-plugin"] == "aws-ofi-nccl@1.19.2"
+    assert plan["delivery"] == [
+        "copy the SIF to $MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif"
+        " (the path the job script runs)"
+    ]
+    assert plan["context"] == str(tmp_path / "frontier" / "torch-gpu")
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+def test_build_dry_run_perlmutter_migrates_and_pushes(runner: CliRunner, tmp_path: Path) -> None:
+    out = run(runner, "build", "--site", "perlmutter", "-r", "torch-gpu", "--dry-run",
+              "--push", "registry.nersc.gov/m0000/torch-gpu:1", "--out", str(tmp_path))  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert (
+        "deliver: podman push localhost/hpcenv/torch-gpu:perlmutter "
+        "registry.nersc.gov/m0000/torch-gpu:1 (the site pulls registry.nersc.gov/m0000/torch-gpu:1)"
+    ) in out.stdout
+    assert (
+        "deliver: podman-hpc migrate localhost/hpcenv/torch-gpu:perlmutter "
+        "(compute nodes read the squashed store)"
+    ) in out.stdout
+
+
+def test_build_dry_run_summit_refuses(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from hpcenv.cli.main import main; main()",
+         "build", "--site", "summit", "--dry-run", "--out", str(tmp_path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: conflict between mpi (any of openmpi@4.1.2) (releases) and host.mpi spectrum-mpi@10.4")
+    assert "rule image-mpi-host-only" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -74,10 +102,13 @@ def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
-    # every conflict found, one line each: the driver and the Open-CE CUDA builds
-    assert all(line.startswith("error: conflict between cuda 12.4 (--set) and ") for line in lines)
-    assert any("and gpu.driver 450.80.02" in line and "rule cuda-driver" in line for line in lines)
-    assert any("rule torch-cuda-opence" in line for line in lines)
+    # every conflict found, one line each: the driver, the Open-CE CUDA builds, and Summit's
+    # Spectrum MPI that no image MPI can stand in for
+    assert all(line.startswith("error: conflict between ") for line in lines)
+    cuda = [line for line in lines if line.startswith("error: conflict between cuda 12.4 (--set)")]
+    assert any("and gpu.driver 450.80.02" in line and "rule cuda-driver" in line for line in cuda)
+    assert any("rule torch-cuda-opence" in line for line in cuda)
+    assert len(lines) == len(cuda) + 1 and "rule image-mpi-host-only" in lines[-1]
 
 
 def test_bad_site_file_exit_2(tmp_path: Path) -> None:

@@ -10,14 +10,27 @@ from hpcenv.knowledge import kb, rules
 from hpcenv.lock import Lock
 from hpcenv.recipe import load_recipe
 from hpcenv.resolver import parse_overrides, resolve
-from hpcenv.site import load_site
+from hpcenv.site import HostMpi, Site, load_site
 
 
-def lock(site: str, recipe: str, *sets: str) -> Lock:
-    return resolve(load_site(site), load_recipe(recipe), parse_overrides(sets))
+def ppc64le_cluster(model: str = "hybrid") -> Site:
+    """Summit's node, GPUs and driver with an Open MPI host: the CUDA 11 / Open-CE / ppc64le
+    rules, exercised where an image is possible (Summit itself refuses images, see below)."""
+    mpi = (
+        HostMpi(spec="openmpi@4.1.4", pmi="pmix@4", model="hybrid", fabric="ucx")
+        if model == "hybrid"
+        else HostMpi(spec="openmpi@4.1.4", pmi="pmix@4", model="bind", fabric="ucx",
+                     root="/opt/openmpi")  # fmt: skip
+    )
+    return load_site("summit").model_copy(update={"name": f"ppc64le-{model}", "mpi": mpi})
 
 
-def conflict(site: str, recipe: str, *sets: str) -> str:
+def lock(site: str | Site, recipe: str, *sets: str) -> Lock:
+    site_obj = load_site(site) if isinstance(site, str) else site
+    return resolve(site_obj, load_recipe(recipe), parse_overrides(sets))
+
+
+def conflict(site: str | Site, recipe: str, *sets: str) -> str:
     with pytest.raises(ConflictError) as err:
         lock(site, recipe, *sets)
     return str(err.value)
@@ -49,29 +62,30 @@ def test_torch_cuda_conflict() -> None:
 
 # image CUDA <-> site driver
 def test_cuda_driver_pass() -> None:
-    assert lock("summit", "horovod-gpu").version("cuda").startswith("11.")
+    assert lock(ppc64le_cluster(), "horovod-gpu").version("cuda").startswith("11.")
 
 
 def test_cuda_driver_conflict() -> None:
-    msg = conflict("summit", "horovod-gpu", "cuda=12.4")
+    msg = conflict(ppc64le_cluster(), "horovod-gpu", "cuda=12.4")
     assert_rule(msg, "cuda-driver", "cuda 12.4 (--set)", "gpu.driver 450.80.02", "525.60.13")
 
 
 # NCCL <-> CUDA
 def test_nccl_cuda_pass() -> None:
-    lk = lock("summit", "horovod-gpu")
+    lk = lock(ppc64le_cluster(), "horovod-gpu")
     assert lk.version("nccl") == "2.16.5"
     assert lk.components["nccl"].options["package"] == "libnccl2=2.16.5-1+cuda11.8"
 
 
 def test_nccl_cuda_conflict() -> None:
-    msg = conflict("summit", "horovod-gpu", "nccl=2.21.5")
+    msg = conflict(ppc64le_cluster(), "horovod-gpu", "nccl=2.21.5")
     assert_rule(msg, "nccl-cuda", "nccl 2.21.5 (--set)", "cuda 11.8", "12.4")
 
 
 # torch <-> torch-ccl <-> IPEX <-> oneCCL
 def test_torch_ccl_ipex_oneccl_pass() -> None:
-    lk = lock("aurora", "torch-ccl")
+    lk = lock("aurora", "torch-ccl", "torch=2.3.1")
+    assert lk.components["torch"].options["index"].startswith("https://pytorch-extension.intel")
     mm = lk.version("torch")[:3]
     assert lk.version("torch-ccl").startswith(mm) and lk.version("ipex").startswith(mm)
     assert lk.version("oneccl") == "2021.11"
@@ -88,7 +102,7 @@ def test_ipex_conflict() -> None:
 
 
 def test_oneccl_conflict() -> None:
-    msg = conflict("aurora", "torch-ccl", "oneccl=2021.12")
+    msg = conflict("aurora", "torch-ccl", "torch=2.3.1", "oneccl=2021.12")
     assert_rule(msg, "oneccl-torch-ccl", "oneccl 2021.12 (--set)", "2021.11")
 
 
@@ -105,7 +119,7 @@ def test_torch_ccl_absent_for_new_torch_is_reasoned() -> None:
 def test_horovod_cxx17_pass() -> None:
     new = lock("local", "horovod-cpu").components["horovod"]
     assert "cxx17_patch" in new.options and new.version == "0.28.1"
-    old = lock("summit", "horovod-gpu").components["horovod"]
+    old = lock(ppc64le_cluster(), "horovod-gpu").components["horovod"]
     assert "cxx17_patch" not in old.options
     assert old.options["HOROVOD_GPU_OPERATIONS"] == "NCCL"
 
@@ -125,20 +139,104 @@ def test_daal4py_mpich_abi_pass() -> None:
 
 
 def test_daal4py_mpich_abi_conflict() -> None:
-    msg = conflict("summit", "daal4py")
-    assert_rule(msg, "daal4py-mpich-abi", "spectrum-mpi@10.4", "bind model")
+    msg = conflict(ppc64le_cluster("bind"), "daal4py")
+    assert_rule(msg, "daal4py-mpich-abi", "openmpi@4.1.4", "bind model")
 
 
 # bind model: image MPI in the host MPI's ABI family
 def test_bind_abi_pass() -> None:
-    summit = lock("summit", "horovod-gpu").components["mpi"]
-    assert (summit.implementation, summit.options["abi"]) == ("openmpi", "openmpi")
-    assert lock("frontier", "horovod-gpu").components["mpi"].implementation == "mpich"
+    ompi = lock(ppc64le_cluster("bind"), "horovod-gpu").components["mpi"]
+    assert (ompi.implementation, ompi.options["abi"]) == ("openmpi", "openmpi")
+    assert lock("frontier", "torch-gpu").components["mpi"].implementation == "mpich"
 
 
 def test_bind_abi_conflict() -> None:
-    msg = conflict("frontier", "horovod-gpu", "mpi=openmpi@4.1.4")
-    assert_rule(msg, "mpi-bind-abi", "mpi openmpi@4.1.4 (--set)", "cray-mpich@8.1.31")
+    msg = conflict("frontier", "torch-gpu", "mpi=openmpi@4.1.4")
+    assert_rule(msg, "mpi-bind-abi", "mpi openmpi@4.1.4 (--set)", "cray-mpich@9.1.0")
+
+
+# Cray MPICH: the image carries the MPICH the site names ABI compatible, built from source
+def test_cray_mpich_image_mpich_pass() -> None:
+    frontier = lock("frontier", "torch-gpu").components["mpi"]
+    assert (frontier.implementation, frontier.version, frontier.source) == ("mpich", "4.1.3", "source")
+    assert "--with-device=ch4:ofi" in frontier.options["configure"]
+    assert "--enable-shared" in frontier.options["configure"]
+    perlmutter = lock("perlmutter", "torch-gpu").components["mpi"]
+    assert (perlmutter.version, perlmutter.source) == ("3.4.3", "source")  # not apt (NERSC)
+
+
+# Spectrum MPI (Summit): no image MPI built elsewhere can take it -> refused, never Open MPI
+def test_image_mpi_host_only_conflict() -> None:
+    for recipe in ("horovod-gpu", "torch-gpu", "daal4py", "horovod-cpu"):
+        msg = conflict("summit", recipe)
+        assert_rule(msg, "image-mpi-host-only", "spectrum-mpi@10.4", "bind model")
+
+
+def test_image_mpi_host_only_pass() -> None:
+    assert lock(ppc64le_cluster(), "horovod-gpu").components["mpi"].implementation == "openmpi"
+
+
+# Horovod on ROCm >= 6 (Frontier) and on Intel GPUs (Aurora): refused, not CPU-only
+def test_horovod_rocm_conflict() -> None:
+    msg = conflict("frontier", "horovod-gpu")
+    assert_rule(msg, "horovod-rocm", "rocm 7.1.1", "horovod/horovod#4044", "torch-gpu")
+
+
+def test_horovod_rocm_pass() -> None:
+    rocm5 = load_site("frontier").model_copy(
+        update={"gpu": load_site("frontier").gpu.model_copy(update={"rocm": "5.7.1"})}
+    )
+    lk = lock(rocm5, "horovod-gpu", "torch=2.3.1")
+    assert lk.components["horovod"].options["HOROVOD_GPU"] == "ROCM"
+
+
+def test_horovod_xpu_conflict() -> None:
+    msg = conflict("aurora", "horovod-gpu")
+    assert_rule(msg, "horovod-xpu", "accelerator xpu", "xccl")
+    assert "horovod-cpu" not in msg
+
+
+def test_horovod_cpu_on_aurora_is_cpu_by_name() -> None:
+    lk = lock("aurora", "horovod-cpu")
+    assert lk.components["torch"].options["variant"] == "cpu"
+
+
+# upstream torch XPU wheels (Aurora): xccl backend, download.pytorch.org/whl/xpu
+def test_torch_xpu_pass() -> None:
+    torch = lock("aurora", "torch-gpu").components["torch"]
+    assert (torch.version, torch.options["variant"], torch.options["dist_backend"]) == (
+        "2.10.0", "xpu", "xccl",
+    )
+
+
+def test_torch_xpu_conflict() -> None:
+    msg = conflict("aurora", "torch-gpu", "torch=2.5.1")
+    assert_rule(msg, "torch-xpu", "torch 2.5.1 (--set)", "2.10.0, 2.9.1, 2.8.0")
+
+
+# the NCCL/RCCL network plugin: from the host where the site injects it
+def test_network_plugin_pass() -> None:
+    frontier = lock("frontier", "torch-gpu").components["net-plugin"]
+    assert (frontier.source, frontier.version) == ("host", "1.19.2")
+    assert "module load rccl-net-plugin" in frontier.reason
+    perlmutter = lock("perlmutter", "torch-gpu").components["net-plugin"]
+    assert perlmutter.source == "host" and "podman-hpc run --nccl" in perlmutter.reason
+    assert "net-plugin" not in lock("local", "horovod-cpu").components
+
+
+# nvidia/cuda base image tags: cuDNN 9 images are -cudnn-, cuDNN 8 ones -cudnn8-
+def test_cuda_base_image_tags() -> None:
+    assert lock("perlmutter", "torch-gpu", "torch=2.4.1").build["base_image"] == (
+        "docker.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"
+    )
+    assert lock("perlmutter", "torch-gpu", "torch=2.4.1", "cuda=11.8").build["base_image"] == (
+        "docker.io/nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04"
+    )
+    # ppc64le: NVIDIA has no Ubuntu CUDA image; the site must name a base that exists
+    site = ppc64le_cluster()
+    no_base = site.model_copy(update={"build": site.build.model_copy(update={"base_image": None})})
+    with pytest.raises(ConfigError, match="no nvidia/cuda ubuntu-22.04 image for ppc64le"):
+        lock(no_base, "horovod-gpu")
 
 
 # hybrid model: same PMI flavour and major version as the host
@@ -171,14 +269,14 @@ def test_openmpi5_pmix_conflict() -> None:
 
 # site architecture: wheels and base images
 def test_arch_pass() -> None:
-    lk = lock("summit", "horovod-gpu")
+    lk = lock(ppc64le_cluster(), "horovod-gpu")
     assert lk.build["platform"] == "linux/ppc64le"
     assert lk.components["torch"].source == "conda (Open-CE)"
     assert lk.version("torch") == "2.0.1"
 
 
 def test_arch_conflict() -> None:
-    msg = conflict("summit", "horovod-gpu", "torch=2.2.2")
+    msg = conflict(ppc64le_cluster(), "horovod-gpu", "torch=2.2.2")
     assert_rule(msg, "torch-arch", "torch 2.2.2 (--set)", "arch ppc64le")
 
 
@@ -189,7 +287,7 @@ def test_os_python_conflict() -> None:
 
 
 def test_torch_python_pass() -> None:
-    assert lock("frontier", "horovod-gpu").version("python") == "3.10"
+    assert lock("frontier", "torch-gpu").version("python") == "3.10"
 
 
 def test_torch_python_conflict(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -143,7 +143,7 @@ def test_every_conflict_is_reported() -> None:
 
 
 def test_lock_records_the_rules_that_decided() -> None:
-    lk = resolve(load_site("perlmutter"), load_recipe("horovod-gpu"))
+    lk = resolve(load_site("perlmutter"), load_recipe("horovod-gpu"), {"torch": "2.4.1"})
     cuda = lk.components["cuda"]
     assert set(cuda.rules) == {"torch-cuda", "cuda-driver"}
     nccl = lk.components["nccl"]

@@ -132,7 +132,7 @@ def test_light_commands_run(core_venv: tuple[Venv, dict], tmp_path: Path) -> Non
     proc = venv.cli("resolve", "--site", "local", "--recipe", "horovod-cpu", "--json")
     assert proc.returncode == 0, proc.stderr
     proc = venv.cli(
-        "render", "--site", "frontier", "--recipe", "horovod-gpu", "--out", str(tmp_path / "r")
+        "render", "--site", "frontier", "--recipe", "torch-gpu", "--out", str(tmp_path / "r")
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r" / "Dockerfile").read_text().startswith(("#", "FROM", "ARG", "# syntax"))

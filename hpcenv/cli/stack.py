@@ -128,10 +128,15 @@ def register(app: typer.Typer) -> None:
                 help="oci: convert the built image; def: build Singularity.def natively",
             ),
         ] = "oci",
+        push: Annotated[
+            str | None,
+            typer.Option("--push", help="also push the image to REGISTRY/NAME:TAG (sites that pull)"),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Resolve, render and build the site's images (podman by default; SIF with Apptainer)."""
+        """Resolve, render, build and deliver the site's images to where its jobs look for them."""
         from hpcenv.build import build_image, make_plans
+        from hpcenv.delivery import deliver, plan_delivery
         from hpcenv.errors import ConfigError
         from hpcenv.resolver import parse_overrides
         from hpcenv.site import load_site
@@ -142,8 +147,16 @@ def register(app: typer.Typer) -> None:
         if fmt not in ("oci", "sif", "both") or sif_from not in ("oci", "def"):
             raise ConfigError("--format is oci, sif or both; --sif-from is oci or def")
         plans = make_plans(site_obj, recipe, parse_overrides(set_ or []), out)
+        engine_name = engine or site_obj.build.engine
+        deliveries = {
+            p.recipe: plan_delivery(site_obj, p.recipe, p.tag, fmt, push, engine_name)
+            for p in plans
+        }
         if dry_run:
-            summaries = [p.summary() for p in plans]
+            summaries = [
+                p.summary() | {"delivery": [s.describe() for s in deliveries[p.recipe]]}
+                for p in plans
+            ]
             if as_json:
                 typer.echo(json.dumps(summaries, indent=2))
                 return
@@ -154,6 +167,8 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"  {name:<10} {ver}")
                 for name in s["excluded"]:  # type: ignore[attr-defined]
                     typer.echo(f"  {name:<10} excluded (see stack.lock.json)")
+                for step in s["delivery"]:  # type: ignore[attr-defined]
+                    typer.echo(f"  deliver: {step}")
             return
         from rich.console import Console
 
@@ -168,7 +183,7 @@ def register(app: typer.Typer) -> None:
                 took = f"  (previous step {previous:.1f} s)" if previous is not None else ""
                 _c.print(f"  [{index}/{total}] {text[:100]}{took}")
 
-            entry: dict[str, str | float] = {"recipe": plan.recipe}
+            entry: dict[str, object] = {"recipe": plan.recipe}
             if fmt != "sif" or sif_from == "oci":
                 result = build_image(plan, engine_name=engine, on_step=show)
                 console.print(f"  done in {result.seconds:.0f} s; log: {result.log_path}")
@@ -185,6 +200,14 @@ def register(app: typer.Typer) -> None:
                 took = time.monotonic() - started
                 console.print(f"  SIF {sif} in {took:.0f} s")
                 entry |= {"sif": str(sif), "sif_seconds": round(took, 1)}
+            sif_file = Path(str(entry["sif"])) if "sif" in entry else None
+            delivered = []
+            for step in deliveries[plan.recipe]:
+                outcome = deliver(step, sif_file)
+                console.print(f"  deliver: {outcome.detail}")
+                delivered.append({"step": step.describe(), "done": outcome.done,
+                                  "detail": outcome.detail})  # fmt: skip
+            entry["delivery"] = delivered
             results.append(entry)
         if as_json:
             typer.echo(json.dumps(results, indent=2))

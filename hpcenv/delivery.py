@@ -1,0 +1,136 @@
+"""Image delivery: after a build, put the image where the site's job script will look for it.
+
+Each site's runtime decides the last step (docs/sites/*.md, "Image delivery"):
+
+- apptainer / singularity: the SIF goes to ``<scratch>/hpcenv/images/<recipe>-<site>.sif``, the
+  path ``hpcenv submit`` runs (``jobs.containers.default_image``: one place for that name);
+- podman-hpc (NERSC): ``podman-hpc migrate TAG`` squashes the image into the store the compute
+  nodes read (NERSC/podman-hpc ``podman_hpc.py``: "Migrate an image to squashed");
+- shifter, or any site with ``--push REF``: ``podman push TAG REF`` to a registry the site pulls from;
+- podman (local): the image is already in the engine's storage.
+
+A step whose tool or path is not on this host (``podman-hpc`` off Perlmutter, ``$PROJ`` unset)
+is reported as pending with the exact command to run on the site, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from hpcenv.errors import ConfigError, EnvironmentProblem
+from hpcenv.site import Site
+
+StepKind = Literal["sif-copy", "migrate", "push", "in-place"]
+_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+@dataclass(frozen=True)
+class DeliveryStep:
+    kind: StepKind
+    target: str  # where the job finds the image (path, tag or registry reference)
+    command: tuple[str, ...] = ()  # argv of the step; empty for a file copy or nothing to do
+
+    def describe(self) -> str:
+        if self.kind == "sif-copy":
+            return f"copy the SIF to {self.target} (the path the job script runs)"
+        if self.kind == "migrate":
+            return f"{shlex.join(self.command)} (compute nodes read the squashed store)"
+        if self.kind == "push":
+            return f"{shlex.join(self.command)} (the site pulls {self.target})"
+        return f"none: the job runs {self.target} from this host's image storage"
+
+
+def check_ref(ref: str) -> str:
+    """A registry reference for ``--push``: lower-case name[:tag], no spaces or shell words."""
+    if not _REF.match(ref) or ".." in ref:
+        raise ConfigError(f"--push {ref!r}: not a registry reference like registry/name:tag")
+    return ref
+
+
+def plan_delivery(
+    site: Site, recipe: str, tag: str, fmt: str, push: str | None = None, engine: str = "podman"
+) -> list[DeliveryStep]:
+    """The steps that end a build for this site (``build --dry-run`` lists them)."""
+    from hpcenv.jobs.containers import default_image
+
+    steps: list[DeliveryStep] = []
+    if push is not None:
+        ref = check_ref(push)
+        steps.append(DeliveryStep("push", ref, (engine, "push", tag, ref)))
+    kind = site.runtime.kind
+    if kind in ("apptainer", "singularity") and fmt in ("sif", "both"):
+        steps.append(DeliveryStep("sif-copy", default_image(site, recipe)))
+    elif kind == "podman-hpc":
+        steps.append(DeliveryStep("migrate", tag, ("podman-hpc", "migrate", tag)))
+    elif kind == "shifter" and not push:
+        raise ConfigError(
+            f"site {site.name} runs shifter, which pulls images from a registry: "
+            "give --push REGISTRY/NAME:TAG"
+        )
+    elif not steps:
+        steps.append(DeliveryStep("in-place", tag))
+    return steps
+
+
+def expand(path: str) -> str | None:
+    """``$VAR``/``${VAR}`` from the environment; None when one is unset (the site's variable)."""
+    out = os.path.expandvars(path)
+    return None if "$" in out else out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    step: DeliveryStep
+    done: bool
+    detail: str
+
+
+def deliver(step: DeliveryStep, sif: Path | None = None) -> Outcome:
+    """Run one step for real where this host can; otherwise say exactly what is left to do."""
+    if step.kind == "in-place":
+        return Outcome(step, True, step.describe())
+    if step.kind == "sif-copy":
+        if sif is None or not sif.is_file():
+            raise ConfigError(f"no SIF to deliver to {step.target}; build with --format sif")
+        dest = expand(step.target)
+        if dest is None:
+            return Outcome(
+                step, False,
+                f"pending: {step.target} names a variable unset here; on the site copy "
+                f"{sif} to {step.target}",
+            )  # fmt: skip
+        target = Path(dest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        shutil.copyfile(sif, partial)
+        partial.replace(target)  # atomic: a job never sees half a SIF
+        return Outcome(step, True, f"SIF at {target}")
+    exe = shutil.which(step.command[0])
+    if exe is None:
+        if step.kind == "migrate":
+            return Outcome(
+                step, False,
+                f"pending: {step.command[0]} is not on this host; on a login node of the site "
+                f"run: {shlex.join(step.command)}",
+            )  # fmt: skip
+        raise EnvironmentProblem(f"{step.command[0]} is not installed; cannot {step.describe()}")
+    from hpcenv.engines import engine_env
+
+    proc = subprocess.run(
+        [exe, *step.command[1:]], capture_output=True, text=True, check=False,
+        stdin=subprocess.DEVNULL, env=engine_env(),
+    )  # fmt: skip
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout).strip().splitlines()
+        raise EnvironmentProblem(
+            f"{shlex.join(step.command)} failed (exit {proc.returncode}): "
+            f"{last[-1] if last else 'no output'}"
+        )
+    return Outcome(step, True, step.describe())

@@ -1,0 +1,126 @@
+"""Registered building blocks: the exact text each renders to (hpccm's one-test-per-block), and
+that the text passes hadolint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcenv.blocks import BLOCKS, Parts, Stage
+from hpcenv.render import _environment
+
+
+def dockerfile(parts: Parts) -> str:
+    """The block alone, in a two-stage Dockerfile (build, runtime) as render() writes it."""
+    stages = [Stage("build", "base", parts.build), Stage("runtime", "base", parts.runtime)]
+    text = (
+        _environment()
+        .get_template("Dockerfile.j2")
+        .render(
+            version="T",
+            lock={"site": "s", "recipe": "r", "build": {"platform": "p"}},
+            stages=stages,
+        )
+    )
+    return text.split("\n\n", 1)[1].rstrip("\n")  # drop the generated header
+
+
+def test_every_block_is_registered_and_documented() -> None:
+    assert set(BLOCKS) == {"mpich-source", "xpu-runtime", "aws-ofi-nccl"}
+    for name, fn in BLOCKS.items():
+        assert fn.__doc__ and "Example:" in fn.__doc__, name
+
+
+def test_mpich_source_exact_text() -> None:
+    text = dockerfile(
+        BLOCKS["mpich-source"]("3.4.3", "--with-device=ch4:ofi --enable-shared", 4, "why")
+    )
+    assert (
+        text
+        == """\
+FROM base AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# MPI: mpich 3.4.3 from source (shared libraries) - why
+RUN mkdir -p /tmp/mpich-src && \\
+    curl -fsSL https://www.mpich.org/static/downloads/3.4.3/mpich-3.4.3.tar.gz | tar -xz --strip-components=1 -C /tmp/mpich-src -f - && \\
+    cd /tmp/mpich-src && ./configure --prefix=/opt/mpi --with-device=ch4:ofi --enable-shared && \\
+    make -C /tmp/mpich-src -j4 install && \\
+    rm -rf /tmp/mpich-src && \\
+    test -e /opt/mpi/lib/libmpi.so.12
+ENV PATH="/opt/mpi/bin:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \\
+    LD_LIBRARY_PATH="/opt/mpi/lib"
+
+FROM base AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=build /opt/mpi /opt/mpi
+ENV LD_LIBRARY_PATH="/opt/mpi/lib"
+CMD ["/bin/bash"]"""
+    )
+
+
+def test_xpu_runtime_exact_text() -> None:
+    parts = BLOCKS["xpu-runtime"](
+        "https://k/key", "https://r/ubuntu jammy unified", ["level-zero", "intel-level-zero-gpu"]
+    )
+    setup = """\
+# Intel GPU runtime (Level Zero) for torch XPU
+RUN apt-get update && \\
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates curl gnupg && \\
+    curl -fsSL https://k/key | gpg --yes --dearmor --output /usr/share/keyrings/intel-graphics.gpg && \\
+    printf '%s\\n' 'deb [arch=amd64 signed-by=/usr/share/keyrings/intel-graphics.gpg] https://r/ubuntu jammy unified' > /etc/apt/sources.list.d/intel-gpu.list && \\
+    apt-get update && \\
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends intel-level-zero-gpu level-zero && \\
+    rm -rf /var/lib/apt/lists/*"""
+    head = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
+    assert dockerfile(parts) == (
+        f"FROM base AS build\n{head}{setup}\n\nFROM base AS runtime\n{head}{setup}\n"
+        'CMD ["/bin/bash"]'
+    )
+
+
+def test_aws_ofi_nccl_exact_text_rocm_and_cuda() -> None:
+    rocm = dockerfile(BLOCKS["aws-ofi-nccl"]("1.19.2", "rocm", 2))
+    assert (
+        rocm
+        == """\
+FROM base AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# aws-ofi-nccl 1.19.2: NCCL/RCCL over libfabric
+RUN mkdir -p /tmp/aws-ofi-nccl && \\
+    curl -fsSL https://github.com/aws/aws-ofi-nccl/releases/download/v1.19.2/aws-ofi-nccl-1.19.2.tar.gz | tar -xz --strip-components=1 -C /tmp/aws-ofi-nccl -f - && \\
+    cd /tmp/aws-ofi-nccl && ./configure --prefix=/opt/aws-ofi-nccl --with-libfabric=/usr --with-rocm=/opt/rocm && \\
+    make -C /tmp/aws-ofi-nccl -j2 install && \\
+    rm -rf /tmp/aws-ofi-nccl && \\
+    ln -sf /opt/aws-ofi-nccl/lib/librccl-net.so /opt/aws-ofi-nccl/lib/libnccl-net.so
+
+FROM base AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=build /opt/aws-ofi-nccl /opt/aws-ofi-nccl
+ENV NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/librccl-net.so"
+CMD ["/bin/bash"]"""
+    )
+    cuda = dockerfile(BLOCKS["aws-ofi-nccl"]("1.19.2", "cuda", 2))
+    assert "--with-cuda=/usr/local/cuda" in cuda and "ln -sf" not in cuda
+    assert 'ENV NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/libnccl-net.so"' in cuda
+
+
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("mpich-source", ("4.1.3", "--with-device=ch4:ofi", 2)),
+        ("xpu-runtime", ("https://k/key", "https://r/ubuntu jammy unified", ["level-zero"])),
+        ("aws-ofi-nccl", ("1.19.2", "rocm", 2)),
+    ],
+)
+def test_block_passes_hadolint(name: str, args: tuple[object, ...], tmp_path: Path) -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    path = tmp_path / "Dockerfile"
+    path.write_text(dockerfile(BLOCKS[name](*args)) + "\n")
+    proc = subprocess.run(
+        [hadolint, "--failure-threshold", "error", str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
