@@ -34,8 +34,8 @@ STUBS = ("sbatch", "srun", "jsrun", "mpiexec", "mpirun", "qsub", "bsub", "module
 # (olcf_containers_examples frontier/sample_apps/tensorflow/multi-node/submit.sbatch).
 MODULE_ENV: dict[str, dict[str, str]] = {
     "cray-mpich-abi": {
-        "CRAY_LD_LIBRARY_PATH": "{root}/opt/cray/pe/mpich/8.1.31/ofi/crayclang/17.0/lib-abi-mpich",
-        "CRAY_MPICH_ROOTDIR": "{root}/opt/cray/pe/mpich/8.1.31",
+        "CRAY_LD_LIBRARY_PATH": "{root}/opt/cray/pe/mpich/9.1.0/ofi/crayclang/17.0/lib-abi-mpich",
+        "CRAY_MPICH_ROOTDIR": "{root}/opt/cray/pe/mpich/9.1.0",
     },
 }
 

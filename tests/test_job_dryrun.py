@@ -151,26 +151,27 @@ def _launch(tmp_path: Path, name: str, recipe: str, nodes: int = 2) -> tuple[lis
 
 
 def test_frontier_launch_as_olcf_documents(tmp_path: Path) -> None:
-    argv, v, run = _launch(tmp_path, "frontier", "horovod-gpu")
+    argv, v, run = _launch(tmp_path, "frontier", "torch-gpu")
     r = str(tmp_path)
     wd = f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv-jobs"
     assert argv == [
         "srun", "--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-task=1",
         "--gpu-bind=closest", "--mpi=cray_shasta",
         "apptainer", "exec", "--rocm", "--bind", f"{r}/lustre/orion", "--bind", f"{r}/mnt/bb",
-        "--bind", wd, "--bind", f"{r}/opt/cray/pe/mpich/8.1.31", "--bind", f"{r}/opt/cray",
+        "--bind", wd, "--bind", f"{r}/opt/cray/pe/mpich/9.1.0", "--bind", f"{r}/opt/cray",
         "--bind", f"{r}/usr/share/libdrm", "--bind", f"{r}/var/spool/slurmd",
-        "--pwd", wd, f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv/images/horovod-gpu-frontier.sif",
+        "--pwd", wd, f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv/images/torch-gpu-frontier.sif",
         "python3", "train.py",
     ]  # fmt: skip
-    assert v["APPTAINERENV_LD_PRELOAD"] == f"{r}/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0"
-    assert v["APPTAINERENV_LD_LIBRARY_PATH"].split(":")[:2] == [
-        f"{r}/opt/cray/pe/mpich/8.1.31/ofi/crayclang/17.0/lib-abi-mpich",
-        f"{r}/opt/cray/pe/mpich/8.1.31/gtl/lib",
-    ]
+    # OLCF submit642.sbatch: GTL preloaded and first on the loader path, from $CRAY_MPICH_ROOTDIR
+    # that cray-mpich-abi sets; lib-abi-mpich through $CRAY_LD_LIBRARY_PATH
+    assert v["APPTAINERENV_LD_PRELOAD"] == f"{r}/opt/cray/pe/mpich/9.1.0/gtl/lib/libmpi_gtl_hsa.so.0"
+    ld = v["APPTAINERENV_LD_LIBRARY_PATH"].split(":")
+    assert ld[0] == f"{r}/opt/cray/pe/mpich/9.1.0/gtl/lib"
+    assert f"{r}/opt/cray/pe/mpich/9.1.0/ofi/crayclang/17.0/lib-abi-mpich" in ld
     assert v["MPICH_GPU_SUPPORT_ENABLED"] == "1" and v["FI_CXI_RDZV_PROTO"] == "alt_read"
-    assert ["module", "load", "PrgEnv-gnu", "rocm/6.2.4", "craype-accel-amd-gfx90a",
-            "cray-mpich-abi/8.1.31"] in run.calls  # fmt: skip
+    assert ["module", "load", "PrgEnv-gnu/8.7.0", "cpe/26.03", "rocm/7.1.1",
+            "craype-accel-amd-gfx90a", "cray-mpich-abi/9.1.0", "rccl-net-plugin"] in run.calls  # fmt: skip
 
 
 def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
