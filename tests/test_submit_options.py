@@ -129,12 +129,12 @@ def test_readme_site_quick_starts_dry_run_with_only_an_account() -> None:
 
 def test_render_takes_the_account_for_job_sh(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = hpcenv("render", "--site", "aurora", "--recipe", "torch-ccl", "-A", "stf007",
+    proc = hpcenv("render", "--site", "aurora", "--recipe", "torch-gpu", "-A", "stf007",
                   "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     job = (out / "job.sh").read_text()
     assert "#PBS -A stf007" in job and "export HPCENV_PROJECT=stf007" in job
-    bad = hpcenv("render", "--site", "aurora", "--recipe", "torch-ccl", "-A", "PROJ123",
+    bad = hpcenv("render", "--site", "aurora", "--recipe", "torch-gpu", "-A", "PROJ123",
                  "--out", str(tmp_path / "bad"))  # fmt: skip
     assert bad.returncode == 2 and "placeholder" in bad.stderr
     assert not (tmp_path / "bad").exists()
