@@ -1,4 +1,4 @@
-"""Dry execution of every job script: each built-in site x its recipes x (1 node, 2 nodes) x
+"""Dry execution of every job script: each built-in site x each recipe x (1 node, 2 nodes) x
 (with, without staging) runs under ``bash -euo pipefail`` with stub launchers (see
 ``tests/job_harness.py``). A run fails on an unset variable, a missing directory, or a launch
 whose argv (as the stub received it, after the shell's quoting and expansion) differs from the
@@ -18,6 +18,7 @@ from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.render import RenderedJob
 from hpcenv.jobs.shell import PLACEHOLDERS, Expand
 from hpcenv.jobs.transport import LocalTransport
+from hpcenv.recipe import recipe_names
 from hpcenv.site import Site, load_site, site_names
 from tests.job_harness import DryRun, Harness, expand, rooted, script_exports
 
@@ -36,7 +37,7 @@ def _cases() -> list[tuple[str, str, int, bool]]:
         site = load_site(name)
         if site.scheduler.kind == "none":
             continue
-        for recipe in site.recipes:
+        for recipe in recipe_names():  # the job side does not depend on the image resolving
             for nodes in (1, 2):
                 for staging in (False, True):
                     out.append((name, recipe, nodes, staging))

@@ -155,3 +155,12 @@ def test_placement_env_is_a_hook_for_later_layers() -> None:
     assert tuned.env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
     assert tuned.env["OMP_NUM_THREADS"] == "1" and "OMPI_MCA_coll_tuned_use_dynamic_rules" not in t.env
     assert tuned.reasons[-1] == "measured rules file" and tuned.compute_cores == t.compute_cores
+
+
+def test_default_ccl_workers_leave_a_compute_core() -> None:
+    """torch-ccl on a 2-core node: the default 4 workers would leave no compute core."""
+    t = tune(load_site("local"), recipe="torch-ccl")
+    assert t.ccl_workers == 0 and t.omp_threads == 1 and "CCL_WORKER_COUNT" not in t.env
+    assert any("not the default 4" in r for r in t.reasons)
+    with pytest.raises(ConfigError, match="no core"):  # asked for explicitly: still refused
+        tune(load_site("local"), recipe="torch-ccl", ccl_workers=4)

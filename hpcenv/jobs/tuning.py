@@ -184,6 +184,13 @@ def tune(
         raise ConfigError("cores per rank must be at least 1")
     if per_socket_ranks and per_socket_ranks * cores_per_rank > per_socket:
         per_socket_ranks = None  # an explicit cores_per_rank that does not fit a socket
+    if ccl_workers is None and workers and workers >= cores_per_rank:
+        # The default must leave a compute core: fewer workers (none: oneCCL's own default).
+        reasons.append(
+            f"{cores_per_rank} core(s) per rank leave room for {max(0, cores_per_rank - 1)} "
+            f"oneCCL worker(s), not the default {workers}"
+        )
+        workers = max(0, cores_per_rank - 1)
 
     problems: list[str] = []
     if k * cores_per_rank > cores:
