@@ -135,7 +135,7 @@ def test_perlmutter_follows_nersc() -> None:
     assert "FROM docker.io/nvidia/cuda:13.0.1-cudnn-devel-ubuntu22.04 AS build" in text
     assert "-cudnn8-" not in text
     assert "mpich-3.4.3.tar.gz" in text and "libmpich-dev" not in text
-    assert "libnccl2=2.27.3-1+cuda13.0" in text
+    assert "libnccl2=2.30.7-1+cuda13.0" in text and "torch==2.14.0" in text
 
 
 def test_aurora_torch_gpu_is_upstream_xpu_with_level_zero() -> None:

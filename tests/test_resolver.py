@@ -316,3 +316,15 @@ def test_lock_records_reasons_and_rules() -> None:
         assert comp["version"] and comp["reason"], name
     assert data["components"]["mpi"]["implementation"] == "openmpi"
     assert all(src for src in data["rules"].values())
+
+
+# current stacks (2026): torch 2.14 / CUDA 13 / ROCm 7.x rows, each with its source
+def test_current_stacks_2026() -> None:
+    lk = lock("perlmutter", "torch-gpu")
+    assert (lk.version("torch"), lk.version("cuda"), lk.version("nccl")) == ("2.14.0", "13.0", "2.30.7")
+    assert lk.components["torch"].rejected == {}  # 2.14.0 is the newest known release
+    assert lock("perlmutter", "torch-gpu", "torch=2.12.1").version("cuda") == "13.0"  # no 12.8 in 2.12
+    msg = conflict("perlmutter", "torch-gpu", "torch=2.12.1", "cuda=12.8")
+    assert_rule(msg, "torch-cuda", "12.6, 13.0, 13.2", "pytorch#178665")
+    msg = conflict("frontier", "torch-gpu", "torch=2.13.0")  # ROCm 7.2 wheels, Frontier runs 7.1.1
+    assert_rule(msg, "torch-rocm", "torch 2.13.0", "gpu.rocm 7.1.1", "7.2")
