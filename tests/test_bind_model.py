@@ -132,3 +132,25 @@ def test_submit_check_reads_the_image_lock() -> None:
     assert why is not None
     assert "openmpi@4.1.4 (openmpi ABI)" in why and "intel-mpi@2021.18.1 (libmpi.so.12" in why
     assert image_mismatch(load_site("local"), "img", openmpi_only) is None  # hybrid: no check
+
+
+def test_preflight_finds_frontier_libmpi_through_cray_ld_library_path(tmp_path: Path) -> None:
+    """Frontier's loader path starts with the GTL folder; cray-mpich-abi's libmpi.so.12 is in
+    lib-abi-mpich, reached through $CRAY_LD_LIBRARY_PATH (set by the module, seen in the
+    container). The preflight must search the whole path, not take its first entry."""
+    inj = site_mpi(load_site("frontier"))
+    assert inj is not None
+    root = tmp_path / "cray"
+    abi = root / "ofi" / "crayclang" / "17.0" / "lib-abi-mpich"
+    (root / "gtl" / "lib").mkdir(parents=True)
+    abi.mkdir(parents=True)
+    (abi / "libmpi.so.12").write_bytes(b"")
+    env = _fake_image(tmp_path, "libmpi.so.12")
+    env |= {"CRAY_MPICH_ROOTDIR": str(root), "CRAY_LD_LIBRARY_PATH": f"{tmp_path}/none:{abi}"}
+    script = preflight_script(inj).replace(inj.root, str(root))
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{abi}/libmpi.so.12 (mpich ABI) replaces the image's" in proc.stdout
+    env["CRAY_LD_LIBRARY_PATH"] = f"{tmp_path}/none"  # module not loaded / bind missing
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "libmpi.so.12 (cray-mpich@" in proc.stderr

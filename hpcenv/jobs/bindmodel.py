@@ -90,9 +90,15 @@ def preflight_script(inj: SiteMpi) -> str:
     labels = " ".join(f"{s}) echo '{a}' ;;" for s, a in sorted(sonames.items()))
     return "\n".join(
         [
-            f"site={inj.library}; soname={inj.soname}; root={inj.root}",
-            f'[ -e "$site" ] || {{ echo "hpcenv: bind model: site MPI library $site '
-            f'({inj.spec}) is not visible in the container (bind mount missing)" >&2; exit 1; }}',
+            # The site library is the first $soname on the injected loader path, which may name
+            # variables the site's modules set (Frontier: $CRAY_LD_LIBRARY_PATH holds
+            # cray-mpich-abi's lib-abi-mpich); they expand here, inside the container.
+            f"soname={inj.soname}; root={inj.root}; path={inj.ld_library_path}; site=",
+            'IFS=:; for d in $path; do [ -e "$d/$soname" ] && { site=$d/$soname; break; }; done; '
+            "unset IFS",
+            f'[ -n "$site" ] || {{ echo "hpcenv: bind model: site MPI library $soname '
+            f'({inj.spec}) is not visible in the container on $path (bind mount missing)" >&2; '
+            "exit 1; }",
             'abi_of() { case "$1" in ' + labels + " *) echo 'unknown ABI' ;; esac; }",
             # The image's own MPI libraries: the loader cache plus the MPICH-ABI side runtime.
             "found=$( { ldconfig -p 2>/dev/null | awk '{print $NF}'; "
