@@ -101,3 +101,29 @@ def test_cli_push_bad_ref_exits_2(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --push 'Not A Ref': not a registry reference")
+
+
+def test_refusals_exit_2_as_a_process(tmp_path: Path) -> None:
+    """Sourced refusals of the installed hpcenv: one line per conflict, exit 2, no traceback."""
+    for site, rule in (("frontier", "horovod-rocm"), ("aurora", "horovod-xpu")):
+        proc = subprocess.run(
+            [str(HPCENV), "resolve", "--site", site, "--recipe", "horovod-gpu"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("error: conflict between horovod")
+        assert f"[rule {rule}; source: " in proc.stderr and "Traceback" not in proc.stderr
+    # a ppc64le site without a base image that exists: refused, not a made-up nvidia/cuda tag
+    text = (Path(__file__).parents[1] / "site-configs" / "summit.yaml").read_text()
+    text = text.replace("name: summit", "name: power9")
+    text = text.replace("spec: spectrum-mpi@10.4", "spec: openmpi@4.1.4")
+    text = text.replace("  pmi: pmix@3\n  model: bind", "  pmi: pmix@4\n  model: hybrid")
+    text = "\n".join(ln for ln in text.splitlines() if "base_image:" not in ln)
+    site = tmp_path / "power9.yaml"
+    site.write_text(text + "\n")
+    proc = subprocess.run(
+        [str(HPCENV), "resolve", "--site", str(site), "--recipe", "horovod-gpu"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: no nvidia/cuda ubuntu-22.04 image for ppc64le")

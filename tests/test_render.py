@@ -190,3 +190,18 @@ def test_write_context(tmp_path: Path, local_site) -> None:
     assert (
         "find-links = /opt/hpcenv-build/wheels" in (tmp_path / "hpcenv-build/pip.conf").read_text()
     )
+
+
+def test_network_plugin_built_into_the_image_where_the_site_says_so() -> None:
+    """A site whose plugin comes with the image gets the aws-ofi-nccl block in both stages."""
+    frontier = load_site("frontier")
+    assert frontier.network_plugin is not None
+    plugin = frontier.network_plugin.model_copy(update={"source": "image"})
+    site = frontier.model_copy(update={"network_plugin": plugin})
+    lock = resolve(site, load_recipe("torch-gpu"))
+    assert lock.components["net-plugin"].source == "image"
+    text = render(lock, site).dockerfile
+    build, runtime = text.split(" AS runtime", 1)
+    assert "aws-ofi-nccl-1.19.2.tar.gz" in build and "--with-rocm=/opt/rocm" in build
+    assert "COPY --from=build /opt/aws-ofi-nccl /opt/aws-ofi-nccl" in runtime
+    assert 'NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/librccl-net.so"' in runtime
