@@ -131,14 +131,22 @@ def _no_leading_dash(value: str) -> str:
 
 # A word safe in a shell script without quoting: no spaces, quotes, ;|&<>`\ or $( .
 WORD = r"[A-Za-z0-9_.,:@%+=/-]+"
-ShellWord = Annotated[str, StringConstraints(pattern=_pattern(WORD))]
+ShellWord = Annotated[str, StringConstraints(pattern=_pattern(WORD), max_length=256)]
+# A shell word that is a value, never an option (account, queue, host, module names).
+Word = Annotated[
+    str, StringConstraints(pattern=_pattern(WORD), max_length=256), AfterValidator(_no_leading_dash)
+]
 # A path that may use environment variables ($USER, ${PROJ}) but nothing else of the shell.
 PATH = r"(?:[A-Za-z0-9_.,:@%+=/-]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)+"
 ShellPath = Annotated[
-    str, StringConstraints(pattern=_pattern(PATH)), AfterValidator(_no_leading_dash)
+    str,
+    StringConstraints(pattern=_pattern(PATH), max_length=4096),
+    AfterValidator(_no_leading_dash),
 ]
 # Free text that is always shlex-quoted when rendered; still no quotes or metacharacters.
-ShellText = Annotated[str, StringConstraints(pattern=_pattern(r"[A-Za-z0-9_.,:@%+=/ -]+"))]
+ShellText = Annotated[
+    str, StringConstraints(pattern=_pattern(r"[A-Za-z0-9_.,:@%+=/ -]+"), max_length=1024)
+]
 EnvName = Annotated[str, StringConstraints(pattern=_pattern(r"[A-Za-z_][A-Za-z0-9_]{0,127}"))]
 Name = Annotated[str, StringConstraints(pattern=_pattern(r"[a-z][a-z0-9-]{0,63}"))]
 # A host path without variables (read by hpcenv on this machine: CA bundle, wheelhouse).

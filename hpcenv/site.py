@@ -30,6 +30,7 @@ from hpcenv.safe import (
     ShellWord,
     Url,
     Walltime,
+    Word,
 )
 from hpcenv.versions import is_version, parse_spec
 from hpcenv.yamlsrc import validate_file
@@ -40,12 +41,6 @@ __all__ = ["ShellPath", "ShellText", "ShellWord", "Site", "load_site", "parse_sp
 def _version(value: str) -> str:
     if not is_version(value):
         raise ValueError(f"{value!r} is not a version")
-    return value
-
-
-def _not_option(value: str) -> str:
-    if value.startswith("-"):
-        raise ValueError(f"{value!r} must not start with '-'")
     return value
 
 
@@ -200,10 +195,10 @@ class HostMpi(Strict):
 class Scheduler(Strict):
     kind: Literal["slurm", "lsf", "pbs", "none"]
     launcher: Literal["srun", "jsrun", "mpiexec", "mpirun"]
-    mpi_plugin: ShellWord | None = Field(default=None, description="srun --mpi=VALUE")
-    account: ShellWord | None = None
-    queue: ShellWord | None = Field(default=None, description="partition (Slurm) or queue")
-    qos: ShellWord | None = Field(default=None, description="default QOS (Slurm --qos)")
+    mpi_plugin: Word | None = Field(default=None, description="srun --mpi=VALUE")
+    account: Word | None = None
+    queue: Word | None = Field(default=None, description="partition (Slurm) or queue")
+    qos: Word | None = Field(default=None, description="default QOS (Slurm --qos)")
     cpus_per_core: int = Field(
         default=1,
         ge=1,
@@ -218,7 +213,7 @@ class Scheduler(Strict):
         default="00:30:00", description="MM (minutes), HH:MM:SS or D-HH[:MM[:SS]]"
     )
     extra_directives: list[ShellText] = Field(default=[], max_length=64)
-    login_host: ShellWord | None = None
+    login_host: Word | None = None
     conf: ShellPath | None = Field(
         default=None,
         description="client configuration the scheduler commands read (Slurm: SLURM_CONF), "
@@ -227,6 +222,17 @@ class Scheduler(Strict):
     account_required: bool = Field(
         default=False, description="the site refuses jobs without a project/account"
     )
+
+    @field_validator("extra_directives")
+    @classmethod
+    def _directives(cls, words: list[str]) -> list[str]:
+        from hpcenv.jobs.schedulers import directive_pairs
+
+        try:
+            directive_pairs(words)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return words
 
     @field_validator("launcher")
     @classmethod
@@ -245,8 +251,8 @@ class Scheduler(Strict):
 class Ssh(Strict):
     """How ``hpcenv submit`` reaches the login node (key auth, known_hosts checked)."""
 
-    host: Annotated[ShellWord, AfterValidator(_not_option)]
-    user: Annotated[ShellWord, AfterValidator(_not_option)] | None = None
+    host: Word
+    user: Word | None = None
     port: int = Field(default=22, ge=1, le=65535, strict=True)
     key_file: HostPath | None = None
     known_hosts: HostPath | None = None
@@ -269,7 +275,7 @@ class SiteVariable(Strict):
 
 
 class Filesystem(Strict):
-    name: ShellWord
+    name: Word
     kind: Literal["lustre", "gpfs", "nfs", "local"]
     path: ShellPath
     purpose: Literal["scratch", "home", "project", "software", "datasets"]
@@ -335,9 +341,7 @@ class Site(Strict):
     runtime: Runtime
     filesystems: list[Filesystem] = Field(default=[], max_length=64)
     node_local: NodeLocal | None = None
-    modules: list[Annotated[ShellWord, AfterValidator(_not_option)]] = Field(
-        default=[], max_length=64
-    )
+    modules: list[Word] = Field(default=[], max_length=64)
     variables: dict[EnvName, SiteVariable] = Field(
         default={}, description="site-provided variables with their documented defaults"
     )

@@ -55,10 +55,16 @@ def _refuse_aliases(text: str, where: Path) -> None:
             )
 
 
+def _show(part: str | int) -> str:
+    """A field name for a message: a key with control characters is shown escaped."""
+    text = str(part)
+    return repr(text) if has_control(text) else text
+
+
 def _check_text(data: Any, path: Loc, lines: dict[Loc, int], where: Path) -> None:
     if isinstance(data, str):
         if has_control(data):
-            field = ".".join(str(p) for p in path) or "<top>"
+            field = ".".join(_show(p) for p in path) or "<top>"
             raise ConfigError(
                 f"{where}:{_line_for(path, lines) or 1}: field '{field}': newline or control "
                 f"character in {data[:60]!r}"
@@ -69,7 +75,7 @@ def _check_text(data: Any, path: Loc, lines: dict[Loc, int], where: Path) -> Non
                 raise ConfigError(
                     f"{where}:{_line_for(path, lines) or 1}: key {key!r} must be a string"
                 )
-            _check_text(key, (*path, key), lines, where)
+            _check_text(key, (*path, key), lines, where)  # the key itself, shown escaped
             _check_text(value, (*path, key), lines, where)
     elif isinstance(data, list):
         for i, item in enumerate(data):
@@ -139,7 +145,7 @@ def validate_file(model: type[M], path: Path) -> M:
         problems = []
         for e in err.errors():
             loc = [p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-            field = ".".join(str(p) for p in loc) or "<top>"
+            field = ".".join(_show(p) for p in loc) or "<top>"
             line = _line_for(loc, lines)
             problems.append(f"{path}:{line or 1}: field '{field}': {_message(e)}")
         raise ConfigError("\n".join(problems)) from None

@@ -21,6 +21,7 @@ from hpcenv.safe import (
     ShellText,
     ShellWord,
     Walltime,
+    Word,
     image_or_sif,
 )
 
@@ -71,15 +72,17 @@ class StageOut(_Strict):
 class ArraySpec(_Strict):
     """A job array: ``count`` tasks, ``$HPCENV_TASK_ID`` = 0..count-1."""
 
-    count: int = Field(ge=1, le=100000)
-    parallel: int | None = Field(default=None, ge=1, description="at most this many at once")
+    count: int = Field(ge=1, le=100000, strict=True)
+    parallel: int | None = Field(
+        default=None, ge=1, strict=True, description="at most this many at once"
+    )
 
 
 class Stitch(_Strict):
     """Concatenate ``<parts>/<prefix><i><suffix>`` for i in 0..count-1 into ``output``."""
 
     parts: ShellPath
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=100000, strict=True)
     output: ShellPath
     prefix: ShellWord = "part-"
     suffix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,@%+=-]*$")] = ""
@@ -94,18 +97,18 @@ class JobSpec(_Strict):
     launch: Literal["mpi", "single"] = Field(
         default="mpi", description="mpi: all ranks through the site launcher; single: batch shell"
     )
-    nodes: int = Field(default=1, ge=1, le=100000)
-    ranks_per_node: int | None = Field(default=None, ge=1)
-    cores_per_rank: int | None = Field(default=None, ge=1)
-    ccl_workers: int | None = Field(default=None, ge=0)
+    nodes: int = Field(default=1, ge=1, le=100000, strict=True)
+    ranks_per_node: int | None = Field(default=None, ge=1, le=65536, strict=True)
+    cores_per_rank: int | None = Field(default=None, ge=1, le=65536, strict=True)
+    ccl_workers: int | None = Field(default=None, ge=0, le=1024, strict=True)
     recipe: Name | None = None
     image: Image | None = Field(default=None, description="image reference or .sif path")
     workdir: ShellPath | None = Field(default=None, description="default: <scratch>/hpcenv-jobs")
     walltime: Walltime | None = None
-    account: ShellWord | None = Field(default=None, description="project/account to charge")
-    queue: ShellWord | None = Field(default=None, description="partition (Slurm) or queue")
-    qos: ShellWord | None = None
-    constraint: ShellWord | None = Field(default=None, description="node features (Slurm -C)")
+    account: Word | None = Field(default=None, description="project/account to charge")
+    queue: Word | None = Field(default=None, description="partition (Slurm) or queue")
+    qos: Word | None = None
+    constraint: Word | None = Field(default=None, description="node features (Slurm -C)")
     scheduler_options: list[ShellText] = Field(
         default=[], description="more directives, one option (flag and value) per item"
     )
