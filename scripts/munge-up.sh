@@ -6,6 +6,12 @@ set -euo pipefail
 STATE=${HPCENV_STATE:-/var/tmp/hpcenv-services}
 M=$STATE/munge
 command -v munged >/dev/null || { echo "munge-up: munged not found (run scripts/host-setup.sh)" >&2; exit 1; }
+# Daemons started here must not inherit the caller's open files (a `flock` on the shared heavy
+# lock would otherwise be held by munged/slurmd until they stop).
+for fd in "/proc/$$/fd"/*; do
+  fd=${fd##*/}
+  case $fd in 0|1|2|255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 mkdir -p "$M"
 chmod 755 "$STATE"

@@ -6,10 +6,12 @@
 #     on the bridge hpcbr2n (10.251.77.1). Only these addresses and loopback are used; nothing is
 #     routed or NATed out, so MPI and Slurm traffic between the nodes really crosses the veth link.
 #   - UTS: its own hostname (node1, node2), which slurmd registers as its NodeName.
-#   - mount: its own node-local storage, $STATE/slurm-2node/nodeN/local bind-mounted on
-#     /tmp/hpcenv-2node-local (the site's node_local path: same path, different disk per node), and
-#     an /etc/hosts naming both nodes. Everything else (scratch, images, podman storage) is shared,
-#     like a cluster's shared filesystems.
+#   - mount: its own /tmp ($STATE/slurm-2node/nodeN/tmp bind-mounted on /tmp), so node-local
+#     storage (the site's node_local path /tmp/hpcenv-2node-local: same path, different disk per
+#     node) and Slurm's PMIx client dirs (/tmp/spmix_appdir_*) are per node as on a real cluster,
+#     and an /etc/hosts naming both nodes. Everything else (/var/tmp scratch, images, podman
+#     storage, this checkout) is shared, like a cluster's shared filesystems: job workdirs must be
+#     there, not under the host's /tmp.
 # A holder process (`sleep infinity`) keeps each node's namespaces; slurmd runs inside them, so
 # every job step on that node runs there too. slurmctld (on the bridge address) and munged (socket
 # under $STATE/munge) are shared, as on a real cluster. The cluster is separate from the one-node
@@ -35,9 +37,15 @@ die() { echo "slurm-2node-up: $*" >&2; exit 1; }
 for bin in ip nsenter unshare munged slurmctld slurmd scontrol sinfo; do
   command -v "$bin" >/dev/null || die "$bin not found (run scripts/host-setup.sh)"
 done
+# Daemons started here must not inherit the caller's open files (a `flock` on the shared heavy
+# lock would otherwise be held by munged/slurmd until they stop).
+for fd in "/proc/$$/fd"/*; do
+  fd=${fd##*/}
+  case $fd in 0|1|2|255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-mkdir -p "$S/ctld" "$S/log" "$NODE_LOCAL"
+mkdir -p "$S/ctld" "$S/log"
 bash "$HERE/munge-up.sh"
 SOCK=$M/munge.socket.2
 
@@ -59,7 +67,8 @@ for node in "${NODES[@]}"; do
   i=$((i + 1))
   addr="$NET.1$i"
   d=$S/$node
-  mkdir -p "$d/local" "$d/spool"
+  mkdir -p "$d/tmp" "$d/spool"
+  chmod 1777 "$d/tmp"
   if ! ip netns list | grep -qw "^$node"; then ip netns add "$node"; fi
   if ! ip link show "veth-$node" >/dev/null 2>&1; then
     ip link add "veth-$node" type veth peer name eth0 netns "$node"
@@ -73,8 +82,8 @@ for node in "${NODES[@]}"; do
     rm -f "$d/ready"
     # shellcheck disable=SC2016  # the inner script's $1..$5 are its own arguments
     setsid nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private -- \
-      bash -c 'hostname "$1"; mount --bind "$2" "$3"; mount --bind "$4" /etc/hosts; : >"$5"; exec sleep infinity' \
-      holder "$node" "$d/local" "$NODE_LOCAL" "$S/hosts" "$d/ready" </dev/null >/dev/null 2>&1 &
+      bash -c 'hostname "$1"; mount --bind "$2" /tmp; mkdir -p "$3"; mount --bind "$4" /etc/hosts; : >"$5"; exec sleep infinity' \
+      holder "$node" "$d/tmp" "$NODE_LOCAL" "$S/hosts" "$d/ready" </dev/null >/dev/null 2>&1 &
     echo $! >"$d/holder.pid"
     for _ in $(seq 1 50); do [ -e "$d/ready" ] && break; sleep 0.1; done
     [ -e "$d/ready" ] || die "namespace holder for $node did not start"

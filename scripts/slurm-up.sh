@@ -21,6 +21,12 @@ for bin in munged slurmctld slurmd scontrol sinfo; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "slurm-up: must run as root (slurmd starts jobs as their users)" >&2; exit 1; }
 
+# Daemons started here must not inherit the caller's open files (a `flock` on the shared heavy
+# lock would otherwise be held by munged/slurmd until they stop).
+for fd in "/proc/$$/fd"/*; do
+  fd=${fd##*/}
+  case $fd in 0|1|2|255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 mkdir -p "$S/ctld" "$S/slurmd" "$S/log" "$M"

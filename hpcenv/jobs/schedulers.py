@@ -190,6 +190,7 @@ _SLURM_BLOCKED = re.compile(
     r"PartitionConfig|BadConstraints|DependencyNeverSatisfied|InvalidAccount|InvalidQOS|"
     r"JobHeldAdmin|JobHeldUser|Nodes_required|launch failed"
 )
+_NODELIST = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")  # node1,node[2-4]
 _KV = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
 
 
@@ -283,12 +284,29 @@ class Slurm(Scheduler):
                 for line in result.stdout.splitlines()
                 if line.strip()
             ]
-            return aggregate(job_id, tasks, "scontrol")
+            return self._name_failed_nodes(transport, aggregate(job_id, tasks, "scontrol"))
         if "Invalid job id" in result.message():
             found = self.status_from_jobcomp(transport, job_id)
             if found:
-                return found
+                return self._name_failed_nodes(transport, found)
         raise JobError(f"no state for job {job_id}: {result.message()}")
+
+    def _name_failed_nodes(self, transport: Transport, st: JobStatus) -> JobStatus:
+        """For NODE_FAIL, say which of the job's nodes failed and Slurm's reason for it."""
+        nodes = st.raw.get("NodeList", "")
+        if st.state != "NODE_FAIL" or not _NODELIST.match(nodes):
+            return st
+        result = transport.run(join(["scontrol", "show", "node", "-o", nodes]))
+        failed = []
+        for line in result.stdout.splitlines():
+            rec = parse_slurm_record(line)
+            state = rec.get("State", "")
+            if any(bad in state for bad in ("DOWN", "FAIL", "NOT_RESPONDING", "DRAIN")):
+                why = rec.get("Reason", "")
+                failed.append(f"{rec.get('NodeName', '?')} {state}" + (f" ({why})" if why else ""))
+        if failed:
+            st.reason = f"{st.reason or 'NodeFail'}; failed node: {'; '.join(failed)}"
+        return st
 
     def jobcomp_file(self, transport: Transport) -> str | None:
         result = transport.run(join(["scontrol", "show", "config"]))
