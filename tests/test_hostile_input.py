@@ -617,6 +617,51 @@ def test_the_checks_can_fail() -> None:
     assert base.shape() != bigger.shape()
 
 
+@pytest.mark.parametrize("value", ["ok\n", "ok\r", "\nok", "o\nk"])
+def test_shell_patterns_refuse_a_trailing_newline(value: str) -> None:
+    """``re.match(r"^...$")`` accepts "ok\\n"; every job-script check matches the whole string."""
+    from hpcenv.jobs import shell
+
+    for check in (
+        lambda: shell.word(value, "w"),
+        lambda: shell.Expand(f"/x/{value}"),
+        lambda: shell.env_name(value.replace("ok", "OK")),
+        lambda: shell.job_name(value),
+        lambda: shell.job_id(value.replace("ok", "12")),
+    ):
+        with pytest.raises(ConfigError):
+            check()
+        TALLY["tried"] += 1
+        TALLY["clear-error"] += 1
+        TALLY["shell-pattern:tried"] += 1
+
+
+def test_python_api_refuses_what_files_refuse() -> None:
+    """Site/Recipe/JobSpec built in Python get the same checks as files and options."""
+    from hpcenv.recipe import Recipe
+    from hpcenv.site import Site
+
+    data = full_site()
+    bad = [
+        set_at(data, ("build", "base_image"), f"debian\nRUN touch {MARK}"),
+        set_at(data, ("mpi", "spec"), "openmpi@4.1.4\n"),
+        set_at(data, ("scheduler", "launcher"), "jsrun"),
+        set_at(data, ("node", "cores_per_socket"), 10**9),
+        set_at(data, ("description",), "x\x00"),
+    ]
+    for item in bad:
+        with pytest.raises(ValidationError):
+            Site.model_validate(item)
+    with pytest.raises(ValidationError):
+        Recipe(name="x\nRUN touch /pwned", description="d", components={})
+    with pytest.raises(ValidationError, match="must not start with '-'"):
+        JobSpec(name="x", command=["true"], image="--privileged")
+    for _ in range(len(bad) + 2):
+        TALLY["tried"] += 1
+        TALLY["clear-error"] += 1
+        TALLY["python-api:tried"] += 1
+
+
 # -- the installed hpcenv, as a process ---------------------------------------------------------
 def hpcenv_bin() -> str:
     exe = Path(sys.executable).with_name("hpcenv")
