@@ -20,6 +20,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,6 +30,7 @@ from hpcenv.site import Site
 
 StepKind = Literal["sif-copy", "migrate", "push", "in-place"]
 _REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+_ACCOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,45 @@ def plan_delivery(
     return steps
 
 
-def expand(path: str) -> str | None:
-    """``$VAR``/``${VAR}`` from the environment; None when one is unset (the site's variable)."""
-    out = os.path.expandvars(path)
-    return None if "$" in out else out
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def delivery_env(site: Site, account: str | None) -> dict[str, str]:
+    """What a site path may name when the build delivers: this host's environment, the
+    project (``--account`` -> ``$HPCENV_PROJECT``, as in the job script) and the site's
+    documented defaults for its variables where this host does not set them."""
+    from hpcenv.jobs.project import PROJECT_VAR
+
+    env = dict(os.environ)
+    if account:
+        if not _ACCOUNT.match(account) or ".." in account:
+            raise ConfigError(
+                f"--account {account!r}: a project id (letters, digits, _ . -), it names a folder"
+            )
+        env[PROJECT_VAR] = account
+    for name, var in site.variables.items():
+        if name not in env and var.default:
+            value = expand(var.default, env)
+            if value is not None:
+                env[name] = value
+    return env
+
+
+def expand(path: str, env: Mapping[str, str] | None = None) -> str | None:
+    """``$VAR``/``${VAR}`` from ``env`` (default: this process's); None when one is unset."""
+    values = os.environ if env is None else env
+    missing = False
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal missing
+        name = m.group(1) or m.group(2)
+        if name not in values:
+            missing = True
+            return m.group(0)
+        return values[name]
+
+    out = _VAR.sub(one, path)
+    return None if missing else out
 
 
 @dataclass(frozen=True)
@@ -92,19 +129,24 @@ class Outcome:
     detail: str
 
 
-def deliver(step: DeliveryStep, sif: Path | None = None) -> Outcome:
-    """Run one step for real where this host can; otherwise say exactly what is left to do."""
+def deliver(
+    step: DeliveryStep, sif: Path | None = None, env: Mapping[str, str] | None = None
+) -> Outcome:
+    """Run one step for real where this host can; otherwise say exactly what is left to do.
+
+    ``env`` expands the SIF path (:func:`delivery_env`); default: this process's environment.
+    """
     if step.kind == "in-place":
         return Outcome(step, True, step.describe())
     if step.kind == "sif-copy":
         if sif is None or not sif.is_file():
             raise ConfigError(f"no SIF to deliver to {step.target}; build with --format sif")
-        dest = expand(step.target)
+        dest = expand(step.target, env)
         if dest is None:
             return Outcome(
                 step, False,
-                f"pending: {step.target} names a variable unset here; on the site copy "
-                f"{sif} to {step.target}",
+                f"pending: {step.target} names a variable unset here (give --account for "
+                f"$HPCENV_PROJECT); on the site copy {sif} to {step.target}",
             )  # fmt: skip
         target = Path(dest)
         target.parent.mkdir(parents=True, exist_ok=True)

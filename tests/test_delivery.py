@@ -127,3 +127,40 @@ def test_refusals_exit_2_as_a_process(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: no nvidia/cuda ubuntu-22.04 image for ppc64le")
+
+
+def test_account_and_site_defaults_expand_the_sif_path(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """On a login node the job's path is known from --account and the site's variables (their
+    documented default where this host does not set them): the SIF lands there for real."""
+    from hpcenv.delivery import delivery_env
+    from hpcenv.site import SiteVariable
+
+    monkeypatch.delenv("MEMBERWORK", raising=False)
+    monkeypatch.delenv("HPCENV_PROJECT", raising=False)
+    site = load_site("frontier")
+    var = SiteVariable(default=f"{tmp_path}/orion/scratch/$USER", source="test")
+    site = site.model_copy(update={"variables": {**site.variables, "MEMBERWORK": var}})
+    monkeypatch.setenv("USER", "alice")
+    (step,) = plan_delivery(site, "torch-gpu", "t", "sif")
+    assert step.target == "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif"
+    sif = tmp_path / "built.sif"
+    sif.write_bytes(b"SIF")
+    assert not deliver(step, sif, delivery_env(site, None)).done  # no project: pending
+    outcome = deliver(step, sif, delivery_env(site, "stf007"))
+    dest = tmp_path / "orion/scratch/alice/stf007/hpcenv/images/torch-gpu-frontier.sif"
+    assert outcome.done and dest.read_bytes() == b"SIF"
+    for bad in ("../etc", "a/b", "-x", "a b"):
+        with pytest.raises(ConfigError, match="--account"):
+            delivery_env(site, bad)
+
+
+def test_cli_build_bad_account_exits_2(tmp_path: Path) -> None:
+    for bad, message in (("PROJ123", "is a placeholder"), ("../x", "a project id")):
+        proc = subprocess.run(
+            [str(HPCENV), "build", "--site", "frontier", "-r", "torch-gpu", "--dry-run",
+             "-A", bad, "--out", str(tmp_path)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -132,11 +132,15 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--push", help="also push the image to REGISTRY/NAME:TAG (sites that pull)"),
         ] = None,
+        account: Annotated[
+            str | None,
+            typer.Option("--account", "-A", help="project in the site's image path ($HPCENV_PROJECT)"),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Resolve, render, build and deliver the site's images to where its jobs look for them."""
         from hpcenv.build import build_image, make_plans
-        from hpcenv.delivery import deliver, plan_delivery
+        from hpcenv.delivery import deliver, delivery_env, plan_delivery
         from hpcenv.errors import ConfigError
         from hpcenv.resolver import parse_overrides
         from hpcenv.site import load_site
@@ -146,7 +150,12 @@ def register(app: typer.Typer) -> None:
             fmt = "sif" if site_obj.runtime.kind in ("apptainer", "singularity") else "oci"
         if fmt not in ("oci", "sif", "both") or sif_from not in ("oci", "def"):
             raise ConfigError("--format is oci, sif or both; --sif-from is oci or def")
+        if account:
+            from hpcenv.jobs.project import account_for
+
+            account_for(site_obj, account, strict=True)  # a placeholder is refused here too
         plans = make_plans(site_obj, recipe, parse_overrides(set_ or []), out)
+        env = delivery_env(site_obj, account)
         engine_name = engine or site_obj.build.engine
         deliveries = {
             p.recipe: plan_delivery(site_obj, p.recipe, p.tag, fmt, push, engine_name)
@@ -203,7 +212,7 @@ def register(app: typer.Typer) -> None:
             sif_file = Path(str(entry["sif"])) if "sif" in entry else None
             delivered = []
             for step in deliveries[plan.recipe]:
-                outcome = deliver(step, sif_file)
+                outcome = deliver(step, sif_file, env)
                 console.print(f"  deliver: {outcome.detail}")
                 delivered.append({"step": step.describe(), "done": outcome.done,
                                   "detail": outcome.detail})  # fmt: skip
