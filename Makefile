@@ -5,7 +5,6 @@ PY    := $(VENV)/bin/python
 HPCENV := $(VENV)/bin/hpcenv
 SITE  ?= local
 RESULTS ?= results
-export CONTAINERS_CONF ?= $(CURDIR)/hpcenv/data/containers.conf
 
 .PHONY: install host venv test unit lint golden smoke-test build-local bench clean
 

@@ -1,7 +1,14 @@
 """What this host offers hpcenv: engines, OCI runtimes, Apptainer, MPI launchers, schedulers, tools.
 
-Every check really runs the tool (``podman info`` with hpcenv's containers.conf, ``scontrol
-ping``, ``runc --version``...) and reports ok / missing / broken with why and how to fix it.
+Every check really runs the tool (``podman info`` with what this host needs from containers.conf,
+``scontrol ping``, ``runc --version``...) and reports ok / missing / broken with why and how to
+fix it. Fixes name commands a user of the installed wheel has (package managers, ``hpcenv``
+itself), never files of hpcenv's source checkout.
+
+``--site S`` marks as required what that site's path needs on this host (:func:`site_needs`):
+its build engine, runc only where this host needs it, debootstrap only for sites that bootstrap
+their base image, the site's container runtime, scheduler and launcher. A login node of a real
+site does not need debootstrap.
 """
 
 from __future__ import annotations
@@ -10,14 +17,29 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hpcenv.engines import HOST_SETUP_HINT, engine_env
+from hpcenv.engines import engine_env
+
+if TYPE_CHECKING:
+    from hpcenv.site import Site
 
 Status = Literal["ok", "missing", "broken"]
+
+
+# Debian/Ubuntu package names; the words after each fix are the same on RHEL with dnf.
+def _apt(*packages: str) -> str:
+    names = " ".join(packages)
+    return f"install it: apt-get install {names} (RHEL: dnf install {names})"
+
+
+SLURM_HINT = (
+    "load your cluster's Slurm environment or set SLURM_CONF to its slurm.conf "
+    "(a one-node test cluster: apt-get install slurm-wlm munge, then start munged, slurmctld, slurmd)"
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +52,7 @@ class Check:
     why: str
     fix: str = ""
     required: bool = False
+    needed_for: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -103,32 +126,31 @@ def check_podman(host: Host) -> Check:
             "podman",
             "missing",
             "podman not found on PATH",
-            f"{HOST_SETUP_HINT} (apt-get install podman runc)",
+            _apt("podman", "runc"),
             required=True,
         )
-    conf = engine_env()["CONTAINERS_CONF"]
+    conf = " ".join(f"{k}={v}" for k, v in engine_env().items() if k.startswith("CONTAINERS_CONF"))
+    conf = conf or "the host's own containers.conf"
     fmt = "{{.Version.Version}} {{.Host.OCIRuntime.Name}} {{.Store.GraphDriverName}}"
     probe = host.run([exe, "info", "--format", fmt], timeout=60)
     if probe.rc != 0:
-        why = f"`podman info` failed with CONTAINERS_CONF={conf}: {probe.last_line}"
+        why = f"`podman info` failed ({conf}): {probe.last_line}"
         low = probe.output.lower()
         if "hybrid mode" in low or "crun" in low:
-            fix = "hpcenv's containers.conf selects runc; install it: " + HOST_SETUP_HINT
+            fix = "hpcenv selects runc on hybrid-cgroup hosts; " + _apt("runc")
         elif "runc" in low and ("not found" in low or "no such file" in low):
-            fix = f"install runc: {HOST_SETUP_HINT}"
+            fix = _apt("runc")
         elif "setrlimit" in low or "rlimit" in low:
-            fix = f"keep CONTAINERS_CONF={conf} (it lowers the default ulimits)"
+            fix = "let hpcenv lower the ulimits: unset HPCENV_CONTAINERS_CONF (or set it to always)"
         else:
-            fix = (
-                f"run `CONTAINERS_CONF={conf} podman info` to see the full error; {HOST_SETUP_HINT}"
-            )
+            fix = "run `podman info` to see the full error, then `hpcenv doctor` again"
         return Check("engine", "podman", "broken", why, fix, required=True)
     version, runtime, driver = (probe.first_line.split() + ["?", "?", "?"])[:3]
     return Check(
         "engine",
         "podman",
         "ok",
-        f"podman {version}: {runtime} runtime, {driver} storage (CONTAINERS_CONF={conf})",
+        f"podman {version}: {runtime} runtime, {driver} storage ({conf})",
         required=True,
     )
 
@@ -163,7 +185,7 @@ def check_buildah(host: Host) -> Check:
             "buildah",
             "missing",
             "buildah not found on PATH",
-            f"optional (--engine buildah): {HOST_SETUP_HINT}",
+            "optional (--engine buildah): " + _apt("buildah"),
         )
     probe = host.run([exe, "info", "--format", "{{.store.GraphDriverName}}"], timeout=60)
     if probe.rc != 0:
@@ -172,7 +194,7 @@ def check_buildah(host: Host) -> Check:
             "buildah",
             "broken",
             f"`buildah info` failed: {probe.last_line}",
-            f"check containers.conf/storage.conf; {HOST_SETUP_HINT}",
+            "check containers.conf and storage.conf, then run `buildah info`",
         )
     version = _version(host, exe).first_line
     return Check("engine", "buildah", "ok", f"{version}, {probe.first_line} storage")
@@ -186,8 +208,8 @@ def check_runc(host: Host) -> Check:
             "oci-runtime",
             "runc",
             "missing",
-            "runc not found; hpcenv's containers.conf runs podman with runc",
-            f"{HOST_SETUP_HINT} (apt-get install runc)",
+            "runc not found; podman runs with runc where crun is absent or refused",
+            _apt("runc"),
             required=True,
         )
     probe = _version(host, exe)
@@ -197,7 +219,7 @@ def check_runc(host: Host) -> Check:
             "runc",
             "broken",
             f"`runc --version` failed: {probe.last_line}",
-            f"reinstall runc: {HOST_SETUP_HINT}",
+            "reinstall: apt-get install --reinstall runc",
             required=True,
         )
     return Check("oci-runtime", "runc", "ok", probe.first_line, required=True)
@@ -220,7 +242,7 @@ def check_crun(host: Host) -> Check:
             "crun",
             "broken",
             "crun refuses hybrid v1/v2 cgroup hosts (`cgroups in hybrid mode not supported`)",
-            "nothing to do: hpcenv's containers.conf selects runc instead",
+            "nothing to do: hpcenv selects runc on this host (see hpcenv.hostconf)",
         )
     return Check(
         "oci-runtime", "crun", "ok", f"{_version(host, exe).first_line} (cgroups: {layout})"
@@ -256,16 +278,14 @@ def check_apptainer(host: Host) -> Check:
 
 # -- MPI launchers ------------------------------------------------------------------------------
 _LAUNCHER_FIX = {
-    "mpirun": f"{HOST_SETUP_HINT} (apt-get install openmpi-bin)",
-    "mpiexec": f"{HOST_SETUP_HINT} (apt-get install openmpi-bin)",
-    "srun": f"{HOST_SETUP_HINT} (slurm-wlm), then scripts/slurm-up.sh",
+    "mpirun": "load your site's MPI module (module load openmpi), or " + _apt("openmpi-bin"),
+    "mpiexec": "load your site's MPI module (PBS sites: module load cray-pals or mpich), or "
+    + _apt("openmpi-bin"),
+    "srun": SLURM_HINT,
     "jsrun": "only on IBM LSF/CSM systems (Summit-class); nothing to do elsewhere",
 }
 
-_LAUNCHER_BROKEN_FIX = {
-    "srun": "srun finds no slurm.conf/controller: start the local cluster with scripts/slurm-up.sh "
-    "(or set SLURM_CONF to your cluster's slurm.conf)",
-}
+_LAUNCHER_BROKEN_FIX = {"srun": "srun finds no slurm.conf or controller: " + SLURM_HINT}
 
 
 def check_launcher(host: Host, name: str) -> Check:
@@ -295,7 +315,7 @@ def check_slurm(host: Host) -> Check:
             "slurm",
             "missing",
             "scontrol not found on PATH",
-            f"{HOST_SETUP_HINT} (slurm-wlm munge), then scripts/slurm-up.sh",
+            SLURM_HINT,
         )
     probe = host.run([exe, "ping"], timeout=20)
     if probe.rc == 0 and " is UP" in probe.output:
@@ -306,8 +326,7 @@ def check_slurm(host: Host) -> Check:
         "slurm",
         "broken",
         why,
-        "start the local controller and node with scripts/slurm-up.sh "
-        "(or point SLURM_CONF at your cluster's slurm.conf)",
+        "start slurmctld and slurmd, or " + SLURM_HINT,
     )
 
 
@@ -365,7 +384,7 @@ def check_debootstrap(host: Host) -> Check:
             "debootstrap",
             "missing",
             "debootstrap not found; it makes the base image when no registry is reachable",
-            f"{HOST_SETUP_HINT} (apt-get install debootstrap)",
+            _apt("debootstrap"),
             required=True,
         )
     probe = _version(host, exe)
@@ -375,7 +394,7 @@ def check_debootstrap(host: Host) -> Check:
             "debootstrap",
             "broken",
             f"`debootstrap --version` failed: {probe.last_line}",
-            f"reinstall: {HOST_SETUP_HINT}",
+            "reinstall: apt-get install --reinstall debootstrap",
             required=True,
         )
     note = "" if os.geteuid() == 0 else " (needs root to bootstrap)"
@@ -390,7 +409,7 @@ def check_shellcheck(host: Host) -> Check:
             "shellcheck",
             "missing",
             "shellcheck not found; rendered job scripts are not linted",
-            f"{HOST_SETUP_HINT} (apt-get install shellcheck)",
+            _apt("shellcheck"),
         )
     probe = _version(host, exe)
     version = next(
@@ -407,7 +426,7 @@ def check_shellcheck(host: Host) -> Check:
             "shellcheck",
             "broken",
             f"`shellcheck --version` failed: {probe.last_line}",
-            f"reinstall: {HOST_SETUP_HINT}",
+            "reinstall: apt-get install --reinstall shellcheck",
         )
     return Check("tool", "shellcheck", "ok", f"shellcheck {version}")
 
@@ -462,6 +481,38 @@ def check_two_node(host: Host) -> Check:
     )  # fmt: skip
 
 
+# -- site container runtimes other than Apptainer ------------------------------------------------
+_RUNTIME_FIX = {
+    "podman-hpc": "podman-hpc is NERSC's wrapper (Perlmutter login and compute nodes); on other "
+    "systems pick the site's own runtime",
+    "shifter": "Shifter is installed by the site (NERSC); load its module or ask the site",
+    "pyxis": "pyxis is a Slurm SPANK plugin installed by the site (srun --container-image)",
+}
+
+
+def check_site_runtime(host: Host, kind: str) -> Check:
+    """podman-hpc, shifter (their own command) or pyxis (an option of srun)."""
+    if kind == "pyxis":
+        exe = host.which("srun")
+        probe = host.run([exe, "--help"]) if exe else Probe(127, "srun not found")
+        if exe and "--container-image" in probe.output:
+            return Check("runtime", kind, "ok", "srun --help lists --container-image")
+        return Check("runtime", kind, "missing", "srun has no --container-image option",
+                     _RUNTIME_FIX[kind])  # fmt: skip
+    exe = host.which(kind)
+    if exe is None:
+        return Check("runtime", kind, "missing", f"{kind} not found on PATH", _RUNTIME_FIX[kind])
+    probe = host.run([exe, "--help"])
+    state: Status = "ok" if probe.rc == 0 else "broken"
+    return Check(
+        "runtime",
+        kind,
+        state,
+        f"{exe}: {probe.first_line}",
+        "" if state == "ok" else _RUNTIME_FIX[kind],
+    )
+
+
 CHECKS: tuple[Callable[[Host], Check], ...] = (
     check_podman,
     check_docker,
@@ -480,10 +531,51 @@ CHECKS: tuple[Callable[[Host], Check], ...] = (
 )
 
 
-def run_checks(path: str | None = None) -> list[Check]:
-    """Every check against the host (``path`` replaces ``$PATH`` for finding programs)."""
+def site_needs(site: Site, facts: object | None = None) -> dict[str, str]:
+    """Check name -> why ``site``'s path needs it on this host (build, run, submit, launch)."""
+    from hpcenv.hostconf import HostFacts, host_needs, read_facts
+
+    host_facts = facts if isinstance(facts, HostFacts) else read_facts()
+    needs: dict[str, str] = {site.build.engine: f"builds {site.name}'s images (build.engine)"}
+    if site.build.engine in ("podman", "buildah") and any(
+        n.settings.get("engine", {}).get("runtime") == "runc" for n in host_needs(host_facts)
+    ):
+        needs["runc"] = "this host needs runc for podman (crun absent or refused)"
+    if site.build.bootstrap_base:
+        needs["debootstrap"] = f"{site.name} bootstraps its base image (build.bootstrap_base)"
+    runtime = site.runtime.kind
+    if runtime in ("apptainer", "singularity"):
+        needs["apptainer"] = f"{site.name} runs images with {runtime} (runtime.kind)"
+    elif runtime in _RUNTIME_FIX:
+        needs[runtime] = f"{site.name} runs images with {runtime} (runtime.kind)"
+    elif runtime == "podman":
+        needs["podman"] = f"{site.name} runs images with podman (runtime.kind)"
+    if site.scheduler.kind != "none":
+        needs[site.scheduler.kind] = f"jobs go to {site.scheduler.kind} (scheduler.kind)"
+    needs[site.scheduler.launcher] = (
+        f"ranks start with {site.scheduler.launcher} (scheduler.launcher)"
+    )
+    return needs
+
+
+def run_checks(path: str | None = None, site: Site | None = None) -> list[Check]:
+    """Every check against the host (``path`` replaces ``$PATH`` for finding programs).
+
+    With ``site``, ``required`` means what that site's path needs here (:func:`site_needs`);
+    without, what building the ``local`` kind of image needs (podman, runc, debootstrap).
+    """
     host = Host(path)
-    return [check(host) for check in CHECKS]
+    checks = [check(host) for check in CHECKS]
+    if site is None:
+        return checks
+    if site.runtime.kind in _RUNTIME_FIX:
+        checks.append(check_site_runtime(host, site.runtime.kind))
+    needs = site_needs(site)
+    out = []
+    for c in checks:
+        key = "apptainer" if c.category == "apptainer" else c.name
+        out.append(replace(c, required=key in needs, needed_for=needs.get(key, "")))
+    return out
 
 
 def healthy(checks: Sequence[Check]) -> bool:

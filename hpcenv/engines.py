@@ -1,7 +1,8 @@
 """Container engines behind one small interface: podman (default), docker, buildah.
 
 Every engine is a CLI driven through :mod:`subprocess` with :func:`engine_env`, so podman and
-buildah always see hpcenv's own ``containers.conf`` (runc, cgroupfs, lowered ulimits).
+buildah get what this host needs from containers.conf (runc, cgroupfs, lower ulimits; see
+:mod:`hpcenv.hostconf`) on top of the user's own configuration, and nothing where it needs none.
 Builds stream their output into a full log file and report each ``STEP n/m`` as it starts.
 """
 
@@ -29,7 +30,7 @@ StepCallback = Callable[[int, int, str, "float | None"], None]
 """Called as ``(index, total, text, seconds_of_previous_step)`` when a build step starts."""
 
 DEFAULT_ENGINE = "podman"
-HOST_SETUP_HINT = "run scripts/host-setup.sh"
+HOST_SETUP_HINT = "install it with the system package manager, then check with `hpcenv doctor`"
 
 
 class EngineCommandError(HpcenvError):
@@ -44,14 +45,18 @@ class EngineCommandError(HpcenvError):
 
 
 def containers_conf_path() -> Path:
-    """hpcenv's own containers.conf (never the system one)."""
+    """The reference containers.conf for hosts like the project's own (every fix; for running
+    podman by hand with ``CONTAINERS_CONF``); hpcenv itself applies only what a host needs."""
     return package_dir() / "data" / "containers.conf"
 
 
 def engine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``os.environ`` (or ``base``) plus ``CONTAINERS_CONF`` unless the user already set one."""
+    """``os.environ`` (or ``base``) plus what this host needs from containers.conf, if anything
+    (``CONTAINERS_CONF_OVERRIDE``, or a merged ``CONTAINERS_CONF`` for podman < 4.5)."""
+    from hpcenv.hostconf import podman_conf
+
     env = dict(os.environ if base is None else base)
-    env.setdefault("CONTAINERS_CONF", str(containers_conf_path()))
+    env.update(podman_conf(env).env)
     return env
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "hpcenv" / "data" / "containers.conf"))
 
 
 @pytest.fixture

@@ -155,8 +155,9 @@ def find_image() -> str | None:
     """The first candidate image that exists in local podman storage, else None."""
     if not shutil.which("podman"):
         return None
-    env = dict(os.environ)
-    env.setdefault("CONTAINERS_CONF", str(ROOT / "hpcenv" / "data" / "containers.conf"))
+    from hpcenv.engines import engine_env
+
+    env = engine_env()
     for tag in filter(None, IMAGE_CANDIDATES):
         proc = subprocess.run(["podman", "image", "exists", tag], env=env, capture_output=True)
         if proc.returncode == 0:

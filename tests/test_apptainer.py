@@ -231,6 +231,7 @@ def test_plugin_registers_scheme_and_backend_builds_command(
         return subprocess.CompletedProcess(argv, 3, b"out\n", b"err\n")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setenv("HPCENV_CONTAINERS_CONF", "never")  # no podman --version probe in calls
     result = host.run("ls %s", "a b")
     assert (result.rc, result.stdout, result.stderr) == (3, "out\n", "err\n")
     assert calls[-1][-1] == "ls 'a b'"

@@ -42,7 +42,7 @@ def test_empty_path_reports_missing_with_fix(tmp_path):
     checks = _by_name(doctor.run_checks(path=str(tmp_path)))
     podman = checks["podman"]
     assert podman.status == "missing" and podman.required
-    assert "scripts/host-setup.sh" in podman.fix
+    assert "apt-get install podman runc" in podman.fix
     assert checks["runc"].status == "missing"
     assert checks["debootstrap"].status == "missing"
     assert "podman helper container" in checks["apptainer"].why
@@ -62,7 +62,7 @@ def test_broken_podman_explains_the_runtime(tmp_path):
     podman = checks["podman"]
     assert podman.status == "broken"
     assert "hybrid mode" in podman.why and "runc" in podman.fix
-    assert checks["slurm"].status == "broken" and "slurm-up.sh" in checks["slurm"].fix
+    assert checks["slurm"].status == "broken" and "SLURM_CONF" in checks["slurm"].fix
 
 
 def test_crun_on_hybrid_cgroups_is_refused(tmp_path):
@@ -88,7 +88,7 @@ def test_cli_json_with_faked_path(tmp_path, monkeypatch):
     assert data["healthy"] is False
     podman = next(c for c in data["checks"] if c["name"] == "podman")
     assert podman["status"] == "missing"
-    assert "run scripts/host-setup.sh" in podman["fix"]
+    assert "apt-get install podman runc" in podman["fix"]
 
 
 @pytest.mark.podman
@@ -96,3 +96,43 @@ def test_cli_table_on_real_host():
     result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.stdout
     assert "podman" in result.stdout and "all ok" in result.stdout
+
+
+def test_fixes_name_only_commands_an_installed_wheel_has(tmp_path):
+    """No fix points at files of hpcenv's source checkout (scripts/...)."""
+    from hpcenv.site import load_site
+
+    for site in (None, load_site("local"), load_site("perlmutter")):
+        for c in doctor.run_checks(path=str(tmp_path), site=site):
+            if c.category != "rehearsal":  # checkout-only rehearsal sites name their scripts
+                assert "scripts/" not in c.fix and ".sh" not in c.fix, c
+
+
+def test_site_needs_follow_the_sites_path():
+    from hpcenv.hostconf import HostFacts
+    from hpcenv.site import load_site
+
+    hybrid = HostFacts(0, "hybrid", False, False, 20000, 32768, crun=False, runc=True)
+    clean = HostFacts(1000, "unified", True, True, 1 << 20, 1 << 20, crun=True, runc=True)
+    local = doctor.site_needs(load_site("local"), hybrid)
+    assert set(local) == {"podman", "runc", "debootstrap", "slurm", "srun"}
+    assert "runc" not in doctor.site_needs(load_site("local"), clean)
+    frontier = doctor.site_needs(load_site("frontier"), clean)
+    assert set(frontier) == {
+        "podman",
+        "apptainer",
+        "slurm",
+        "srun",
+    }  # no debootstrap on a login node
+    summit = doctor.site_needs(load_site("summit"), clean)
+    assert {"lsf", "jsrun", "apptainer"} <= set(summit) and "debootstrap" not in summit
+    assert "podman-hpc" in doctor.site_needs(load_site("perlmutter"), clean)
+
+
+def test_site_runtime_checks(tmp_path):
+    host = doctor.Host(str(tmp_path))
+    assert doctor.check_site_runtime(host, "podman-hpc").status == "missing"
+    _script(tmp_path, "podman-hpc", 'echo "Usage: podman-hpc [OPTIONS] COMMAND"')
+    assert doctor.check_site_runtime(host, "podman-hpc").status == "ok"
+    _script(tmp_path, "srun", 'echo "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH"')
+    assert doctor.check_site_runtime(host, "pyxis").status == "ok"

@@ -6,7 +6,6 @@ import io
 import itertools
 import tarfile
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -46,7 +45,7 @@ class FakePopen:
     def factory(cls, output: str, rc: int = 0):
         def make(argv, **kwargs):
             cls.calls.append(list(argv))
-            assert kwargs["env"]["CONTAINERS_CONF"]
+            assert kwargs["env"] == engines.engine_env()
             return cls(output, rc)
 
         return make
@@ -63,17 +62,17 @@ def fake_clock(step: float = 2.0):
     return lambda: next(counter) * step
 
 
-def test_engine_env_adds_project_containers_conf(monkeypatch):
+def test_engine_env_adds_only_what_the_host_needs(monkeypatch):
+    from hpcenv import hostconf
+
     monkeypatch.delenv("CONTAINERS_CONF", raising=False)
+    monkeypatch.delenv("CONTAINERS_CONF_OVERRIDE", raising=False)
     env = engines.engine_env()
-    assert Path(env["CONTAINERS_CONF"]) == engines.containers_conf_path()
-    assert engines.containers_conf_path().is_file()
-    assert 'runtime = "runc"' in engines.containers_conf_path().read_text()
-
-
-def test_engine_env_keeps_users_containers_conf(monkeypatch):
-    monkeypatch.setenv("CONTAINERS_CONF", "/etc/mine.conf")
-    assert engines.engine_env()["CONTAINERS_CONF"] == "/etc/mine.conf"
+    added = {k: v for k, v in env.items() if k.startswith("CONTAINERS_CONF")}
+    assert added == hostconf.podman_conf().env
+    monkeypatch.setenv(hostconf.MODE_ENV, "never")
+    assert not {k for k in engines.engine_env() if k.startswith("CONTAINERS_CONF")}
+    assert 'runtime = "runc"' in engines.containers_conf_path().read_text()  # the reference file
 
 
 def test_registry_by_name_and_unknown_name():
@@ -162,8 +161,8 @@ def test_build_failure_names_step_and_log(monkeypatch, tmp_path):
 def test_missing_binary_is_an_environment_problem(tmp_path):
     engine = engines.PodmanEngine(binary=str(tmp_path / "no-such-podman"))
     ok, why = engine.available()
-    assert not ok and "host-setup.sh" in why
-    with pytest.raises(EnvironmentProblem, match="host-setup.sh"):
+    assert not ok and "hpcenv doctor" in why
+    with pytest.raises(EnvironmentProblem, match="hpcenv doctor"):
         engine.build(tmp_path, tmp_path / "Dockerfile", "t", log_path=tmp_path / "l.log")
 
 

@@ -39,6 +39,25 @@ def test_doctor_with_no_tools_exits_1(tmp_path: Path) -> None:
     assert '"healthy": false' in proc.stdout
 
 
+def test_doctor_for_a_real_site_on_a_bare_host(tmp_path: Path) -> None:
+    """A login node of Frontier needs Apptainer, Slurm and srun, not debootstrap."""
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path), "HPCENV_CACHE": str(tmp_path / "c")}
+    proc = hpcenv("doctor", "--site", "frontier", "--json", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    import json
+
+    doc = json.loads(proc.stdout)
+    required = {c["name"] for c in doc["checks"] if c["required"]}
+    assert doc["site"] == "frontier" and "debootstrap" not in required
+    assert {"apptainer", "slurm", "srun", "podman"} <= required
+
+
+def test_doctor_unknown_site_exits_2() -> None:
+    proc = hpcenv("doctor", "--site", "nosuchsite")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown site 'nosuchsite'")
+
+
 def test_resolve_conflict_exits_2() -> None:
     proc = hpcenv("resolve", "--site", "summit", "--recipe", "horovod-gpu", "--set", "cuda=12.4")
     assert proc.returncode == 2

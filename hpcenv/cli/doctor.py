@@ -6,25 +6,30 @@ import json
 
 import typer
 
-from hpcenv.cli.options import JsonOpt
+from hpcenv.cli.options import JsonOpt, OptionalSiteOpt
 
 _STYLE = {"ok": "green", "missing": "yellow", "broken": "red"}
 
 
 def register(app: typer.Typer) -> None:
     @app.command("doctor")
-    def doctor(as_json: JsonOpt = False) -> None:
+    def doctor(site: OptionalSiteOpt = None, as_json: JsonOpt = False) -> None:
         """Check engines, OCI runtimes, Apptainer, MPI launchers, schedulers and tools.
 
-        Exits 1 when something hpcenv needs here (podman, runc, debootstrap) is not ok.
+        Exits 1 when something needed here is not ok: with --site, what that site's path needs
+        (engine, runtime, scheduler, launcher; debootstrap only where the site bootstraps its
+        base); without, what building the local image needs (podman, runc, debootstrap).
         """
         from hpcenv.doctor import healthy, run_checks
+        from hpcenv.site import load_site
 
-        checks = run_checks()
+        loaded = load_site(site) if site else None
+        checks = run_checks(site=loaded)
         good = healthy(checks)
         if as_json:
-            typer.echo(json.dumps({"healthy": good, "checks": [c.to_dict() for c in checks]},
-                                  indent=2))  # fmt: skip
+            doc = {"healthy": good, "site": loaded.name if loaded else None,
+                   "checks": [c.to_dict() for c in checks]}  # fmt: skip
+            typer.echo(json.dumps(doc, indent=2))
         else:
             from rich.console import Console
             from rich.table import Table
@@ -36,6 +41,7 @@ def register(app: typer.Typer) -> None:
             console = Console()
             console.print(table)
             verdict = "all ok" if good else "[red]some needed checks failed[/]"
-            console.print(f"* needed by hpcenv on this host; {verdict}")
+            where = f"for site {loaded.name}" if loaded else "to build the local image"
+            console.print(f"* needed on this host {where}; {verdict}")
         if not good:
             raise typer.Exit(1)

@@ -26,6 +26,13 @@ SiteOpt = Annotated[
         autocompletion=_complete_site,
     ),
 ]  # fmt: skip
+OptionalSiteOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--site", "-s", envvar="HPCENV_SITE", help="site name or site file path",
+        autocompletion=_complete_site,
+    ),
+]  # fmt: skip
 RecipeOpt = Annotated[
     str,
     typer.Option(

@@ -183,13 +183,14 @@ def prepare(
             env.update(cl.env)
             prefix, launcher_args = cl.prefix, cl.launcher_args
             notes += cl.notes
-            if site.runtime.kind == "podman":
-                from hpcenv.engines import containers_conf_path
+            if site.runtime.kind == "podman":  # what this host needs (hpcenv.hostconf)
+                from hpcenv.hostconf import podman_conf
 
-                conf = word(str(containers_conf_path()), "containers.conf path")
-                if "CONTAINERS_CONF" not in env:  # ours expands on the node; a user's is quoted
-                    env["CONTAINERS_CONF"] = f"${{CONTAINERS_CONF:-{conf}}}"
-                    expands.add("CONTAINERS_CONF")
+                for key, path in podman_conf().env.items():
+                    conf = word(path, "containers.conf path")
+                    if key not in env:  # ours expands on the node; a user's is quoted
+                        env[key] = f"${{{key}:-{conf}}}"
+                        expands.add(key)
         if job.launch == "mpi":
             head = launcher.command(site, tuning, launcher_args)
             launch_what = f"{tuning.ranks} ranks, {tuning.ranks_per_node} per node"
