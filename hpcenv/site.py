@@ -323,10 +323,18 @@ class NetworkPlugin(Strict):
 
 
 class Provenance(Strict):
-    """Which values are verified facts (with a source) and which are assumptions."""
+    """Which values are verified facts (with a source), assumptions, or placeholders to replace.
 
-    verified: dict[str, Text] = {}
-    assumed: dict[str, Text] = {}
+    Keys are dotted field paths (``scheduler.account``); values say where the fact was read,
+    why the value was assumed, or what the user must put there (``sites validate`` flags
+    placeholders; ``submit`` refuses them unless given on the command line).
+    """
+
+    verified: dict[str, Text] = Field(default={}, description="field -> where it was read")
+    assumed: dict[str, Text] = Field(default={}, description="field -> why this value")
+    placeholder: dict[str, Text] = Field(
+        default={}, description="field -> what to put there before submitting"
+    )
 
 
 class Site(Strict):
@@ -379,7 +387,7 @@ class Site(Strict):
         if self.gpu.vendor != "none" and not self.node.gpus:
             raise ValueError(f"gpu.vendor is {self.gpu.vendor!r} but node.gpus is 0")
         data = self.model_dump()
-        for kind in ("verified", "assumed"):
+        for kind in ("verified", "assumed", "placeholder"):
             for dotted in getattr(self.provenance, kind):
                 if not _has_path(data, dotted):
                     raise ValueError(
@@ -424,7 +432,36 @@ def site_file(name_or_path: str) -> Path:
 
 
 def load_site(name_or_path: str) -> Site:
-    return validate_file(Site, site_file(name_or_path))
+    """A validated site; a file with ``extends:`` is merged over its base (hpcenv.sitefile)."""
+    return load_site_file(site_file(name_or_path))
+
+
+def load_site_file(path: Path) -> Site:
+    """Validate one site file (``extends:`` merged over its base)."""
+    if _extends(path):
+        from hpcenv.sitefile import load_resolved
+
+        return load_resolved(path)[0]
+    return validate_file(Site, path)
+
+
+def placeholders(site: Site) -> dict[str, str]:
+    """Fields to replace before submitting: marked in ``provenance.placeholder``, or an account
+    that is an obvious example value (``PROJ123``, ``m0000``)."""
+    from hpcenv.jobs.project import is_placeholder
+
+    found = dict(site.provenance.placeholder)
+    account = site.scheduler.account
+    if account and is_placeholder(account) and "scheduler.account" not in found:
+        found["scheduler.account"] = f"{account!r} is an example value: your project id"
+    return found
+
+
+def _extends(path: Path) -> bool:
+    try:
+        return any(line.startswith("extends:") for line in path.read_text().splitlines())
+    except OSError:
+        return False
 
 
 def site_names() -> list[str]:

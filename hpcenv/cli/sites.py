@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -42,12 +43,26 @@ def register(app: typer.Typer) -> None:
         Console().print(table)
 
     @sites.command("show")
-    def show(name: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    def show(
+        name: str,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        resolved: Annotated[
+            bool,
+            typer.Option(
+                "--resolved", help="the merged site (extends applied), each value's origin"
+            ),
+        ] = False,
+    ) -> None:
         """Show one site, validated, with its provenance."""
-        from hpcenv.site import load_site
+        from hpcenv.site import load_site, site_file
 
         site = load_site(name)
         data = site.model_dump(mode="json")
+        if resolved:
+            from hpcenv.sitefile import resolve
+
+            _show_resolved(data, resolve(site_file(name)), site.provenance, as_json)
+            return
         if as_json:
             typer.echo(json.dumps(data, indent=2))
         else:
@@ -56,14 +71,87 @@ def register(app: typer.Typer) -> None:
             typer.echo(yaml.safe_dump(data, sort_keys=False))
 
     @sites.command("validate")
-    def validate(files: list[Path]) -> None:
-        """Validate site files; errors name file, line and field."""
-        from hpcenv.site import Site
-        from hpcenv.yamlsrc import validate_file
+    def validate(
+        files: list[Path],
+        strict: Annotated[
+            bool, typer.Option("--strict", help="exit 1 when a site still holds placeholders")
+        ] = False,
+    ) -> None:
+        """Validate site files; errors name file, line and field; placeholders are flagged."""
+        from hpcenv.site import load_site_file, placeholders
 
+        flagged = 0
         for f in files:
-            validate_file(Site, f)
-            typer.echo(f"{f}: ok")
+            site = load_site_file(f)
+            marks = placeholders(site)
+            typer.echo(f"{f}: ok" + (f" ({len(marks)} placeholder(s) to replace)" if marks else ""))
+            for field, what in marks.items():
+                typer.echo(f"{f}: placeholder: {field}: {what}", err=True)
+            flagged += len(marks)
+        if strict and flagged:
+            raise typer.Exit(1)
+
+    @sites.command("init")
+    def init(
+        name: Annotated[str, typer.Argument(help="the new site's name (lowercase, dashes)")],
+        from_host: Annotated[
+            bool, typer.Option("--from-host", help="detect the site from this host's commands")
+        ] = False,
+        recorded: Annotated[
+            Path | None,
+            typer.Option("--recorded", help="read the commands' outputs from KEY.txt files here"),
+        ] = None,
+        extends: Annotated[
+            str | None,
+            typer.Option("--extends", help="without --from-host: a file that extends this site"),
+        ] = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", "-o", help="file to write (default: NAME.yaml)")
+        ] = None,
+        force: Annotated[bool, typer.Option("--force", help="replace an existing file")] = False,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Write a site file: detected from this host (--from-host), or one that extends a site.
+
+        Detected values are marked verified (with the command), guesses assumed, values only
+        you know placeholder; the file is validated before it is kept.
+        """
+        from hpcenv.errors import ConfigError
+        from hpcenv.site import load_site_file, placeholders
+        from hpcenv.siteinit import LocalHost, RecordedHost, detect, site_data, write_site
+
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+            raise ConfigError(f"site name {name!r}: lowercase letters, digits and dashes")
+        target = out or Path(f"{name}.yaml")
+        if from_host or recorded:
+            host = RecordedHost(recorded) if recorded else LocalHost()
+            data = site_data(detect(host, name))
+        elif extends:
+            from hpcenv.site import load_site
+
+            base = load_site(extends)
+            data = {"extends": extends, "name": name,
+                    "description": f"{base.description} (my settings)",
+                    "provenance": {"placeholder": {}}}  # fmt: skip
+            if base.scheduler.account_required or base.scheduler.kind in ("lsf", "pbs"):
+                data["scheduler"] = {"account": "PROJ123"}
+                data["provenance"]["placeholder"]["scheduler.account"] = "your project id"
+            if not data["provenance"]["placeholder"]:
+                del data["provenance"]
+        else:
+            raise ConfigError(
+                "say where the site comes from: --from-host, --recorded DIR or --extends SITE"
+            )
+        write_site(data, target, force=force, validate=load_site_file)
+        site = load_site_file(target)
+        marks = placeholders(site)
+        if as_json:
+            typer.echo(json.dumps({"file": str(target), "site": site.model_dump(mode="json"),
+                                   "placeholders": marks}, indent=2))  # fmt: skip
+            return
+        typer.echo(f"wrote {target} (valid)")
+        for field, what in marks.items():
+            typer.echo(f"{target}: placeholder: {field}: {what}", err=True)
 
     @sites.command("schema")
     def schema() -> None:
@@ -86,3 +174,35 @@ def register(app: typer.Typer) -> None:
                 f"{k}{'' if v == 'required' else '?'}" for k, v in r.components.items()
             )
             typer.echo(f"{r.name:<12} {comps}\n{'':<12} {r.description}")
+
+
+def _show_resolved(data: dict, resolved: object, provenance: object, as_json: bool) -> None:
+    """Every leaf field with its value, the file:line that set it, and its provenance."""
+    from hpcenv.sitefile import ResolvedSite, _leaves
+
+    assert isinstance(resolved, ResolvedSite)
+    notes: dict[str, str] = {}
+    for kind in ("verified", "assumed", "placeholder"):
+        for field, why in getattr(provenance, kind).items():
+            notes[field] = f"{kind}: {why}"
+    rows = []
+    for leaf in _leaves({k: v for k, v in data.items() if k != "provenance"}):
+        field = ".".join(str(p) for p in leaf)
+        value: object = data
+        for part in leaf:
+            value = value[part]  # type: ignore[index]
+        origin = resolved.origins.get(field) or next(
+            (o for k, o in resolved.origins.items() if k.startswith(field + ".")), "default"
+        )
+        note = notes.get(field) or next(
+            (n for k, n in notes.items() if field.startswith(k + ".")), ""
+        )
+        rows.append({"field": field, "value": value, "from": origin, "provenance": note})
+    if as_json:
+        doc = {"chain": [str(p) for p in resolved.chain], "fields": rows}
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    typer.echo("# " + " -> ".join(str(p) for p in resolved.chain))
+    for r in rows:
+        extra = f"  [{r['provenance']}]" if r["provenance"] else ""
+        typer.echo(f"{r['field']} = {json.dumps(r['value'])}  # {r['from']}{extra}")

@@ -1,0 +1,156 @@
+"""Site files that extend another site (``extends: frontier``) and where each value came from.
+
+A site file may name a built-in site or another file (a path relative to itself) under
+``extends:`` and give only what differs. Tables merge key by key; a list or a scalar replaces
+the base's. Provenance follows the values: a base's ``verified``/``assumed``/``placeholder``
+note on a field that the extending file sets is dropped (the new value has its own story).
+Every value keeps its origin (``file:line``), so errors point at the file that set the value and
+``hpcenv sites show --resolved`` can say where each one came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from hpcenv.errors import ConfigError
+from hpcenv.yamlsrc import Loc, load_yaml
+
+if TYPE_CHECKING:
+    from hpcenv.site import Site
+
+EXTENDS = "extends"
+MAX_DEPTH = 8
+PROVENANCE_KINDS = ("verified", "assumed", "placeholder")
+
+
+@dataclass(frozen=True)
+class ResolvedSite:
+    """Merged site data, the origin of every leaf value, and the chain of files (base first)."""
+
+    data: dict[str, Any]
+    origins: dict[str, str]
+    chain: tuple[Path, ...]
+
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _leaves(data: Any, prefix: Loc = ()) -> list[Loc]:
+    if isinstance(data, Mapping) and data:
+        return [leaf for k, v in data.items() for leaf in _leaves(v, (*prefix, str(k)))]
+    if isinstance(data, list) and data and any(isinstance(v, Mapping) for v in data):
+        return [leaf for i, v in enumerate(data) for leaf in _leaves(v, (*prefix, i))]
+    return [prefix]
+
+
+def _line(lines: dict[Loc, int], loc: Loc) -> int:
+    key = loc
+    while key and key not in lines:
+        key = key[:-1]
+    return lines.get(key, 1)
+
+
+def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Tables merge key by key; lists and scalars in ``top`` replace the base's."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _sets(data: Mapping[str, Any], dotted: str) -> bool:
+    """Whether ``data`` sets the field ``dotted`` or one of its parents/children."""
+    cur: Any = data
+    for part in dotted.split("."):
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+            if not isinstance(cur, Mapping):
+                return True
+        else:
+            return isinstance(cur, list)  # a list replaces the base's as a whole
+    return True
+
+
+def _base_path(ref: str, child: Path) -> Path:
+    from hpcenv.site import site_file
+
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        path = Path(ref) if Path(ref).is_absolute() else child.parent / ref
+        if not path.is_file():
+            raise ConfigError(f"{child}: extends {ref!r}: file not found ({path})")
+        return path
+    return site_file(ref)
+
+
+def resolve(path: Path, _seen: tuple[Path, ...] = ()) -> ResolvedSite:
+    """Load ``path`` and everything it extends, merged, with each value's origin."""
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: expected a mapping at the top level")
+    here = path.resolve()
+    if here in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, here))
+        raise ConfigError(f"{path}:{_line(lines, (EXTENDS,))}: extends loops: {chain}")
+    if len(_seen) >= MAX_DEPTH:
+        raise ConfigError(f"{path}: extends nests deeper than {MAX_DEPTH} files")
+    own = {k: v for k, v in data.items() if k != EXTENDS}
+    origins = {_dotted(leaf): f"{path}:{_line(lines, leaf)}" for leaf in _leaves(own)}
+    ref = data.get(EXTENDS)
+    if ref is None:
+        return ResolvedSite(own, origins, (path,))
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError(
+            f"{path}:{_line(lines, (EXTENDS,))}: field 'extends': a site name or file"
+        )
+    base = resolve(_base_path(ref, path), (*_seen, here))
+    provenance = {
+        kind: {k: v for k, v in base.data.get("provenance", {}).get(kind, {}).items()
+               if not _sets(own, k)}
+        for kind in PROVENANCE_KINDS
+    }  # fmt: skip
+    merged = merge({**base.data, "provenance": provenance}, own)
+    merged["provenance"] = {k: v for k, v in merged["provenance"].items() if v}
+    kept = {k: v for k, v in base.origins.items() if not _sets(own, k)}
+    return ResolvedSite(merged, {**kept, **origins}, (*base.chain, path))
+
+
+def _origin_for(loc: Loc, origins: dict[str, str], fallback: str) -> str:
+    key = list(loc)
+    while key:
+        dotted = _dotted(tuple(key))
+        hit = origins.get(dotted) or next(
+            (v for k, v in origins.items() if k.startswith(dotted + ".")), None
+        )
+        if hit:
+            return hit
+        key.pop()
+    return fallback
+
+
+def load_resolved(path: Path) -> tuple[Site, ResolvedSite]:
+    """The validated site of ``path`` (extends applied); errors name the file that set a value."""
+    from hpcenv.site import Site
+
+    resolved = resolve(path)
+    try:
+        return Site.model_validate(resolved.data), resolved
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            loc = tuple(
+                p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-"))
+            )
+            field = _dotted(loc) or "<top>"
+            where = _origin_for(loc, resolved.origins, f"{path}:1")
+            msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+            problems.append(f"{where}: field '{field}': {msg}")
+        raise ConfigError("\n".join(problems)) from None

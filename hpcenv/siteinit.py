@@ -1,0 +1,461 @@
+"""``hpcenv sites init --from-host``: a site file from what the host says about itself.
+
+Each fact comes from one command (:data:`COMMANDS`), read by one small parser; a value read from
+a command's output is recorded as ``verified`` (with the command), a value chosen from a rule
+of thumb as ``assumed`` (with the rule), and a value only the user knows (a project to charge)
+as ``placeholder``. The commands run on this host (:class:`LocalHost`) or are read from a folder
+of recorded outputs, one ``KEY.txt`` per command (:class:`RecordedHost`; tests keep real sites'
+recordings under ``tests/data/hosts/``). The written file is validated before it is kept.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, Protocol
+
+COMMANDS: dict[str, list[str]] = {
+    "uname": ["uname", "-m"],
+    "lscpu": ["lscpu"],
+    "meminfo": ["cat", "/proc/meminfo"],
+    "nvidia-smi": ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+    "rocm-smi": ["rocm-smi", "--showproductname"],
+    "rocm-version": ["cat", "/opt/rocm/.info/version"],
+    "xpu-smi": ["xpu-smi", "discovery"],
+    "scontrol": ["scontrol", "show", "config"],
+    "srun-mpi": ["srun", "--mpi=list"],
+    "sbatch": ["sbatch", "--version"],
+    "bqueues": ["bqueues"],
+    "jsrun": ["jsrun", "--version"],
+    "qstat": ["qstat", "-B"],
+    "mpirun": ["mpirun", "--version"],
+    "mpichversion": ["mpichversion"],
+    "pmix": ["pkg-config", "--modversion", "pmix"],
+    "apptainer": ["apptainer", "--version"],
+    "singularity": ["singularity", "--version"],
+    "podman-hpc": ["podman-hpc", "--help"],
+    "shifter": ["shifter", "--help"],
+    "podman": ["podman", "--version"],
+    "modules": ["bash", "-lc", "module -t avail 2>&1"],
+    "findmnt": ["findmnt", "-rn", "-t", "lustre,gpfs,nfs,nfs4", "-o", "TARGET,FSTYPE"],
+    "node-local": [
+        "sh", "-c",
+        'for d in /mnt/bb /local/scratch /lscratch /dev/shm /tmp; do '
+        '[ -d "$d" ] && df -Pk "$d" | tail -n 1; done',
+    ],
+}  # fmt: skip
+
+# Installed memory is a nominal DIMM total; MemTotal is that less firmware/kernel reservations.
+NOMINAL_GB = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+# Node-local folders, most preferred first: (path, kind).
+NODE_LOCAL = (("/mnt/bb", "nvme"), ("/local/scratch", "ssd"), ("/lscratch", "ssd"),
+              ("/dev/shm", "shm"), ("/tmp", "tmp"))  # fmt: skip
+
+
+class CommandHost(Protocol):
+    name: str
+
+    def run(self, key: str) -> tuple[int, str]: ...
+
+
+class LocalHost:
+    """Runs :data:`COMMANDS` here; a missing program is exit code 127."""
+
+    name = "this host"
+
+    def run(self, key: str) -> tuple[int, str]:
+        try:
+            proc = subprocess.run(COMMANDS[key], capture_output=True, text=True, timeout=30,
+                                  stdin=subprocess.DEVNULL)  # fmt: skip
+        except FileNotFoundError:
+            return 127, ""
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return 124, str(err)
+        return proc.returncode, proc.stdout + proc.stderr
+
+
+class RecordedHost:
+    """Outputs recorded earlier: ``FOLDER/KEY.txt`` (absent: the command was not there)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.name = f"recorded outputs in {folder}"
+
+    def run(self, key: str) -> tuple[int, str]:
+        path = self.folder / f"{key}.txt"
+        return (0, path.read_text()) if path.is_file() else (127, "")
+
+
+@dataclass
+class Detection:
+    """Site data found so far, and for each dotted field why it holds its value."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    verified: dict[str, str] = field(default_factory=dict)
+    assumed: dict[str, str] = field(default_factory=dict)
+    placeholder: dict[str, str] = field(default_factory=dict)
+
+    def set(self, dotted: str, value: Any, *, verified: str = "", assumed: str = "",
+            placeholder: str = "") -> None:  # fmt: skip
+        cur = self.data
+        *parents, last = dotted.split(".")
+        for part in parents:
+            cur = cur.setdefault(part, {})
+        cur[last] = value
+        for book, why in ((self.verified, verified), (self.assumed, assumed),
+                          (self.placeholder, placeholder)):  # fmt: skip
+            book.pop(dotted, None)
+            if why:
+                book[dotted] = why
+
+
+# -- parsers (pure: text in, values out) --------------------------------------------------------
+def parse_colon_table(text: str) -> dict[str, str]:
+    """``Key:   value`` lines (lscpu, meminfo)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def parse_lscpu(text: str) -> dict[str, Any]:
+    t = parse_colon_table(text)
+    return {"arch": t.get("Architecture"), "sockets": int(t["Socket(s)"]),
+            "cores_per_socket": int(t["Core(s) per socket"]),
+            "threads_per_core": int(t.get("Thread(s) per core", "1"))}  # fmt: skip
+
+
+def parse_meminfo_gb(text: str) -> tuple[int, float]:
+    """(nominal GB, MemTotal in GiB)."""
+    kib = int(parse_colon_table(text)["MemTotal"].split()[0])
+    gib = kib / 1024 / 1024
+    nominal = min(NOMINAL_GB, key=lambda n: abs(n - gib))
+    return (nominal if abs(nominal - gib) / nominal <= 0.06 else round(gib)), gib
+
+
+def parse_nvidia_smi(text: str) -> tuple[int, str, str]:
+    rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if "," in line]
+    return len(rows), rows[0][0], rows[0][1]
+
+
+def parse_rocm_smi(text: str) -> tuple[int, str]:
+    gpus = set(re.findall(r"^GPU\[(\d+)\]", text, re.MULTILINE))
+    series = re.search(r"Card Series:\s*(.+)", text)
+    model = series.group(1).strip() if series else "AMD GPU"
+    m = re.search(r"\b(MI\d+[A-Z]*)\b", model)
+    return len(gpus), m.group(1) if m else model
+
+
+def parse_xpu_smi(text: str) -> tuple[int, str]:
+    names = re.findall(r"Device Name:\s*([^|\n]+)", text)
+    return len(names), names[0].strip() if names else "Intel GPU"
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_srun_mpi_list(text: str) -> tuple[list[str], int | None]:
+    """Plugin names and the PMIx major of ``pmix_vN``."""
+    names = [w.strip() for w in text.splitlines() if w.startswith(("\t", " ", "srun: "))]
+    names = [n.removeprefix("srun: ").strip() for n in names]
+    names = [n for n in names if n and " " not in n]
+    major = re.search(r"pmix_v(\d+)", text)
+    return names, int(major.group(1)) if major else None
+
+
+def parse_mpi_version(text: str) -> tuple[str, str] | None:
+    """(name, version) from ``mpirun --version`` or ``mpichversion``."""
+    rules = (
+        (r"\(Open MPI\) (\d[\w.]*)", "openmpi"),
+        (r"IBM Spectrum MPI\)? ?(?:Version )?(\d[\w.]*)", "spectrum-mpi"),
+        (r"Intel\(R\) MPI Library.*Version (\d[\w.]*)", "intel-mpi"),
+        (r"MPICH Version:\s*(\d[\w.]*)", "mpich"),
+        (r"HYDRA build details:\s*\n\s*Version:\s*(\d[\w.]*)", "mpich"),
+    )
+    for pattern, name in rules:
+        m = re.search(pattern, text)
+        if m:
+            return name, m.group(1)
+    return None
+
+
+def parse_modules(text: str) -> dict[str, list[str]]:
+    """``name -> [versions]`` from ``module -t avail`` (defaults first when marked)."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if "/" not in line or line.endswith(":") or line.startswith("/"):
+            continue
+        name, _, version = line.partition("/")
+        default = version.endswith(("(default)", "(D)"))
+        version = re.sub(r"\((default|D)\)$", "", version)
+        versions = out.setdefault(name, [])
+        versions.insert(0, version) if default else versions.append(version)
+    return out
+
+
+def parse_findmnt(text: str) -> list[tuple[str, str]]:
+    return [tuple(line.split()[:2]) for line in text.splitlines() if len(line.split()) >= 2]  # type: ignore[misc]
+
+
+def parse_df(text: str) -> list[tuple[str, int]]:
+    """(mount point, size in GB) per ``df -Pk`` line."""
+    out = []
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[1].isdigit():
+            out.append((cols[5], int(int(cols[1]) * 1024 / 1e9)))
+    return out
+
+
+# -- detection ----------------------------------------------------------------------------------
+def _ok(host: CommandHost, key: str) -> str | None:
+    rc, out = host.run(key)
+    return out if rc == 0 and out.strip() else None
+
+
+LABELS = {"node-local": "`df -Pk` of " + ", ".join(p for p, _ in NODE_LOCAL)}
+
+
+def _by(key: str) -> str:
+    return LABELS.get(key) or "`" + " ".join(COMMANDS[key]) + "`"
+
+
+def _purpose(path: str) -> str:
+    low = path.lower()
+    for word, purpose in (("home", "home"), ("proj", "project"), ("sw", "software"),
+                          ("software", "software"), ("dataset", "datasets")):  # fmt: skip
+        if word in low.split("/") or f"/{word}" in low:
+            return purpose
+    return "scratch"
+
+
+def detect(host: CommandHost, name: str) -> Detection:
+    """Everything the host says, as site data with provenance."""
+    d = Detection()
+    on = f" on {host.name}, {date.today().isoformat()}"
+    d.set("name", name)
+    d.set("description", f"{name}: written by hpcenv sites init --from-host{on}")
+    _node(host, d, on)
+    _gpu(host, d, on)
+    _scheduler(host, d, on)
+    _mpi(host, d, on)
+    _runtime(host, d, on)
+    _storage(host, d, on)
+    return d
+
+
+def _node(host: CommandHost, d: Detection, on: str) -> None:
+    text = _ok(host, "lscpu")
+    if text is None:
+        raise _cannot("lscpu", host)
+    cpu = parse_lscpu(text)
+    arch = cpu["arch"] or (_ok(host, "uname") or "").strip()
+    d.set("arch", arch, verified=_by("lscpu") + on)
+    for key in ("sockets", "cores_per_socket", "threads_per_core"):
+        d.set(f"node.{key}", cpu[key], verified=_by("lscpu") + on)
+    mem = _ok(host, "meminfo")
+    if mem is None:
+        raise _cannot("meminfo", host)
+    nominal, gib = parse_meminfo_gb(mem)
+    d.set("node.memory_gb", nominal,
+          assumed=f"MemTotal {gib:.1f} GiB ({_by('meminfo')}{on}) rounded to the nominal size")  # fmt: skip
+
+
+def _gpu(host: CommandHost, d: Detection, on: str) -> None:
+    if text := _ok(host, "nvidia-smi"):
+        count, model, driver = parse_nvidia_smi(text)
+        d.set("gpu.vendor", "nvidia", verified=_by("nvidia-smi") + on)
+        d.set("gpu.driver", driver, verified=_by("nvidia-smi") + on)
+    elif text := _ok(host, "rocm-smi"):
+        count, model = parse_rocm_smi(text)
+        d.set("gpu.vendor", "amd", verified=_by("rocm-smi") + on)
+        if version := _ok(host, "rocm-version"):
+            d.set("gpu.rocm", version.strip().split("-")[0], verified=_by("rocm-version") + on)
+    elif text := _ok(host, "xpu-smi"):
+        count, model = parse_xpu_smi(text)
+        d.set("gpu.vendor", "intel", verified=_by("xpu-smi") + on)
+    else:
+        d.set("gpu.vendor", "none", verified="no nvidia-smi, rocm-smi or xpu-smi" + on)
+        d.set("node.gpus", 0, verified="no nvidia-smi, rocm-smi or xpu-smi" + on)
+        return
+    key = {"nvidia": "nvidia-smi", "amd": "rocm-smi", "intel": "xpu-smi"}[d.data["gpu"]["vendor"]]
+    d.set("node.gpus", count, verified=_by(key) + on)
+    d.set("node.gpu_model", re.sub(r"[^A-Za-z0-9_.+-]+", "-", model).strip("-"),
+          verified=_by(key) + on)  # fmt: skip
+
+
+def _scheduler(host: CommandHost, d: Detection, on: str) -> None:
+    config = _ok(host, "scontrol")
+    sbatch_rc, _ = host.run("sbatch")
+    if config or sbatch_rc != 127:
+        conf = parse_scontrol(config or "")
+        if config:
+            d.set("scheduler.kind", "slurm", verified=_by("scontrol") + on)
+        else:
+            d.set("scheduler.kind", "slurm",
+                  assumed=f"sbatch is installed but no controller answered{on}")  # fmt: skip
+        d.set("scheduler.launcher", "srun", assumed="Slurm's own launcher")
+        plugins, major = parse_srun_mpi_list(_ok(host, "srun-mpi") or "")
+        default = conf.get("MpiDefault", "none")
+        plugin = default if default != "none" else next(
+            (p for p in ("cray_shasta", "pmix", "pmi2") if p in plugins), None)  # fmt: skip
+        if plugin:
+            src = "MpiDefault in " + _by("scontrol") if default != "none" else _by("srun-mpi")
+            d.set("scheduler.mpi_plugin", plugin, verified=src + on)
+        d.data["_srun"] = {"plugins": plugins, "pmix_major": major}
+        if "associations" in conf.get("AccountingStorageEnforce", ""):
+            d.set("scheduler.account", "PROJ123",
+                  placeholder="your project id (AccountingStorageEnforce has associations)")  # fmt: skip
+    elif _ok(host, "bqueues"):
+        d.set("scheduler.kind", "lsf", verified=_by("bqueues") + on)
+        launcher = "jsrun" if _ok(host, "jsrun") else "mpirun"
+        d.set(
+            "scheduler.launcher",
+            launcher,
+            assumed=f"{launcher} found" if launcher == "jsrun" else "no jsrun",
+        )
+        d.set("scheduler.account", "PROJ123", placeholder="your project id (bsub -P)")
+    elif _ok(host, "qstat"):
+        d.set("scheduler.kind", "pbs", verified=_by("qstat") + on)
+        d.set("scheduler.launcher", "mpiexec", assumed="PBS sites launch with mpiexec")
+        d.set("scheduler.account", "PROJ123", placeholder="your project id (qsub -A)")
+    else:
+        d.set("scheduler.kind", "none", verified="no scontrol, sbatch, bqueues or qstat" + on)
+        d.set("scheduler.launcher", "mpirun", assumed="no scheduler: mpirun")
+
+
+def _mpi(host: CommandHost, d: Detection, on: str) -> None:
+    modules = parse_modules(_ok(host, "modules") or "")
+    d.data["_modules"] = modules
+    found = None
+    src = ""
+    if modules.get("cray-mpich"):
+        found, src = ("cray-mpich", modules["cray-mpich"][0]), _by("modules")
+    else:
+        for key in ("mpirun", "mpichversion"):
+            if (text := _ok(host, key)) and (parsed := parse_mpi_version(text)):
+                found, src = parsed, _by(key)
+                break
+    if found is None:
+        d.set("mpi.spec", "openmpi@4.1", placeholder="no MPI found: name@version of the site's MPI")
+        found = ("openmpi", "4.1")
+    else:
+        d.set("mpi.spec", f"{found[0]}@{found[1]}", verified=src + on)
+    name, version = found
+    srun = d.data.pop("_srun", {"plugins": [], "pmix_major": None})
+    bind = name in ("cray-mpich", "spectrum-mpi")
+    if name == "cray-mpich":
+        d.set("mpi.pmi", "cray-pmi@6", assumed="Cray MPICH starts through Cray PMI (cray_shasta)")
+        d.set("mpi.fabric", "libfabric", assumed="Cray MPICH runs over libfabric (Slingshot)")
+        d.set("mpi.root", f"/opt/cray/pe/mpich/{version}",
+              assumed="the HPE Cray PE install prefix; check `module show cray-mpich`")  # fmt: skip
+        if d.data["scheduler"]["kind"] == "slurm" and "mpi_plugin" not in d.data["scheduler"]:
+            d.set("scheduler.mpi_plugin", "cray_shasta",
+                  assumed="HPE Cray EX: srun starts Cray MPICH through the cray_shasta plugin")  # fmt: skip
+    elif "pmix" in srun["plugins"] or (pmix := _ok(host, "pmix")):
+        major = srun["pmix_major"]
+        if major is None and (pmix := _ok(host, "pmix")):
+            major = int(pmix.strip().split(".")[0])
+            d.set("mpi.pmi", f"pmix@{major}", verified=_by("pmix") + on)
+        elif major is not None:
+            d.set("mpi.pmi", f"pmix@{major}", verified=_by("srun-mpi") + on)
+        else:
+            d.set("mpi.pmi", "pmix@4", assumed="srun lists pmix without a version")
+    elif "pmi2" in srun["plugins"]:
+        d.set("mpi.pmi", "pmi2", verified=_by("srun-mpi") + on)
+    else:
+        d.set("mpi.pmi", "pmi2", assumed="no PMIx found; PMI-2 is the common fallback")
+    if "fabric" not in d.data["mpi"]:
+        d.set("mpi.fabric", "shm", assumed="no fabric library detected; shared memory only")
+    d.set("mpi.model", "bind" if bind else "hybrid",
+          assumed=("the site MPI is bound into images" if bind else
+                   "the image carries its own MPI of the same family and PMI"))  # fmt: skip
+    picks = [f"{m}/{modules[m][0]}" for m in ("cray-mpich", "rocm", "cuda") if modules.get(m)]
+    if picks:
+        d.set(
+            "modules", picks, assumed="MPI and GPU modules available here (" + _by("modules") + ")"
+        )
+
+
+def _runtime(host: CommandHost, d: Detection, on: str) -> None:
+    for key in ("apptainer", "singularity", "podman-hpc", "shifter", "podman"):
+        if _ok(host, key):
+            d.set("runtime.kind", key, verified=_by(key) + on)
+            return
+    d.set("runtime.kind", "apptainer", placeholder="no container runtime found on this host")
+
+
+def _storage(host: CommandHost, d: Detection, on: str) -> None:
+    mounts = parse_findmnt(_ok(host, "findmnt") or "")
+    systems = []
+    for target, fstype in mounts:
+        kind = "nfs" if fstype.startswith("nfs") else fstype
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", target.strip("/")) or "root"
+        systems.append({"name": name, "kind": kind, "path": target, "purpose": _purpose(target)})
+    if systems:
+        d.set("filesystems", systems, verified=_by("findmnt") + on)
+        for i, fs in enumerate(systems):
+            d.assumed[f"filesystems.{i}.purpose"] = f"from the path {fs['path']}"
+    sizes = dict(parse_df(_ok(host, "node-local") or ""))
+    for path, kind in NODE_LOCAL:
+        if path in sizes:
+            local = {"kind": kind, "path": path, "size_gb": sizes[path]}
+            if path == "/mnt/bb":
+                local["path"] = "/mnt/bb/$USER"
+            d.set("node_local", local, verified=_by("node-local") + on)
+            break
+
+
+def _cannot(key: str, host: CommandHost) -> Exception:
+    from hpcenv.errors import EnvironmentProblem
+
+    return EnvironmentProblem(f"sites init: {_by(key)} gave nothing on {host.name}")
+
+
+def site_data(detection: Detection) -> dict[str, Any]:
+    """The site file's mapping, fields in the usual order, provenance last."""
+    order = ("name", "description", "arch", "node", "gpu", "mpi", "scheduler", "runtime",
+             "filesystems", "node_local", "modules")  # fmt: skip
+    data = {k: detection.data[k] for k in order if k in detection.data}
+    provenance = {k: v for k, v in (("verified", detection.verified), ("assumed", detection.assumed),
+                  ("placeholder", detection.placeholder)) if v}  # fmt: skip
+    return {**data, "provenance": provenance}
+
+
+def write_site(data: dict[str, Any], out: Path, *, force: bool = False,
+               validate: Callable[[Path], object] | None = None) -> Path:  # fmt: skip
+    """Write ``out`` and validate it; a site that does not validate is not kept."""
+    import os
+
+    import yaml
+
+    from hpcenv.errors import ConfigError
+
+    if out.exists() and not force:
+        raise ConfigError(f"{out} exists; pass --force to replace it")
+    header = ("# Written by `hpcenv sites init --from-host`. provenance says which values were read\n"
+              "# (verified), guessed (assumed) or must be filled in (placeholder).\n")  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.yaml")
+    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    try:
+        if validate is not None:
+            validate(tmp)
+    except Exception:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
+    return out
