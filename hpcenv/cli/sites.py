@@ -157,8 +157,39 @@ def register(app: typer.Typer) -> None:
     def schema() -> None:
         """Print the JSON Schema of site files (for editors)."""
         from hpcenv.site import json_schema
+        from hpcenv.sitefields import annotate_schema
 
-        typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+        typer.echo(json.dumps(annotate_schema(json_schema()), indent=2, sort_keys=True))
+
+    @sites.command("fields")
+    def fields_cmd(
+        field: Annotated[str | None, typer.Argument(help="one dotted field, e.g. mpi.pmi")] = None,
+        markdown: Annotated[bool, typer.Option("--markdown", help="the docs page")] = False,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Every site-file field: what it is, unit, example, where to find it on a cluster."""
+        from hpcenv.errors import ConfigError
+        from hpcenv.sitefields import (
+            describe,
+            fields,
+            model_fields,
+            suggest,
+        )
+        from hpcenv.sitefields import (
+            markdown as to_markdown,
+        )
+
+        names = model_fields()
+        if field is not None and field not in names:
+            raise ConfigError(f"no site field {field!r}{suggest(field, names)}")
+        chosen = [field] if field else names
+        if markdown:
+            typer.echo(to_markdown(), nl=False)
+        elif as_json:
+            typer.echo(json.dumps({n: fields().get(n, {}) for n in chosen}, indent=2))
+        else:
+            for n in chosen:
+                typer.echo(f"{n}: {describe(n)}")
 
     @app.command("recipes")
     def recipes(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:

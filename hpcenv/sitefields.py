@@ -1,0 +1,95 @@
+"""Descriptions of every site-file field (what, unit, example, where to find it), kept as data in
+``knowledge/site_fields.yaml``; added to the JSON Schema and rendered as docs/site-fields.md."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from functools import lru_cache
+from importlib.resources import files
+from typing import Any
+
+from pydantic import BaseModel
+
+
+@lru_cache(maxsize=1)
+def fields() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    text = files("hpcenv").joinpath("knowledge", "site_fields.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    stack = [annotation]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+        stack.extend(typing.get_args(a))
+    return None
+
+
+def model_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """Dotted names of every field of the site model (tables and their fields)."""
+    from hpcenv.site import Site
+
+    model = model or Site
+    out = []
+    for name, info in model.model_fields.items():
+        out.append(prefix + name)
+        sub = _model_of(info.annotation)
+        if sub is not None and sub is not model:
+            out += model_fields(sub, f"{prefix}{name}.")
+    return out
+
+
+def describe(dotted: str) -> str:
+    f = fields().get(dotted, {})
+    parts = [str(f.get("what", ""))]
+    if f.get("unit"):
+        parts.append(f"unit: {f['unit']}")
+    if "example" in f:
+        parts.append(f"e.g. {f['example']}")
+    if f.get("find") and f["find"] != "-":
+        parts.append(f"find it: {f['find']}")
+    return "; ".join(p for p in parts if p)
+
+
+def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Put each field's description into the JSON Schema (top level and ``$defs``)."""
+    from hpcenv.site import Site
+
+    def walk(model: type[BaseModel], node: dict[str, Any], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            prop = node.get("properties", {}).get(name)
+            if prop is None:
+                continue
+            dotted = prefix + name
+            if dotted in fields():
+                prop["description"] = describe(dotted)
+            sub = _model_of(info.annotation)
+            if sub is not None and sub.__name__ in schema.get("$defs", {}):
+                walk(sub, schema["$defs"][sub.__name__], dotted + ".")
+
+    walk(Site, schema, "")
+    return schema
+
+
+def suggest(key: str, known: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a near miss, else empty."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def markdown() -> str:
+    lines = ["# Site file fields", "",
+             "Generated from `hpcenv/knowledge/site_fields.yaml` (`hpcenv sites fields --markdown`).",
+             "Dotted names as used in `provenance` and `hpcenv sites show --resolved`.", "",
+             "| field | what | unit | example | where to find it |", "|:--|:--|:--|:--|:--|"]  # fmt: skip
+    for dotted in model_fields():
+        f = fields().get(dotted, {})
+        cells = [f"`{dotted}`", str(f.get("what", "")), str(f.get("unit", "")),
+                 f"`{f['example']}`" if "example" in f else "", str(f.get("find", ""))]  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
