@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hpcenv.errors import ConfigError
+from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.knowledge import kb, mpi_family, releases, rule
 from hpcenv.recipe import COMPONENTS
 from hpcenv.versions import is_version, major_minor, parse_spec
@@ -50,7 +50,10 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
         if not sep or not name or not value:
             raise ConfigError(f"--set expects NAME=VALUE, got {pair!r}")
         if name not in COMPONENTS:
-            raise ConfigError(f"--set {name}: unknown component; known: {', '.join(COMPONENTS)}")
+            raise ConfigError(
+                f"--set {name}: unknown component{did_you_mean(name, COMPONENTS)}; "
+                f"known: {', '.join(COMPONENTS)}"
+            )
         check_pin(name, value, "--set")
         out[name] = value
     return out
@@ -70,7 +73,10 @@ def check_pin(name: str, raw: str, origin: str) -> Pin:
     forced = value.endswith("!")
     value = value.removesuffix("!")
     if name not in COMPONENTS:
-        raise ConfigError(f"{where}: unknown component; known: {', '.join(COMPONENTS)}")
+        raise ConfigError(
+            f"{where}: unknown component{did_you_mean(name, COMPONENTS)}; "
+            f"known: {', '.join(COMPONENTS)}"
+        )
     if name in ("arch", "os"):
         if forced or not _SITE_PROPERTY.fullmatch(value):
             raise ConfigError(f"{where}: not an {name} name")

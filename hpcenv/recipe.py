@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hpcenv.errors import ConfigError
+from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.paths import recipes_dir
 from hpcenv.safe import Name, SafeModel
 from hpcenv.yamlsrc import validate_file
@@ -48,5 +48,8 @@ def load_recipe(name_or_path: str) -> Recipe:
     if path.suffix not in (".yaml", ".yml") and os.sep not in name_or_path:
         path = recipes_dir() / f"{name_or_path}.yaml"
     if not path.is_file():
-        raise ConfigError(f"unknown recipe {name_or_path!r}; known: {', '.join(recipe_names())}")
+        raise ConfigError(
+            f"unknown recipe {name_or_path!r}{did_you_mean(name_or_path, recipe_names())}; "
+            f"known: {', '.join(recipe_names())}"
+        )
     return validate_file(Recipe, path)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from hpcenv.errors import ConfigError
+from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.paths import site_configs_dir
 from hpcenv.safe import (
     Count,
@@ -426,7 +426,8 @@ def site_file(name_or_path: str) -> Path:
         if path.is_file():
             return path
     raise ConfigError(
-        f"unknown site {name_or_path!r}; known: {', '.join(site_names())} "
+        f"unknown site {name_or_path!r}{did_you_mean(name_or_path, site_names())}; "
+        f"known: {', '.join(site_names())} "
         "(or give a path to a site file, or add a folder to HPCENV_SITE_PATH)"
     )
 
@@ -459,9 +460,9 @@ def placeholders(site: Site) -> dict[str, str]:
 
 def _extends(path: Path) -> bool:
     try:
-        return any(line.startswith("extends:") for line in path.read_text().splitlines())
+        return any(line.startswith(b"extends:") for line in path.read_bytes().splitlines())
     except OSError:
-        return False
+        return False  # validate_file reports the unreadable file
 
 
 def site_names() -> list[str]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 import typing
 from functools import lru_cache
 from importlib.resources import files
@@ -74,12 +73,6 @@ def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
     walk(Site, schema, "")
     return schema
-
-
-def suggest(key: str, known: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for a near miss, else empty."""
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def markdown() -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError
-from hpcenv.yamlsrc import Loc, load_yaml
+from hpcenv.yamlsrc import Loc, load_yaml, unknown_field
 
 if TYPE_CHECKING:
     from hpcenv.site import Site
@@ -151,6 +151,6 @@ def load_resolved(path: Path) -> tuple[Site, ResolvedSite]:
             )
             field = _dotted(loc) or "<top>"
             where = _origin_for(loc, resolved.origins, f"{path}:1")
-            msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+            msg = unknown_field(Site, loc) if e["type"] == "extra_forbidden" else e["msg"]
             problems.append(f"{where}: field '{field}': {msg}")
         raise ConfigError("\n".join(problems)) from None

@@ -134,6 +134,33 @@ def _message(error: Any) -> str:
     return " ".join(msg.split())  # one line
 
 
+def unknown_field(model: type[BaseModel], loc: Sequence[str | int]) -> str:
+    """``unknown field`` plus the nearest field name the model has at that place."""
+    import typing
+
+    from hpcenv.errors import did_you_mean
+
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (
+            isinstance(current, type) and issubclass(current, BaseModel)
+        ):
+            continue
+        info = current.model_fields.get(part)
+        if info is None:
+            return "unknown field"
+        stack, current = [info.annotation], None
+        while stack:  # the model inside Optional[...] / list[...] / dict[..., ...]
+            ann = stack.pop()
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                current = ann
+                break
+            stack.extend(typing.get_args(ann))
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return "unknown field" + did_you_mean(str(loc[-1]), list(current.model_fields))
+    return "unknown field"
+
+
 def validate_file(model: type[M], path: Path) -> M:
     """Validate a YAML file against ``model``; errors name file, line and field."""
     data, lines = load_yaml(path)
@@ -147,5 +174,6 @@ def validate_file(model: type[M], path: Path) -> M:
             loc = [p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
             field = ".".join(_show(p) for p in loc) or "<top>"
             line = _line_for(loc, lines)
-            problems.append(f"{path}:{line or 1}: field '{field}': {_message(e)}")
+            msg = unknown_field(model, loc) if e["type"] == "extra_forbidden" else _message(e)
+            problems.append(f"{path}:{line or 1}: field '{field}': {msg}")
         raise ConfigError("\n".join(problems)) from None

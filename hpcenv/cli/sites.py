@@ -168,20 +168,13 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
         """Every site-file field: what it is, unit, example, where to find it on a cluster."""
-        from hpcenv.errors import ConfigError
-        from hpcenv.sitefields import (
-            describe,
-            fields,
-            model_fields,
-            suggest,
-        )
-        from hpcenv.sitefields import (
-            markdown as to_markdown,
-        )
+        from hpcenv.errors import ConfigError, did_you_mean
+        from hpcenv.sitefields import describe, fields, model_fields
+        from hpcenv.sitefields import markdown as to_markdown
 
         names = model_fields()
         if field is not None and field not in names:
-            raise ConfigError(f"no site field {field!r}{suggest(field, names)}")
+            raise ConfigError(f"no site field {field!r}{did_you_mean(field, names)}")
         chosen = [field] if field else names
         if markdown:
             typer.echo(to_markdown(), nl=False)

@@ -24,6 +24,9 @@ def _lock(site_name: str, recipe: str, sets: list[str] | None) -> tuple[Site, Lo
     return site, resolve(site, load_recipe(recipe), parse_overrides(sets or []))
 
 
+ARTIFACTS = ("docker", "singularity", "job", "lock")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("resolve")
     def resolve_cmd(
@@ -61,11 +64,22 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--account", "-A", help="project for job.sh (else set HPCENV_PROJECT)"),
         ] = None,
+        fmt: Annotated[
+            str | None,
+            typer.Option(
+                "--format",
+                "-f",
+                help="print one artifact to stdout instead of writing --out: "
+                + ", ".join(ARTIFACTS)
+                + " (e.g. --format singularity > Singularity.def)",
+            ),
+        ] = None,
     ) -> None:
         """Write Dockerfile, Singularity.def, stack.lock.json and a job script (job.sh) to --out.
 
         The folder is replaced whole (written beside it, then swapped in); a non-empty folder
         that hpcenv did not make is refused unless --force. pip.conf is not written here.
+        With --format, one artifact goes to stdout and nothing is written.
         """
         from hpcenv.errors import ConfigError
         from hpcenv.jobs.containers import default_image
@@ -74,7 +88,14 @@ def register(app: typer.Typer) -> None:
         from hpcenv.output import check_target, publish_dir
         from hpcenv.render import render, write
 
-        check_target(out, force=force)  # before the slower resolve
+        if fmt is not None and fmt not in ARTIFACTS:
+            from hpcenv.errors import did_you_mean
+
+            raise ConfigError(
+                f"--format {fmt!r}{did_you_mean(fmt, ARTIFACTS)}: one of {', '.join(ARTIFACTS)}"
+            )
+        if fmt is None:
+            check_target(out, force=force)  # before the slower resolve
         site_obj, lock = _lock(site, recipe, set_)
         rendered = render(lock, site_obj)
         # A ready job script: the image's MPI allreduce check, launched the site's way.
@@ -83,12 +104,21 @@ def register(app: typer.Typer) -> None:
             job = JobSpec(name=f"hpcenv-{lock.recipe}", command=check, recipe=lock.recipe,
                           account=account)  # fmt: skip
         except ValueError:
-            raise ConfigError(f"--account {account!r}: letters, digits and _.,:@%+=/- only") from None
+            raise ConfigError(
+                f"--account {account!r}: letters, digits and _.,:@%+=/- only"
+            ) from None
         if account:
             from hpcenv.jobs.project import account_for
 
             account_for(site_obj, account, strict=True)  # a placeholder is refused here too
         job_sh = render_job(site_obj, job, default_image(site_obj, lock.recipe))
+        if fmt is not None:  # one artifact on stdout (the hpccm habit: -f singularity > x.def)
+            import sys
+
+            artifacts = {"docker": rendered.dockerfile, "singularity": rendered.singularity,
+                         "job": job_sh, "lock": rendered.lock_json}  # fmt: skip
+            sys.stdout.write(artifacts[fmt])
+            return
 
         def write_all(tmp: Path) -> list[str]:
             paths = write(rendered, tmp, build_inputs=False)
@@ -130,7 +160,9 @@ def register(app: typer.Typer) -> None:
         ] = "oci",
         push: Annotated[
             str | None,
-            typer.Option("--push", help="also push the image to REGISTRY/NAME:TAG (sites that pull)"),
+            typer.Option(
+                "--push", help="also push the image to REGISTRY/NAME:TAG (sites that pull)"
+            ),
         ] = None,
         account: Annotated[
             str | None,

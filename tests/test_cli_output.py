@@ -1,0 +1,80 @@
+"""Output conventions of the installed ``hpcenv``: one artifact on stdout (render --format),
+did-you-mean for sites, recipes, components and site-file keys, --version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+
+
+def hpcenv(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("fmt", "start"),
+    [
+        ("docker", "# syntax"),
+        ("singularity", "Bootstrap: docker"),
+        ("job", "#!/bin/bash"),
+        ("lock", "{"),
+    ],
+)
+def test_render_format_prints_one_artifact_and_writes_nothing(
+    tmp_path: Path, fmt: str, start: str
+) -> None:
+    proc = hpcenv(
+        "render", "--site", "frontier", "--recipe", "horovod-gpu", "--format", fmt, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.lstrip().startswith(start) or start in proc.stdout.splitlines()[0], (
+        proc.stdout[:200]
+    )
+    assert proc.stderr == "" and list(tmp_path.iterdir()) == []
+    if fmt == "lock":
+        assert json.loads(proc.stdout)["site"] == "frontier"
+
+
+def test_render_format_matches_the_written_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert hpcenv("render", "-s", "local", "-r", "horovod-cpu", "--out", str(out)).returncode == 0
+    for fmt, name in (("docker", "Dockerfile"), ("singularity", "Singularity.def")):
+        proc = hpcenv("render", "-s", "local", "-r", "horovod-cpu", "-f", fmt)
+        assert proc.stdout == (out / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["render", "-s", "frontier", "-r", "horovod-gpu", "-f", "dockr"],
+         "error: --format 'dockr' (did you mean 'docker'?): one of docker, singularity, job, lock"),
+        (["resolve", "--site", "frontir", "--recipe", "horovod-gpu"],
+         "error: unknown site 'frontir' (did you mean 'frontier'?); known:"),
+        (["resolve", "--site", "frontier", "--recipe", "horovod-gpus"],
+         "error: unknown recipe 'horovod-gpus' (did you mean 'horovod-gpu'?); known:"),
+        (["resolve", "--site", "frontier", "--recipe", "horovod-gpu", "--set", "troch=2.1.0"],
+         "error: --set troch: unknown component (did you mean 'torch'?); known:"),
+        (["sites", "fields", "mpi.pim"], "error: no site field 'mpi.pim' (did you mean 'mpi.pmi'?)"),
+    ],
+)  # fmt: skip
+def test_did_you_mean(args: list[str], message: str) -> None:
+    proc = hpcenv(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(message), proc.stderr
+
+
+def test_site_file_key_did_you_mean(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnode:\n  socket: 1\nschedular: {}\n")
+    proc = hpcenv("sites", "validate", str(bad))
+    assert proc.returncode == 2
+    assert f"{bad}:3: field 'node.socket': unknown field (did you mean 'sockets'?)" in proc.stderr
+    assert f"{bad}:4: field 'schedular': unknown field (did you mean 'scheduler'?)" in proc.stderr
