@@ -150,6 +150,11 @@ def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
     )
 
 
+def build_log_path(plan: BuildPlan) -> Path:
+    """Where the full log of ``plan``'s build goes (shown before the build starts)."""
+    return cache_dir() / "logs" / f"build-{plan.site.name}-{plan.recipe}.log"
+
+
 def build_image(
     plan: BuildPlan,
     *,
@@ -159,7 +164,7 @@ def build_image(
     """Build one plan for real; a failure names the step and its log (BuildError)."""
     engine = get_engine(engine_name or plan.site.build.engine)
     ensure_base(plan, on_step)
-    log = cache_dir() / "logs" / f"build-{plan.site.name}-{plan.recipe}.log"
+    log = build_log_path(plan)
     with context_ready(plan) as context:
         return engine.build(
             context, context / "Dockerfile", plan.tag, log_path=log, on_step=on_step

@@ -213,34 +213,36 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
+        from hpcenv.build import build_log_path
+        from hpcenv.cli.progress import StepProgress
+
         console = Console(stderr=True)
         results = []
         for plan in plans:
             console.print(f"[bold]build[/] {plan.recipe} for {plan.site.name} -> {plan.tag}")
-
-            def show(
-                index: int, total: int, text: str, previous: float | None, _c: Console = console
-            ) -> None:
-                took = f"  (previous step {previous:.1f} s)" if previous is not None else ""
-                _c.print(f"  [{index}/{total}] {text[:100]}{took}")
-
             entry: dict[str, object] = {"recipe": plan.recipe}
-            if fmt != "sif" or sif_from == "oci":
-                result = build_image(plan, engine_name=engine, on_step=show)
-                console.print(f"  done in {result.seconds:.0f} s; log: {result.log_path}")
-                entry |= {"tag": result.tag, "seconds": round(result.seconds, 1)}
-                entry |= {"log": str(result.log_path)}
-            if fmt in ("sif", "both"):
-                import time
+            with StepProgress(console) as progress:
+                if fmt != "sif" or sif_from == "oci":
+                    progress.note(f"  log: {build_log_path(plan)}")
+                    result = build_image(plan, engine_name=engine, on_step=progress.step)
+                    entry |= {"tag": result.tag, "seconds": round(result.seconds, 1)}
+                    entry |= {"log": str(result.log_path)}
+                if fmt in ("sif", "both"):
+                    import time
 
-                from hpcenv.sif import build_sif
+                    from hpcenv.sif import build_sif
 
-                console.print(f"  SIF from {sif_from} with Apptainer")
-                started = time.monotonic()
-                sif = build_sif(plan, "def" if sif_from == "def" else "oci")
-                took = time.monotonic() - started
-                console.print(f"  SIF {sif} in {took:.0f} s")
-                entry |= {"sif": str(sif), "sif_seconds": round(took, 1)}
+                    progress.phase(f"SIF from {sif_from} with Apptainer")
+                    started = time.monotonic()
+                    sif = build_sif(plan, "def" if sif_from == "def" else "oci")
+                    took = time.monotonic() - started
+                    entry |= {"sif": str(sif), "sif_seconds": round(took, 1)}
+            if "tag" in entry:
+                console.print(
+                    f"  image {entry['tag']} in {entry['seconds']:.0f} s; log: {entry['log']}"
+                )
+            if "sif" in entry:
+                console.print(f"  SIF {entry['sif']} in {entry['sif_seconds']:.0f} s")
             sif_file = Path(str(entry["sif"])) if "sif" in entry else None
             delivered = []
             for step in deliveries[plan.recipe]:
