@@ -78,3 +78,34 @@ def test_site_file_key_did_you_mean(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert f"{bad}:3: field 'node.socket': unknown field (did you mean 'sockets'?)" in proc.stderr
     assert f"{bad}:4: field 'schedular': unknown field (did you mean 'scheduler'?)" in proc.stderr
+
+
+def _smoke_env(tmp_path: Path, path: str) -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PATH": path, "HPCENV_CACHE": str(tmp_path / "cache")}
+
+
+def test_smoke_checks_the_image_before_staging_data(tmp_path: Path) -> None:
+    """Without podman the run stops before MNIST is fetched or staged."""
+    env = _smoke_env(tmp_path, str(tmp_path))
+    proc = subprocess.run([str(HPCENV), "smoke", "--site", "local"], capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "podman" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "cache" / "data").exists()
+
+
+@pytest.mark.podman
+def test_smoke_missing_image_names_the_build_command(tmp_path: Path) -> None:
+    import os
+
+    env = _smoke_env(tmp_path, os.environ["PATH"])
+    proc = subprocess.run([str(HPCENV), "smoke", "--site", "nosite", "--recipe", "horovod-cpu"],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        "error: image localhost/hpcenv/horovod-cpu:nosite does not exist in podman; "
+        "hpcenv build --site nosite --recipe horovod-cpu first"
+    )
+    assert not (tmp_path / "cache" / "data").exists()

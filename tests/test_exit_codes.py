@@ -6,7 +6,6 @@ so every ``typer.Exit(1)`` -- a failing ``doctor``, ``smoke`` or ``bench`` -- ex
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -115,7 +114,9 @@ def test_failing_smoke_exits_1(tmp_path: Path) -> None:
     from hpcenv.baseimage import default_tag
 
     base = default_tag()
-    present = subprocess.run(["podman", "image", "exists", base], env=os.environ.copy())
+    from hpcenv.engines import engine_env
+
+    present = subprocess.run(["podman", "image", "exists", base], env=engine_env())
     if present.returncode != 0:
         pytest.skip(f"{base} has not been made yet (make smoke-test makes it)")
     proc = hpcenv("smoke", "--image", base, "--results", str(tmp_path / "r"), timeout=600)

@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
         from hpcenv.smoke.report import summary_table
-        from hpcenv.smoke.runner import image_tag, run_smoke
+        from hpcenv.smoke.runner import image_tag, require_image, run_smoke
 
         if image is None:
             if not site:
@@ -80,6 +80,7 @@ def register(app: typer.Typer) -> None:
             slug = image.rsplit("/", 1)[-1].replace(":", "-")
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             results = cache_dir() / "results" / f"smoke-{slug}-{stamp}"
+        require_image(image, "apptainer" if sif else "podman")  # before fetching or staging data
         data_dir = data or prepare_mnist().directory
         report = run_smoke(
             image, results, data_dir=data_dir, extra_volumes=volume or [],

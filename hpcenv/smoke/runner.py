@@ -40,14 +40,29 @@ def image_tag(recipe: str, site: str) -> str:
     return f"localhost/hpcenv/{recipe}:{site}"
 
 
+def require_image(image: str, backend: str) -> None:
+    """Fail before any data is fetched or staged when the image to test is not there."""
+    if backend == "apptainer":
+        from hpcenv.apptainer import resolve_image
+
+        resolve_image(image)
+        return
+    from hpcenv.engines import get_engine
+
+    if not get_engine("podman").image_exists(image):
+        site_recipe = image.rsplit("/", 1)[-1].split(":")
+        hint = (f"hpcenv build --site {site_recipe[1]} --recipe {site_recipe[0]}"
+                if image.startswith("localhost/hpcenv/") and len(site_recipe) == 2 else "build it")  # fmt: skip
+        raise EnvironmentProblem(f"image {image} does not exist in podman; {hint} first")
+
+
 @contextmanager
 def podman_target(image: str, volumes: Sequence[str], *, keep: bool = False) -> Iterator[str]:
     """A running ``sleep infinity`` container of ``image``; yields its name, then removes it."""
     from hpcenv.engines import get_engine
 
     engine = get_engine("podman")
-    if not engine.image_exists(image):
-        raise EnvironmentProblem(f"image {image} does not exist in podman; build it first")
+    require_image(image, "podman")
     name = f"hpcenv-smoke-{secrets.token_hex(4)}"
     try:
         engine.run_detached(image, name, volumes=volumes)
