@@ -248,6 +248,7 @@ def detect(host: CommandHost, name: str) -> Detection:
     on = f" on {host.name}, {date.today().isoformat()}"
     d.set("name", name)
     d.set("description", f"{name}: written by hpcenv sites init --from-host{on}")
+    d.data["_modules"] = parse_modules(_ok(host, "modules") or "")
     _node(host, d, on)
     _gpu(host, d, on)
     _scheduler(host, d, on)
@@ -284,6 +285,12 @@ def _gpu(host: CommandHost, d: Detection, on: str) -> None:
         d.set("gpu.vendor", "amd", verified=_by("rocm-smi") + on)
         if version := _ok(host, "rocm-version"):
             d.set("gpu.rocm", version.strip().split("-")[0], verified=_by("rocm-version") + on)
+        elif rocm := d.data["_modules"].get("rocm"):
+            d.set(
+                "gpu.rocm",
+                rocm[0],
+                assumed=f"the default (or first) rocm module ({_by('modules')})",
+            )
     elif text := _ok(host, "xpu-smi"):
         count, model = parse_xpu_smi(text)
         d.set("gpu.vendor", "intel", verified=_by("xpu-smi") + on)
@@ -338,8 +345,7 @@ def _scheduler(host: CommandHost, d: Detection, on: str) -> None:
 
 
 def _mpi(host: CommandHost, d: Detection, on: str) -> None:
-    modules = parse_modules(_ok(host, "modules") or "")
-    d.data["_modules"] = modules
+    modules = d.data.pop("_modules")
     found = None
     src = ""
     if modules.get("cray-mpich"):

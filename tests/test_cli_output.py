@@ -32,7 +32,7 @@ def test_render_format_prints_one_artifact_and_writes_nothing(
     tmp_path: Path, fmt: str, start: str
 ) -> None:
     proc = hpcenv(
-        "render", "--site", "frontier", "--recipe", "horovod-gpu", "--format", fmt, cwd=tmp_path
+        "render", "--site", "perlmutter", "--recipe", "horovod-gpu", "--format", fmt, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.lstrip().startswith(start) or start in proc.stdout.splitlines()[0], (
@@ -40,7 +40,7 @@ def test_render_format_prints_one_artifact_and_writes_nothing(
     )
     assert proc.stderr == "" and list(tmp_path.iterdir()) == []
     if fmt == "lock":
-        assert json.loads(proc.stdout)["site"] == "frontier"
+        assert json.loads(proc.stdout)["site"] == "perlmutter"
 
 
 def test_render_format_matches_the_written_files(tmp_path: Path) -> None:
