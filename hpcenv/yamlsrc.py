@@ -21,6 +21,7 @@ from hpcenv.safe import has_control
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
 MAX_BYTES = 1 << 20
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 
 def _index_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], where: Path) -> None:
@@ -45,14 +46,24 @@ def _index_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], where: Path) -
             _index_lines(item, (*path, i), out, where)
 
 
-def _refuse_aliases(text: str, where: Path) -> None:
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            line = event.start_mark.line + 1 if event.start_mark else 1
+def _refuse_aliases(node: yaml.Node, where: Path) -> None:
+    """An alias is the same node reached twice (composing shares it; nothing is expanded yet)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            line = cur.start_mark.line + 1 if cur.start_mark else 1
             raise ConfigError(
                 f"{where}:{line}: YAML anchors and aliases (&name, *name) are not allowed; "
                 "write the value out"
             )
+        seen.add(id(cur))
+        if isinstance(cur, yaml.MappingNode):
+            for key, value in cur.value:
+                stack += [key, value]
+        elif isinstance(cur, yaml.SequenceNode):
+            stack += cur.value
 
 
 def _show(part: str | int) -> str:
@@ -97,11 +108,16 @@ def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
         raise ConfigError(f"{path}:{at}: not UTF-8 text (byte {err.start})") from None
     lines: dict[Loc, int] = {}
     try:
-        _refuse_aliases(text, path)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None:
-            _index_lines(node, (), lines, path)
-        data = yaml.safe_load(text)
+        loader = _LOADER(text)  # one parse: compose, check, then construct
+        try:
+            node = loader.get_single_node()
+            data = None
+            if node is not None:
+                _refuse_aliases(node, path)
+                _index_lines(node, (), lines, path)
+                data = loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
