@@ -185,8 +185,12 @@ def test_training_chain_stage_in_train_stage_out(
         staged_log = logs(subs[1], transport)
         assert "stage-in[" in staged_log and "verified" in staged_log
         assert not list(results.parent.glob("*.hpcenv-tmp.*"))
+        # The training job staged into /tmp/hpcenv-local/<name>-<its job id>, gone at its end.
+        assert f"/tmp/hpcenv-local/{name}-{subs[1].job_id}/data" in staged_log
+        assert not list(Path("/tmp/hpcenv-local").glob(f"{name}-*"))
     finally:
-        shutil.rmtree(f"/tmp/hpcenv-local/{name}", ignore_errors=True)
+        for left in Path("/tmp/hpcenv-local").glob(f"{name}-*"):
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def test_chain_stops_after_a_failure(site: Site, transport: Transport, tmp_path: Path) -> None:

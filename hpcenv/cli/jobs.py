@@ -352,7 +352,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{directory}: verified")
         else:
             path = write_manifest(directory)
-            typer.echo(f"wrote {path} ({len(path.read_text().splitlines())} files)")
+            typer.echo(f"wrote {path} ({len(path.read_bytes().splitlines())} files)")
 
 
 def _span(cores: tuple[int, ...]) -> str:

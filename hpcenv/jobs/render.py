@@ -130,8 +130,8 @@ def prepare(
     workdir = job.workdir or default_workdir(site)
     per_node = bool(job.stage_in and job.stage_in.per_node)
     node_local: str | None = None
-    if site.node_local:
-        node_local = f"{site.node_local.path}/{job.name}"
+    if site.node_local:  # per job: a second job never touches this one's staged data
+        node_local = f"{site.node_local.path}/{job.name}-${{HPCENV_JOB_ID}}"
     if (per_node or "node_local" in used) and node_local is None:
         raise ConfigError(f"site {site.name!r} has no node_local storage to stage into")
     data: str | None = None
@@ -240,7 +240,6 @@ def prepare(
                 shlex.quote(s.suffix),
                 qpath(s.output),
                 "1" if s.force else "0",
-                '"$HPCENV_JOB_ID"',
             ]
         )
         stitch = {
@@ -251,14 +250,23 @@ def prepare(
     if job.stage_out:
         assert output is not None
         force = "1" if job.stage_out.force else "0"
-        args = f'{qpath(output)} {qpath(job.stage_out.dest)} {force} "$HPCENV_JOB_ID"'
+        args = f"{qpath(output)} {qpath(job.stage_out.dest)} {force}"
         stage_out = {
             "what": f"{output} -> {job.stage_out.dest}, atomic, verified",
             "script": step_script("stage_out"),
             "command": f'bash "$HPCENV_STEPS/stage-out.sh" {args}',
         }
 
+    node_local_setup = cleanup = None
+    if node_local and (per_node or used & {"node_local", "data"}):
+        many = per_node or (job.launch == "mpi" and tuning.nodes > 1)
+        on_nodes = f"{join(launcher.per_node(tuning.nodes))} " if many else ""
+        node_local_setup = f'{on_nodes}mkdir -p -- "$HPCENV_NODE_LOCAL"'
+        cleanup = f'{on_nodes}rm -rf -- "$HPCENV_NODE_LOCAL"'
+
     context = {
+        "cleanup": cleanup,
+        "node_local_setup": node_local_setup,
         "directives": scheduler.directives(
             site, job.model_copy(update={"account": account}), tuning, node_local=per_node
         ),

@@ -1,18 +1,26 @@
 """Data staging: manifests, and the job chains that move data around training and inference.
 
 A manifest (``.hpcenv-manifest``) has one line per file, ``SIZE  SHA256  RELATIVE-PATH``,
-sorted by path; after dropping the size column it is what ``sha256sum -c`` reads, so jobs verify
-with coreutils alone (templates/jobs/_lib.sh). This module writes and checks the same format.
+sorted by the path's bytes; after dropping the size column it is what ``sha256sum -c`` reads, so
+jobs verify with coreutils alone (templates/jobs/_lib.sh). This module writes and checks the
+same format under the same rules: datasets hold regular files and folders only (symbolic links
+and special files are refused, never followed), names with a newline or a backslash cannot be
+listed, and a manifest entry that would leave the dataset folder (``..``, absolute, through a
+link) is refused. Files present but not listed are reported.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
 from pathlib import Path
 
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.spec import MANIFEST_NAME, ArraySpec, JobSpec, StageIn, StageOut, Stitch
+
+_LINE = re.compile(rb"^([0-9]+)  ([0-9a-f]{64})  (.+)$")
 
 
 def _sha256(path: Path) -> str:
@@ -23,46 +31,116 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def manifest_lines(root: Path) -> list[str]:
-    """Manifest lines for every file under ``root`` (the manifest itself excluded)."""
+def _show(rel: bytes | str) -> str:
+    """A name as written when it is plain text, else quoted with its escapes."""
+    text = os.fsdecode(rel) if isinstance(rel, bytes) else rel
+    return text if text.isprintable() and text == text.strip() else repr(text)
+
+
+def dataset_files(root: Path) -> list[bytes]:
+    """Relative paths (bytes) of the regular files under ``root``, sorted by bytes, manifests
+    excluded; a link, special file or unlistable name is a ConfigError naming it."""
     if not root.is_dir():
         raise ConfigError(f"not a directory: {root}")
-    rels = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            rel = (Path(dirpath) / name).relative_to(root).as_posix()
-            if name == MANIFEST_NAME:
+    rels: list[bytes] = []
+    for dirpath, dirs, files in os.walk(os.fsencode(root)):
+        for name in [*dirs, *files]:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, os.fsencode(root))
+            mode = os.lstat(full).st_mode
+            if b"\n" in rel or b"\\" in rel:
+                raise ConfigError(f"{root}: file name not allowed in a manifest: {_show(rel)}")
+            if stat.S_ISDIR(mode):
                 continue
-            if "\n" in rel or "\\" in rel:
-                raise ConfigError(f"file name not allowed in a manifest: {rel!r}")
-            rels.append(rel)
-    rels.sort(key=lambda r: r.encode())
-    return [f"{(root / r).stat().st_size}  {_sha256(root / r)}  {r}" for r in rels]
+            if not stat.S_ISREG(mode):
+                raise ConfigError(
+                    f"{root}: {_show(rel)} is a link or special file; datasets hold regular "
+                    "files only"
+                )
+            if name != MANIFEST_NAME.encode():
+                rels.append(rel)
+    return sorted(rels)
+
+
+def manifest_lines(root: Path) -> list[bytes]:
+    """Manifest lines (bytes, no newline) for every file under ``root``."""
+    out = []
+    for rel in dataset_files(root):
+        path = Path(os.fsdecode(os.path.join(os.fsencode(root), rel)))
+        out.append(f"{path.stat().st_size}  {_sha256(path)}  ".encode() + rel)
+    return out
 
 
 def write_manifest(root: Path, out: Path | None = None) -> Path:
     """Write ``root/.hpcenv-manifest`` (or ``out``) atomically; returns its path."""
     out = out or root / MANIFEST_NAME
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in manifest_lines(root)))
-    tmp.replace(out)
+    lines = manifest_lines(root)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(b"".join(line + b"\n" for line in lines))
+        tmp.replace(out)
+    except OSError as err:
+        raise ConfigError(f"cannot write manifest {out}: {err.strerror or err}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 
+def _inside(root: Path, rel: bytes) -> Path | None:
+    """``root/rel`` when every part of it is a real folder or file inside ``root``, else None."""
+    parts = rel.split(b"/")
+    if rel.startswith(b"/") or any(p in (b"", b".", b"..") for p in parts):
+        return None
+    current = os.fsencode(root)
+    for part in parts[:-1]:
+        current = os.path.join(current, part)
+        try:
+            if not stat.S_ISDIR(os.lstat(current).st_mode):
+                return None
+        except FileNotFoundError:
+            break  # reported as missing
+    return Path(os.fsdecode(os.path.join(os.fsencode(root), rel)))
+
+
 def verify_manifest(root: Path, manifest: Path) -> list[str]:
-    """Problems found checking ``root`` against ``manifest`` (empty list: verified)."""
+    """Problems found checking ``root`` against ``manifest`` (empty list: verified).
+
+    Never reads outside ``root``: entries with ``..`` or an absolute path, and links anywhere
+    in the dataset, are problems, not followed."""
+    if manifest.is_symlink():
+        return [f"refused: the manifest {manifest} is a link"]
+    try:
+        data = manifest.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read manifest {manifest}: {err.strerror}") from None
+    try:
+        present = set(dataset_files(root))
+    except ConfigError as err:
+        return [str(err)]
     problems = []
-    for line in manifest.read_text().splitlines():
+    listed: set[bytes] = set()
+    for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
-        size, digest, rel = line.split("  ", 2)
-        path = root / rel
-        if not path.is_file():
-            problems.append(f"missing: {rel}")
-        elif path.stat().st_size != int(size):
-            problems.append(f"size: {rel} is {path.stat().st_size}, manifest says {size}")
+        m = _LINE.match(line)
+        if not m:
+            problems.append(f"{manifest}:{number}: malformed line")
+            continue
+        size, digest, rel = int(m[1]), m[2].decode(), m[3]
+        path = _inside(root, rel)
+        if path is None:
+            problems.append(f"refused: {_show(rel)} leaves {root}")
+            continue
+        listed.add(rel)
+        if not os.path.lexists(path):
+            problems.append(f"missing: {_show(rel)}")
+        elif not path.is_file() or path.is_symlink():
+            problems.append(f"not a regular file: {_show(rel)}")
+        elif path.stat().st_size != size:
+            problems.append(f"size: {_show(rel)} is {path.stat().st_size}, manifest says {size}")
         elif _sha256(path) != digest:
-            problems.append(f"sha256: {rel} differs")
+            problems.append(f"sha256: {_show(rel)} differs")
+    problems += [f"not in the manifest: {_show(rel)}" for rel in sorted(present - listed)]
     return problems
 
 
@@ -85,8 +163,10 @@ def training_chain(
     2. ``<name>``: that copy -> node-local storage on every node (verified), run ``command``
        (``{data}`` and ``{output}`` name the staged data and the results dir), results ->
        ``<scratch>/<name>/results`` (atomic, with a manifest).
-    3. ``<name>-stage-out``: ``<scratch>/<name>/results`` -> ``results`` (atomic; an existing
-       ``results`` is replaced only with ``force``).
+    3. ``<name>-stage-out``: ``<scratch>/<name>/results`` -> ``results`` (atomic).
+
+    Nothing is forced by default: existing results (of an earlier run of the same name) make
+    the chain stop with a clear message; ``force`` replaces them.
     """
     staged = f"{scratch}/{name}/dataset"
     run_results = f"{scratch}/{name}/results"
@@ -105,7 +185,7 @@ def training_chain(
             image=image,
             recipe=recipe,
             stage_in=StageIn(source=staged, per_node=True),
-            stage_out=StageOut(dest=run_results, force=True),
+            stage_out=StageOut(dest=run_results, force=force),
         ),
         JobSpec(
             name=f"{name}-stage-out",
