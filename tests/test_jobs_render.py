@@ -128,7 +128,7 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
     }
     lines = script.splitlines()
     stage = next(ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 1 -c 1 bash"))
-    assert "\"/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data\"" in stage and "stage-in.sh" in stage
+    assert '"/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data"' in stage and "stage-in.sh" in stage
     run = next(ln for ln in lines if ln.startswith("jsrun -n 12"))
     assert run.startswith(
         "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-disable_gpu_hooks "
@@ -270,7 +270,7 @@ def test_array_and_stitch_scripts() -> None:
     assert 'echo "${HPCENV_TASK_ID}"' in arr
     st = render_job(local, JobSpec(name="s", launch="single", cores_per_rank=1,
                                    stitch=Stitch(parts="/w/parts", count=4, output="/w/all")))  # fmt: skip
-    assert 'bash "$HPCENV_STEPS/stitch.sh" /w/parts 4 part- \'\' /w/all 0\n' in st
+    assert "bash \"$HPCENV_STEPS/stitch.sh\" /w/parts 4 part- '' /w/all 0\n" in st
     lsf = render_job(load_site("summit"), JobSpec(name="inf", command=["true"], launch="single",
                      array=ArraySpec(count=4, parallel=2)))  # fmt: skip
     assert '#BSUB -J "inf[1-4]%2"' not in lsf and "#BSUB -J inf[1-4]%2" in lsf

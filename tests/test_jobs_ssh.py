@@ -4,7 +4,10 @@ known_hosts with RejectPolicy (never added), and the CLI submitting and followin
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +17,8 @@ from typer.testing import CliRunner
 from hpcenv.cli.main import app
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs import SshTransport, TransportSpec
+from hpcenv.jobs.spec import JobSpec
+from hpcenv.jobs.transport import Completed, Transport, TransportError
 
 if TYPE_CHECKING:
     from services import SlurmInfo, SshdInfo
@@ -82,3 +87,95 @@ def test_cli_submit_over_ssh_then_status_and_logs(
     assert isinstance(res.exception, JobError)
     assert "FAILED exit=4:0 reason=NonZeroExitCode" in str(res.exception)
     assert "no such dataset" in str(res.exception)
+
+
+# -- time limits and a retry that cannot submit twice ------------------------------------------
+def test_command_timeout_ends_a_hung_command(sshd: SshdInfo) -> None:
+    t = SshTransport(_spec(sshd, sshd.known_hosts))
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError, match="timed out after 2 s"):
+            t.run("echo partial; sleep 30", timeout=2)
+        assert time.monotonic() - started < 8
+        assert t.run("echo again").stdout.strip() == "again"  # reconnects after the timeout
+    finally:
+        t.close()
+
+
+def test_connect_timeout_on_a_silent_server(sshd: SshdInfo) -> None:
+    """A port that accepts TCP but never says a word (no SSH banner): connect_timeout ends it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    spec = _spec(sshd, sshd.known_hosts).model_copy(
+        update={"port": server.getsockname()[1], "connect_timeout": 2.0}
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError, match="failed"):
+            SshTransport(spec).run("true")
+        assert time.monotonic() - started < 10
+    finally:
+        server.close()
+
+
+class _DropsFirstReply(Transport):
+    """Real SSH. The first submission is sent and runs on the login side; once Slurm holds the
+    job, the connection is cut before the reply is read (what a network drop does)."""
+
+    def __init__(self, inner: SshTransport, before: bool) -> None:
+        self.inner, self.spec, self.before, self.calls = inner, inner.spec, before, 0
+
+    def run(self, command: str, stdin: str | None = None, timeout: float = 120) -> Completed:
+        self.calls += 1
+        found = re.search(r"--comment=(hpcenv-[0-9a-f]+)", command)
+        if self.calls > 1 or not found:
+            return self.inner.run(command, stdin, timeout)
+        if self.before:
+            raise TransportError("ssh to login failed: Connection reset by peer")
+        conn = self.inner._connection()
+        conn.open()
+        chan = conn.client.get_transport().open_session()
+        chan.exec_command(command)
+        chan.sendall((stdin or "").encode())
+        chan.shutdown_write()
+        deadline = time.monotonic() + 30
+        while found[1] not in _squeue_comments():
+            assert time.monotonic() < deadline, "the first submission never reached Slurm"
+            time.sleep(0.1)
+        conn.client.get_transport().sock.close()  # cut: no exit status, no job id
+        self.inner.close()
+        raise TransportError("ssh to login failed: Connection reset by peer")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _squeue_comments() -> str:
+    return subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i %k"],
+                          capture_output=True, text=True).stdout  # fmt: skip
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("before", [False, True], ids=["reply-lost", "never-sent"])
+def test_retry_after_a_dropped_connection_submits_once(
+    slurm: SlurmInfo, sshd: SshdInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    before: bool,
+) -> None:  # fmt: skip
+    from hpcenv.jobs.submit import submit
+    from hpcenv.site import load_site
+
+    monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
+    t = _DropsFirstReply(SshTransport(_spec(sshd, sshd.known_hosts)), before)
+    job = JobSpec(name="once", command=["true"], launch="single", cores_per_rank=1,
+                  workdir=str(tmp_path / "remote"))  # fmt: skip
+    try:
+        sub = submit(load_site("local"), job, t, retry_wait=0.5)
+    finally:
+        t.close()
+    assert t.calls == 2
+    token_lines = [ln.split() for ln in _squeue_comments().splitlines() if " hpcenv-" in ln]
+    mine = [ln for ln in token_lines if ln[0] == sub.job_id]
+    assert len(mine) == 1
+    same_token = [ln for ln in token_lines if ln[1] == mine[0][1]]
+    assert same_token == mine, same_token  # one job carries the token: submitted once

@@ -15,6 +15,7 @@ import re
 import shlex
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,20 @@ from hpcenv.jobs.shell import job_id as check_job_id
 from hpcenv.jobs.shell import join, qpath
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus
-from hpcenv.jobs.transport import Completed, Transport, TransportSpec, make_transport
+from hpcenv.jobs.transport import (
+    Completed,
+    Transport,
+    TransportError,
+    TransportSpec,
+    make_transport,
+)
 from hpcenv.output import write_private
 from hpcenv.paths import cache_dir
 from hpcenv.site import Site
 
 _WORKDIR_MARK = "HPCENV_WORKDIR="
+_EXISTING_MARK = "HPCENV_SUBMITTED_BEFORE="
+SUBMIT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -145,25 +154,59 @@ def submit(
     image: str | None = None,
     after: list[str] | None = None,
     rendered: RenderedJob | None = None,
+    attempts: int = SUBMIT_ATTEMPTS,
+    retry_wait: float = 2.0,
 ) -> Submission:
-    """Render (unless given) and submit ``job``; ``after``: job ids that must succeed first."""
+    """Render (unless given) and submit ``job``; ``after``: job ids that must succeed first.
+
+    A lost connection is retried (``attempts`` in all) only where it cannot submit twice: the
+    job carries a fresh submit token (Slurm: its comment), and the remote line checks for a
+    job with that token under a lock in the workdir before it calls ``sbatch``, so a retry
+    finds the first submission instead of making a second one.
+    """
     rendered = rendered or prepare(site, job, image, submitting=True)
     scheduler = rendered.scheduler
-    argv = scheduler.submit_argv(list(after or []))
+    after = list(after or [])
+    token = f"hpcenv-{uuid.uuid4().hex[:16]}"
     wd = qpath(rendered.workdir)
-    command = (
-        f"{rendered.prelude_line()}mkdir -p {wd} && cd {wd} && "
-        f'echo {_WORKDIR_MARK}"$(pwd -P)" && {join(argv)}'
-    )
-    result = transport.run(command, stdin=rendered.script)
+    head = f'{rendered.prelude_line()}mkdir -p {wd} && cd {wd} && echo {_WORKDIR_MARK}"$(pwd -P)"'
+    tagged = scheduler.tagged_submit(after, token)
+    if tagged is None:
+        command, tries = f"{head} && {join(scheduler.submit_argv(after))}", 1
+    else:
+        argv, find = tagged
+        lock = f".hpcenv/submit-{token}.lock"
+        command = (
+            f"{head} && mkdir -p .hpcenv && exec 9>{lock} && flock 9 && "
+            f'{{ found=$({find}) && if [ -n "$found" ]; then echo {_EXISTING_MARK}"$found"; '
+            f"else {join(argv)}; fi; }}; rc=$?; rm -f {lock}; exit $rc"
+        )
+        tries = max(1, attempts)
+    for attempt in range(1, tries + 1):
+        try:
+            result = transport.run(command, stdin=rendered.script)
+            break
+        except TransportError as err:
+            if attempt == tries:
+                where = (f"; it may have been submitted: look for a job with comment {token}"
+                         if tagged else "; it may have been submitted")  # fmt: skip
+                raise TransportError(f"{err} (after {tries} attempt(s)){where}") from err
+            time.sleep(retry_wait * attempt)
     workdir = rendered.workdir
     lines = []
+    existing = None
     for line in result.stdout.splitlines():
         if line.startswith(_WORKDIR_MARK):
             workdir = line[len(_WORKDIR_MARK) :]
+        elif line.startswith(_EXISTING_MARK):
+            existing = line[len(_EXISTING_MARK) :].split()[0]
         else:
             lines.append(line)
-    job_id = scheduler.parse_job_id(Completed(result.returncode, "\n".join(lines), result.stderr))
+    if existing is not None:
+        job_id = check_job_id(existing)
+    else:
+        done = Completed(result.returncode, "\n".join(lines), result.stderr)
+        job_id = scheduler.parse_job_id(done)
     key = record_key(transport.spec, job_id)
     script_path = write_private(records_dir() / f"{key}.sh", rendered.script)
     sub = Submission(

@@ -4,6 +4,11 @@ Both take one shell command line (built with :func:`hpcenv.jobs.shell.join`) and
 (the job script: ``sbatch``, ``bsub`` and ``qsub`` all read it from stdin, so nothing is copied).
 SSH uses key authentication and checks the host key against a known_hosts file with paramiko's
 RejectPolicy: an unknown or changed host key fails; it is never added silently.
+
+Time limits: connecting (TCP, SSH banner, authentication) has ``connect_timeout`` seconds in
+all; a command has ``timeout`` seconds from start to exit status, however its output trickles.
+A lost or timed-out connection is a :class:`TransportError`: the command may or may not have
+run, which :func:`hpcenv.jobs.submit.submit` handles without submitting twice.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +26,12 @@ from pydantic import BaseModel, ConfigDict
 
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.site import Site
+
+CONNECT_TIMEOUT = 15.0  # TCP + banner + auth: a login node that answers at all does so in this
+
+
+class TransportError(JobError):
+    """The connection failed or timed out: a command sent may or may not have run."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class TransportSpec(BaseModel):
     key_file: str | None = None
     known_hosts: str | None = None
     env: dict[str, str] = {}
+    connect_timeout: float = CONNECT_TIMEOUT
 
 
 def client_env(site: Site) -> dict[str, str]:
@@ -91,7 +104,7 @@ class LocalTransport(Transport):
                 env={**os.environ, **self.spec.env},
             )
         except subprocess.TimeoutExpired as err:
-            raise JobError(f"command timed out after {timeout:.0f} s: {command}") from err
+            raise TransportError(f"command timed out after {timeout:.0f} s: {command}") from err
         return Completed(proc.returncode, proc.stdout, proc.stderr)
 
     def close(self) -> None:
@@ -120,7 +133,9 @@ class SshTransport(Transport):
             import paramiko
             from fabric import Connection
 
-            kwargs: dict[str, Any] = {"allow_agent": False, "look_for_keys": False}
+            limit = self.spec.connect_timeout
+            kwargs: dict[str, Any] = {"allow_agent": False, "look_for_keys": False,
+                                      "banner_timeout": limit, "auth_timeout": limit}  # fmt: skip
             if self.spec.key_file:
                 kwargs["key_filename"] = os.path.expanduser(self.spec.key_file)
             else:
@@ -130,7 +145,7 @@ class SshTransport(Transport):
                 user=self.spec.user,
                 port=self.spec.port,
                 connect_kwargs=kwargs,
-                connect_timeout=15,
+                connect_timeout=limit,
             )
             # Fabric installs AutoAddPolicy; replace it: unknown keys are refused.
             conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -140,27 +155,62 @@ class SshTransport(Transport):
 
     def run(self, command: str, stdin: str | None = None, timeout: float = 120) -> Completed:
         """Run over the Fabric connection's paramiko client (Fabric's own ``run`` feeds stdin
-        one byte per 10 ms, which makes piping a job script take a minute)."""
-
+        one byte per 10 ms, which makes piping a job script take a minute). The whole command,
+        output included, must finish within ``timeout`` seconds."""
         import paramiko
 
+        command = _exports(self.spec.env) + command
         try:
             conn = self._connection()
             conn.open()
-            command = _exports(self.spec.env) + command
-            chan_in, chan_out, chan_err = conn.client.exec_command(command, timeout=timeout)
-            if stdin is not None:
-                chan_in.write(stdin)
-                chan_in.flush()
-            chan_in.channel.shutdown_write()
-            out = chan_out.read().decode(errors="replace")
-            err = chan_err.read().decode(errors="replace")
-            code = chan_out.channel.recv_exit_status()
-        except TimeoutError as exc:
-            raise JobError(f"ssh command timed out after {timeout:.0f} s: {command}") from exc
-        except (paramiko.SSHException, OSError) as exc:
+            conn.client.get_transport().set_keepalive(15)
+            chan = conn.client.get_transport().open_session(timeout=self.spec.connect_timeout)
+        except paramiko.BadHostKeyException as exc:
             raise JobError(f"ssh to {self.describe()} failed: {exc}") from exc
-        return Completed(code, out, err)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            raise TransportError(f"ssh to {self.describe()} failed: {exc}") from exc
+        try:
+            return self._exchange(chan, command, stdin, timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            if isinstance(exc, TimeoutError):
+                raise TransportError(
+                    f"ssh command timed out after {timeout:.0f} s: {command}"
+                ) from exc
+            raise TransportError(f"ssh to {self.describe()} failed: {exc}") from exc
+        finally:
+            chan.close()
+
+    @staticmethod
+    def _exchange(chan: Any, command: str, stdin: str | None, timeout: float) -> Completed:
+        """Send ``command`` and ``stdin``, collect stdout/stderr until exit, within a deadline."""
+        deadline = time.monotonic() + timeout
+        chan.settimeout(max(0.1, timeout))
+        chan.exec_command(command)
+        if stdin is not None:
+            chan.sendall(stdin.encode())
+        chan.shutdown_write()
+        out, err = bytearray(), bytearray()
+        chan.settimeout(0.2)
+        while True:
+            got = False
+            for ready, recv, buf in ((chan.recv_ready, chan.recv, out),
+                                     (chan.recv_stderr_ready, chan.recv_stderr, err)):  # fmt: skip
+                while ready():
+                    buf += recv(65536)
+                    got = True
+            pending = chan.recv_ready() or chan.recv_stderr_ready()
+            if chan.exit_status_ready() and (chan.eof_received or chan.closed) and not pending:
+                break
+            if chan.closed and not pending:
+                raise EOFError("the connection closed before the command finished")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no exit status within {timeout:.0f} s")
+            if not got:
+                time.sleep(0.02)
+        code = chan.recv_exit_status()
+        return Completed(code, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def close(self) -> None:
         if self._conn is not None:
