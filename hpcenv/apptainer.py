@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from hpcenv.credentials import SECRETS_DIR
 from hpcenv.engines import engine_env, get_engine, stream_command
 from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem
 from hpcenv.paths import cache_dir, file_lock, package_dir
@@ -317,10 +318,20 @@ class Apptainer:
         return self._build(f"apptainer build {sif.name} from {fmt}", argv, sif, log_path)
 
     def build_from_def(
-        self, def_path: Path, sif: Path, workdir: Path, *, log_path: Path | None = None
+        self,
+        def_path: Path,
+        sif: Path,
+        workdir: Path,
+        *,
+        log_path: Path | None = None,
+        secrets_dir: Path | None = None,
     ) -> Path:
         """Build ``def_path`` natively into ``sif``; relative ``%files`` sources are taken from
-        ``workdir``. Runs with ``--fakeroot`` in the helper and for non-root host users."""
+        ``workdir``. Runs with ``--fakeroot`` in the helper and for non-root host users.
+
+        ``secrets_dir`` (build secrets, see :mod:`hpcenv.credentials`) is bound at
+        /run/secrets for ``%post`` only (``apptainer build --bind``): never in the def text
+        or the image."""
         def_path, sif, workdir = (Path(p).resolve() for p in (def_path, sif, workdir))
         if not def_path.is_file():
             raise ConfigError(f"no definition file at {def_path}")
@@ -328,10 +339,13 @@ class Apptainer:
         log_path = log_path or cache_dir() / "logs" / f"apptainer-{sif.stem}.log"
         partial = sif.with_name(sif.name + ".partial")
         fakeroot = self.in_helper or os.geteuid() != 0
-        args = ["build", "--force", *(["--fakeroot"] if fakeroot else []), str(partial)]
-        args.append(str(def_path))
+        args = ["build", "--force", *(["--fakeroot"] if fakeroot else [])]
+        if secrets_dir is not None:
+            secrets_dir = secrets_dir.resolve()
+            args += ["--bind", f"{secrets_dir}:{SECRETS_DIR}:ro"]
+        args += [str(partial), str(def_path)]
         if self.in_helper:
-            paths = [workdir, def_path.parent, sif.parent]
+            paths = [workdir, def_path.parent, sif.parent, *([secrets_dir] if secrets_dir else [])]
             paths += def_host_paths(def_path.read_text(encoding="utf-8"), workdir)
             argv = self.command(args, paths=paths, workdir=workdir, extra=self._scratch_args())
         else:

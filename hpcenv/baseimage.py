@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from hpcenv.credentials import clean_url, redact, strip_userinfo
 from hpcenv.engines import HOST_SETUP_HINT, Engine, StepCallback, get_engine, stream_command
 from hpcenv.errors import BuildError, EnvironmentProblem
 from hpcenv.paths import cache_dir, file_lock
@@ -85,11 +86,20 @@ def default_mirror(suite: str = DEFAULT_SUITE, apt_dir: Path = Path("/etc/apt"))
     sources = [(u, s) for u, s in _apt_sources(apt_dir) if u.startswith(("http://", "https://"))]
     for uri, suites in sources:
         if suite in suites:
-            return uri.rstrip("/")
+            return clean_url(uri.rstrip("/"))
     for uri, _ in sources:
         if uri.rstrip("/").endswith("/debian"):
-            return uri.rstrip("/")
+            return clean_url(uri.rstrip("/"))
     return DEFAULT_MIRROR
+
+
+def forget_credentials(rootfs: Path) -> None:
+    """debootstrap writes the mirror it used, credentials included, into the new system's
+    sources.list: keep the mirror, drop the ``user:password@``."""
+    for path in [rootfs / "etc/apt/sources.list", *rootfs.glob("etc/apt/sources.list.d/*")]:
+        if path.is_file() and not path.is_symlink():
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            path.write_text(strip_userinfo(text), encoding="utf-8", errors="surrogateescape")
 
 
 def _unmount_under(root: Path) -> None:
@@ -142,14 +152,15 @@ def bootstrap_rootfs(
     work = Path(tempfile.mkdtemp(prefix=f"rootfs-{suite}-", dir=tarball.parent))
     rootfs = work / "rootfs"
     try:
-        phase(f"debootstrap --variant=minbase {suite} {mirror}")
+        phase(redact(f"debootstrap --variant=minbase {suite} {mirror}"))
         argv = ["debootstrap", "--variant=minbase", suite, str(rootfs), mirror]
         rc, tail = stream_command(argv, log_path, on_line=on_line, append=True)
         if rc != 0:
             errors = [ln for ln in tail if ln.startswith("E:")] or tail[-1:]
             detail = errors[-1] if errors else ""
-            raise BuildError(" ".join(argv), log_path, detail)
-        phase("remove apt archives and lists")
+            raise BuildError(redact(" ".join(argv)), log_path, detail)
+        phase("remove apt archives and lists, and mirror credentials")
+        forget_credentials(rootfs)
         for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
             for item in rootfs.glob(pattern):
                 if item.is_dir() and not item.is_symlink():

@@ -11,9 +11,17 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from hpcenv.credentials import (
+    APT_AUTH,
+    PIP_CONF,
+    SECRETS_DIR,
+    clean_url,
+    has_credentials,
+    pip_credentials,
+)
 from hpcenv.knowledge import kb
 from hpcenv.lock import Lock
 from hpcenv.safe import one_line
@@ -38,6 +46,7 @@ class Primitive:
     dst: str = ""
     from_stage: str | None = None
     text: str = ""
+    secrets: tuple[str, ...] = ()  # build secrets mounted for this step (shell only)
 
     def __post_init__(self) -> None:
         """One line per value: a newline would start a new instruction in either format."""
@@ -79,18 +88,27 @@ class Stage:
 
 
 def apt_install(packages: list[str], mirror: str | None, suite: str | None) -> Primitive:
-    """One apt transaction; a site mirror is used for it and removed in the same step."""
+    """One apt transaction; a site mirror is used for it and removed in the same step.
+
+    The mirror's URL is written without its credentials; those come from the build secret
+    ``hpcenv-apt-auth`` (apt's auth.conf format), mounted for this step only."""
     pkgs = " ".join(sorted(set(packages)))
     if mirror:
         sources = f"{BUILD_DIR}-apt.list"
-        line = shlex.quote(f"deb {mirror} {suite or 'stable'} main")
+        line = shlex.quote(f"deb {clean_url(mirror)} {suite or 'stable'} main")
         opts = f"-o Dir::Etc::SourceList={sources} -o Dir::Etc::SourceParts=-"
-        return shell(
+        secrets: tuple[str, ...] = ()
+        if has_credentials(mirror):
+            # apt's download methods run as _apt, which cannot read a root-only secret.
+            opts += f" -o Dir::Etc::netrc={SECRETS_DIR}/{APT_AUTH} -o APT::Sandbox::User=root"
+            secrets = (APT_AUTH,)
+        cmds = (
             f"printf '%s\\n' {line} > {sources}",
             f"apt-get {opts} update",
             f"DEBIAN_FRONTEND=noninteractive apt-get {opts} install -y --no-install-recommends {pkgs}",
             f"rm -rf /var/lib/apt/lists/* {sources}",
         )
+        return Primitive("shell", commands=cmds, secrets=secrets)
     return shell(
         "apt-get update",
         f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {pkgs}",
@@ -245,15 +263,26 @@ class Blocks:
             *[p for part in parts for p in part.runtime],
             *self.payload(lock_json, checks),
         ]
+        if pip_credentials(self.site):  # every build step may run pip
+            build = [
+                replace(p, secrets=(*p.secrets, PIP_CONF)) if p.kind == "shell" else p
+                for p in build
+            ]
         return [Stage("build", base, build), Stage("runtime", base, runtime)]
 
     def trust(self) -> Parts:
-        """Build-time CA bundle, pip configuration and wheelhouse: build stage only."""
+        """Build-time CA bundle, pip configuration and wheelhouse: build stage only.
+
+        With a credentialed index, pip reads its whole configuration from the build secret
+        ``hpcenv-pip.conf`` instead (mounted for each build step, see :meth:`stages`)."""
+        pip_conf = f"{BUILD_DIR}/pip.conf"
+        if pip_credentials(self.site):
+            pip_conf = f"{SECRETS_DIR}/{PIP_CONF}"
         return Parts(
             build=[
                 comment("build-time trust and package sources; never copied to the runtime stage"),
                 copy("hpcenv-build", BUILD_DIR),
-                env(PIP_CONFIG_FILE=f"{BUILD_DIR}/pip.conf", PIP_DISABLE_PIP_VERSION_CHECK="1"),
+                env(PIP_CONFIG_FILE=pip_conf, PIP_DISABLE_PIP_VERSION_CHECK="1"),
             ]
         )
 

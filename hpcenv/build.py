@@ -5,17 +5,25 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcenv.credentials import (
+    APT_AUTH,
+    PIP_CONF,
+    apt_auth_conf,
+    has_credentials,
+    pip_credentials,
+    secret_files,
+)
 from hpcenv.engines import BuildResult, StepCallback, get_engine
 from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
 from hpcenv.output import output_lock, publish_dir
 from hpcenv.paths import cache_dir
 from hpcenv.recipe import load_recipe
-from hpcenv.render import Rendered, render, write
+from hpcenv.render import Rendered, pip_conf, render, write
 from hpcenv.resolver import resolve
 from hpcenv.site import Site
 
@@ -165,7 +173,20 @@ def build_image(
     engine = get_engine(engine_name or plan.site.build.engine)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
-    with context_ready(plan) as context:
+    with context_ready(plan) as context, build_secrets(plan.site) as secrets:
         return engine.build(
-            context, context / "Dockerfile", plan.tag, log_path=log, on_step=on_step
-        )
+            context, context / "Dockerfile", plan.tag, log_path=log, on_step=on_step,
+            secrets=secrets,
+        )  # fmt: skip
+
+
+def build_secrets(site: Site) -> AbstractContextManager[dict[str, Path]]:
+    """The site's credentials as build-secret files (mode 0600, removed after the build):
+    ``hpcenv-apt-auth`` for a credentialed apt mirror, ``hpcenv-pip.conf`` (the whole pip
+    configuration) for a credentialed pip index. Empty when the site has none."""
+    contents = {}
+    if has_credentials(site.build.apt_mirror):
+        contents[APT_AUTH] = apt_auth_conf(site.build.apt_mirror or "")
+    if pip_credentials(site):
+        contents[PIP_CONF] = pip_conf(site, credentials=True)
+    return secret_files(contents, cache_dir() / "secrets")

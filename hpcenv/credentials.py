@@ -26,7 +26,11 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from hpcenv.site import Site
 
 SECRETS_DIR = "/run/secrets"
 APT_AUTH = "hpcenv-apt-auth"
@@ -61,6 +65,18 @@ def clean_url(url: str) -> str:
 
 def has_credentials(url: str | None) -> bool:
     return bool(url) and split_userinfo(url or "")[1] is not None
+
+
+def strip_userinfo(text: str) -> str:
+    """``text`` with every URL's ``user:password@`` removed (for files a build leaves behind)."""
+    return _USERINFO.sub(r"\g<scheme>", text)
+
+
+def pip_credentials(site: Site) -> bool:
+    """Whether the site's pip index or extra indexes carry credentials."""
+    return any(
+        has_credentials(u) for u in (site.build.pip_index_url, *site.build.pip_extra_index_urls)
+    )
 
 
 def apt_auth_conf(url: str) -> str:

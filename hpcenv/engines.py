@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from hpcenv.credentials import redact
 from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem, HpcenvError
 from hpcenv.paths import package_dir
 
@@ -166,7 +167,7 @@ def stream_command(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=40)
     with log_path.open("a" if append else "w", encoding="utf-8") as log:
-        log.write("$ " + " ".join(argv) + "\n")
+        log.write(redact("$ " + " ".join(argv)) + "\n")
         log.flush()
         try:
             proc = subprocess.Popen(
@@ -185,6 +186,7 @@ def stream_command(
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
+                line = redact(line)  # credentials in a URL never reach a log or a screen
                 log.write(line)
                 log.flush()
                 if tracker is not None:
@@ -270,15 +272,20 @@ class Engine(ABC):
         volumes: Iterable[str] = (),
         on_step: StepCallback | None = None,
         on_line: Callable[[str], None] | None = None,
+        secrets: Mapping[str, Path] | None = None,
     ) -> BuildResult:
         """Build ``dockerfile`` in ``context_dir`` as ``tag`` with the layer cache on.
 
-        ``volumes`` are ``HOST:CONTAINER[:OPTS]`` bind mounts for RUN steps. Raises
-        :class:`BuildError` naming the failing step and ``log_path`` on a non-zero exit.
+        ``volumes`` are ``HOST:CONTAINER[:OPTS]`` bind mounts for RUN steps; ``secrets`` are
+        ``{id: file}`` build secrets (``--secret``) that ``RUN --mount=type=secret,id=ID``
+        steps see, never stored in a layer. Raises :class:`BuildError` naming the failing step
+        and ``log_path`` on a non-zero exit.
         """
         argv = [self.exe, *self._build_args(Path(context_dir), Path(dockerfile), tag)]
         for key, value in (build_args or {}).items():
             argv += ["--build-arg", f"{key}={value}"]
+        for secret_id, path in (secrets or {}).items():
+            argv += ["--secret", f"id={secret_id},src={path}"]
         argv += self._volume_args(list(volumes))
         argv.append(str(context_dir))
         tracker = StepTracker(on_step=on_step)
@@ -398,6 +405,7 @@ class DockerEngine(Engine):
         volumes: Iterable[str] = (),
         on_step: StepCallback | None = None,
         on_line: Callable[[str], None] | None = None,
+        secrets: Mapping[str, Path] | None = None,
     ) -> BuildResult:
         vols = list(volumes)
         if vols:
@@ -413,6 +421,7 @@ class DockerEngine(Engine):
             build_args=build_args,
             on_step=on_step,
             on_line=on_line,
+            secrets=secrets,
         )
 
     def image_exists(self, tag: str) -> bool:

@@ -15,6 +15,7 @@ import jinja2
 
 from hpcenv import __version__
 from hpcenv.blocks import Blocks, Stage
+from hpcenv.credentials import clean_url, secret_mount
 from hpcenv.lock import Lock
 from hpcenv.paths import package_dir, templates_dir
 from hpcenv.safe import checked_lines, finalize, ini_line
@@ -50,20 +51,28 @@ def _environment() -> jinja2.Environment:
     env.filters["env_pair"] = _env_pair
     env.filters["label_pair"] = _label_pair
     env.filters["sq"] = shlex.quote
+    env.filters["secret_mounts"] = lambda ids: "".join(f"{secret_mount(i)} " for i in ids)
     env.filters["lines"] = lambda items, sep: checked_lines(items, sep)
     return env
 
 
-def pip_conf(site: Site) -> str:
+def pip_conf(site: Site, *, credentials: bool = False) -> str:
     """pip settings for the build stage (find-links and CA paths as seen inside the build).
 
+    Index URLs lose their ``user:password@`` unless ``credentials`` (the text of the build
+    secret ``hpcenv-pip.conf``, see :mod:`hpcenv.credentials`).
     Every line goes through :func:`hpcenv.safe.ini_line`: one ``key = value`` per line, URLs
     only, so a value can never add a key (``trusted-host = *``) or a section."""
+
+    def url(value: str) -> str:
+        return value if credentials else clean_url(value)
+
     lines = ["[global]", ini_line("no-cache-dir", "true")]
     if site.build.pip_index_url:
-        lines.append(ini_line("index-url", site.build.pip_index_url))
+        lines.append(ini_line("index-url", url(site.build.pip_index_url)))
     if site.build.pip_extra_index_urls:
-        lines.append(ini_line("extra-index-url", " ".join(site.build.pip_extra_index_urls)))
+        extra = " ".join(url(u) for u in site.build.pip_extra_index_urls)
+        lines.append(ini_line("extra-index-url", extra))
     if site.build.pip_find_links:
         lines.append(ini_line("find-links", "/opt/hpcenv-build/wheels"))
     if site.build.ca_bundle:

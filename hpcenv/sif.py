@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from hpcenv.build import BuildPlan, context_ready, ensure_base
+from hpcenv.build import BuildPlan, build_secrets, context_ready, ensure_base
 from hpcenv.engines import get_engine
 from hpcenv.paths import cache_dir
 from hpcenv.render import BASE_ARCHIVE
@@ -52,9 +52,10 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
     else:
         if plan.lock.build.get("bootstrap_base"):
             ensure_base(plan)
-        with context_ready(plan) as context:
+        with context_ready(plan) as context, build_secrets(plan.site) as secrets:
             if plan.lock.build.get("bootstrap_base"):
                 engine.save(plan.lock.build["base_image"], context / BASE_ARCHIVE, "oci-archive")
-            apptainer.build_from_def(context / "Singularity.def", sif, context)
+            folder = next(iter(secrets.values())).parent if secrets else None
+            apptainer.build_from_def(context / "Singularity.def", sif, context, secrets_dir=folder)
     register_image(sif_name(plan, source), sif)
     return sif

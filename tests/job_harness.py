@@ -72,8 +72,13 @@ def rooted(site: Site, root: Path) -> Site:
         update={"binds": [_root_path(p, root) for p in site.runtime.binds]}
     )
     return site.model_copy(
-        update={"filesystems": fs, "node_local": nl, "variables": variables, "mpi": mpi,
-                "runtime": runtime}  # fmt: skip
+        update={
+            "filesystems": fs,
+            "node_local": nl,
+            "variables": variables,
+            "mpi": mpi,
+            "runtime": runtime,
+        }  # fmt: skip
     )
 
 
@@ -198,12 +203,9 @@ def expand(value: str, env: dict[str, Any]) -> str:
 def script_exports(script: str, env: dict[str, str]) -> dict[str, str]:
     """The values the script's ``export NAME=...`` lines give, evaluated as bash would."""
     names = re.findall(r"^export ([A-Za-z_][A-Za-z0-9_]*)=", script, re.M)
-    body = "\n".join(
-        ln for ln in script.splitlines() if ln.startswith(("export ", "module "))
-    )
+    body = "\n".join(ln for ln in script.splitlines() if ln.startswith(("export ", "module ")))
     probe = body + "\n" + "".join(f'printf "%s\\0" "${{{n}}}"\n' for n in names)
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", probe], env=env,
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return dict(zip(names, proc.stdout.split("\0")[:-1], strict=True))
-

@@ -71,7 +71,9 @@ def _expected(argv: list[str], values: dict[str, str]) -> list[str]:
     return out
 
 
-def _dry(tmp_path: Path, name: str, job_for, **kw: object) -> tuple[Site, RenderedJob, DryRun, dict[str, str]]:
+def _dry(
+    tmp_path: Path, name: str, job_for, **kw: object
+) -> tuple[Site, RenderedJob, DryRun, dict[str, str]]:
     harness = Harness(tmp_path)
     site = rooted(load_site(name), tmp_path)
     job = job_for(site)
@@ -92,14 +94,17 @@ def _dry(tmp_path: Path, name: str, job_for, **kw: object) -> tuple[Site, Render
 def test_every_job_script_runs_with_stub_launchers(
     tmp_path: Path, name: str, recipe: str, nodes: int, staging: bool
 ) -> None:
-    site, rendered, run, values = _dry(
-        tmp_path, name, lambda s: _job(s, recipe, nodes, staging)
-    )
+    site, rendered, run, values = _dry(tmp_path, name, lambda s: _job(s, recipe, nodes, staging))
     assert run.returncode == 0, run.stderr
-    launches = [c for c in run.calls if c[0] in LAUNCHERS]
+    calls = [c for c in run.calls if c[0] in LAUNCHERS]
+    # The job's node-local folder: made first on every node, removed at the end (trap).
+    node_local = [c for c in calls if c[-4:-1] in (["mkdir", "-p", "--"], ["rm", "-rf", "--"])]
+    launches = [c for c in calls if c not in node_local]
     expected = _expected(rendered.launch_argv, values)
     assert launches[-1] == expected
     if staging:
+        assert [c[-4] for c in node_local] == ["mkdir", "rm"] and calls[-1] == node_local[-1]
+        assert node_local[0][-1] == values["HPCENV_NODE_LOCAL"].rstrip("/")
         assert site.node_local is not None
         per_node = get_launcher(site.scheduler.launcher).per_node(nodes)
         stage = launches[0]
@@ -143,7 +148,9 @@ def test_a_missing_directory_fails_the_run(tmp_path: Path) -> None:
 # -- the real sites, written out from their documentation (docs/sites/*.md) ----------------
 
 
-def _launch(tmp_path: Path, name: str, recipe: str, nodes: int = 2) -> tuple[list[str], dict[str, str], DryRun]:
+def _launch(
+    tmp_path: Path, name: str, recipe: str, nodes: int = 2
+) -> tuple[list[str], dict[str, str], DryRun]:
     site, rendered, run, values = _dry(tmp_path, name, lambda s: JobSpec(
         name="train", command=["python3", "train.py"], nodes=nodes, recipe=recipe,
         account=ACCOUNT))  # fmt: skip

@@ -174,7 +174,7 @@ def test_site_mirror_used_and_removed(tmp_path: Path) -> None:
     assert "http://mirror.example/debian" in rendered.dockerfile
     assert rendered.dockerfile.count("rm -rf /var/lib/apt/lists/* /opt/hpcenv-build-apt.list") >= 2
     assert "token" not in rendered.dockerfile and "token" not in rendered.singularity
-    assert "index-url = https://user:token@pypi.example/simple" in rendered.pip_conf
+    assert "index-url = https://pypi.example/simple" in rendered.pip_conf  # no credentials
 
 
 def test_write_context(tmp_path: Path, local_site) -> None:

@@ -74,7 +74,9 @@ def main() -> None:
     except HpcenvError as err:
         if os.environ.get("HPCENV_DEBUG"):
             raise
-        for line in str(err).splitlines() or [""]:  # several conflicts: one line each
+        from hpcenv.credentials import redact
+
+        for line in redact(str(err)).splitlines() or [""]:  # several conflicts: one line each
             typer.echo(f"error: {line}", err=True)
         sys.exit(err.exit_code)
     except typer.Exit as ex:

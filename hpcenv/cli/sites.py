@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Show one site, validated, with its provenance."""
+        from hpcenv.credentials import redact
         from hpcenv.site import load_site, site_file
 
         site = load_site(name)
@@ -64,11 +65,11 @@ def register(app: typer.Typer) -> None:
             _show_resolved(data, resolve(site_file(name)), site.provenance, as_json)
             return
         if as_json:
-            typer.echo(json.dumps(data, indent=2))
+            typer.echo(redact(json.dumps(data, indent=2)))
         else:
             import yaml
 
-            typer.echo(yaml.safe_dump(data, sort_keys=False))
+            typer.echo(redact(yaml.safe_dump(data, sort_keys=False)))
 
     @sites.command("validate")
     def validate(
@@ -202,6 +203,7 @@ def register(app: typer.Typer) -> None:
 
 def _show_resolved(data: dict, resolved: object, provenance: object, as_json: bool) -> None:
     """Every leaf field with its value, the file:line that set it, and its provenance."""
+    from hpcenv.credentials import redact
     from hpcenv.sitefile import ResolvedSite, _leaves
 
     assert isinstance(resolved, ResolvedSite)
@@ -224,9 +226,9 @@ def _show_resolved(data: dict, resolved: object, provenance: object, as_json: bo
         rows.append({"field": field, "value": value, "from": origin, "provenance": note})
     if as_json:
         doc = {"chain": [str(p) for p in resolved.chain], "fields": rows}
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(redact(json.dumps(doc, indent=2)))
         return
     typer.echo("# " + " -> ".join(str(p) for p in resolved.chain))
     for r in rows:
         extra = f"  [{r['provenance']}]" if r["provenance"] else ""
-        typer.echo(f"{r['field']} = {json.dumps(r['value'])}  # {r['from']}{extra}")
+        typer.echo(redact(f"{r['field']} = {json.dumps(r['value'])}  # {r['from']}{extra}"))
