@@ -294,3 +294,16 @@ def test_job_records_are_keyed_by_transport_and_private(tmp_path: Path,
     assert load_record("7") is None
     proc = hpcenv("status", "77", env={"HPCENV_CACHE": str(tmp_path / "cache")})
     assert "--on local" in one_line_error(proc)
+
+
+def test_swap_without_renameat2_still_replaces_whole(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Kernels or libcs without RENAME_EXCHANGE: two renames, same result, nothing left."""
+    import hpcenv.output as output
+
+    monkeypatch.setattr(output, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    publish_dir(out, lambda d: (d / "a").write_text("one"))
+    publish_dir(out, lambda d: (d / "b").write_text("two"))
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.hpcenv-lock", "out"]
