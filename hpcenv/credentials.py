@@ -80,10 +80,12 @@ def pip_credentials(site: Site) -> bool:
 
 
 def apt_auth_conf(url: str) -> str:
-    """apt's auth.conf entry for a credentialed mirror (see apt_auth.conf(5))."""
+    """apt's auth.conf entry for a credentialed mirror (see apt_auth.conf(5)). The machine
+    names the scheme: apt sends credentials over plain http only to an entry that says
+    ``http://`` (measured: "the protocol is not encrypted. Annotate with http:// to use")."""
     clean, user, password = split_userinfo(url)
     parts = urlsplit(clean)
-    machine = (parts.netloc + parts.path).rstrip("/")
+    machine = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
     return f"machine {machine}\nlogin {user or ''}\npassword {password or ''}\n"
 
 

@@ -59,7 +59,7 @@ def test_redact_and_split() -> None:
         "deb https://pypi.example:8443/simple bookworm main\n"
     )
     assert apt_auth_conf(f"http://{USER}:{PASSWORD}@mirror.example:8080/debian/") == (
-        f"machine mirror.example:8080/debian\nlogin {USER}\npassword {PASSWORD}\n"
+        f"machine http://mirror.example:8080/debian\nlogin {USER}\npassword {PASSWORD}\n"
     )
 
 
