@@ -51,10 +51,6 @@ class SiteMpi:
     def ld_preload(self) -> str:
         return ":".join(self.preload)
 
-    @property
-    def library(self) -> str:
-        return f"{self.library_path[0]}/{self.soname}"
-
 
 def site_mpi(site: Site) -> SiteMpi | None:
     """The site MPI a bind-model job injects; None for hybrid sites."""
