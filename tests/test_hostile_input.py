@@ -200,6 +200,11 @@ def attempt(
     except Exception as err:  # a traceback in the CLI: always a finding
         return "crash", [f"{type(err).__name__} at {stage}: {str(err)[:300]}"]
     problems = injection_problems(out, payload)
+    script = out.files.get("job.sh", "")
+    if script:  # bash itself parses the job script: unbalanced quoting would show here
+        check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+        if check.returncode:
+            problems.append(f"job.sh does not parse: {check.stderr.strip()[:200]}")
     if baseline is not None and out.shape() != baseline.shape():
         problems.append(f"output shape changed: {diff_shape(baseline.shape(), out.shape())}")
     return "accepted", problems
@@ -606,6 +611,8 @@ def test_the_checks_can_fail() -> None:
     assert problems(f"export X={payload}\n")
     assert problems(f'export X="{payload}"\n')
     assert problems(f"RUN touch {MARK}\n")
+    bad = Outputs({**empty, "job.sh": "echo 'unbalanced\n"})
+    assert attempt(lambda: bad, None, "")[1]  # bash -n refuses it
     assert not problems(f"export X='{payload}'\n")
     assert not problems(f"# note: {payload}\n")
     assert quote_state("a 'b' \"c\" # d") == [
