@@ -3,8 +3,11 @@ needed) and, marked ``apptainer``, real SIF builds and execs (host apptainer or 
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -340,3 +343,39 @@ def test_real_testinfra_host(base_sif: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert "bookworm" in host.run("cat /etc/os-release").stdout
     assert host.file("/etc/debian_version").content_string.startswith("12.")
     assert host.run("exit 7").rc == 7
+
+
+@pytest.mark.apptainer
+@needs_runtime
+def test_real_def_build_reads_a_secret_that_stays_out(base_archive: Path, tmp_path: Path) -> None:
+    """Credentials for a def build: a file bound at /run/secrets for %post only (apptainer
+    build --bind); the def text names the path, and neither the SIF's files nor its stored
+    definition hold the secret."""
+    from hpcenv.credentials import secret_files
+
+    secret = f"apt-password-{os.getpid()}-{time.time_ns()}"
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Singularity.def").write_text(
+        f"Bootstrap: oci-archive\nFrom: {base_archive}\n\n%post\n"
+        "    test -r /run/secrets/hpcenv-apt-auth\n"
+        "    sha256sum /run/secrets/hpcenv-apt-auth | cut -d' ' -f1 > /opt/secret.sha256\n"
+    )
+    runner = Apptainer()
+    with secret_files({"hpcenv-apt-auth": secret}, tmp_path / "secrets") as files:
+        folder = files["hpcenv-apt-auth"].parent
+        sif = runner.build_from_def(ctx / "Singularity.def", tmp_path / "s.sif", ctx,
+                                    secrets_dir=folder)  # fmt: skip
+    assert not folder.exists()
+    seen = runner.exec(sif, ["sh", "-c", "cat /opt/secret.sha256; ls -A /run/secrets 2>&1; true"])
+    assert seen.stdout.splitlines()[0] == hashlib.sha256(secret.encode()).hexdigest()
+    assert secret not in seen.stdout
+    deffile = runner._run(runner.command(["inspect", "--deffile", str(sif)],
+                                         paths=[sif.parent]), timeout=120)  # fmt: skip
+    assert "/run/secrets/hpcenv-apt-auth" in deffile.stdout and secret not in deffile.stdout
+    assert secret.encode() not in sif.read_bytes()  # squashfs is compressed: also unsquash
+    image_dirs = "/etc /opt /usr /var /run /srv"  # not the host paths Apptainer binds
+    listing = runner.exec(
+        sif, ["sh", "-c", f"grep -rl -e '{secret}' {image_dirs} 2>/dev/null; true"]
+    )
+    assert listing.stdout.strip() == ""
