@@ -51,6 +51,9 @@ def check_target(out: Path, *, force: bool) -> Path:
         raise OutputError(f"refusing to write output to the filesystem root {out}")
     if target == Path.home() or os.path.ismount(target):
         raise OutputError(f"refusing to replace {out} (a home folder or mount point)")
+    cwd = Path(os.path.abspath(os.getcwd()))
+    if target == cwd or target in cwd.parents:
+        raise OutputError(f"refusing to replace {out}: it is (or holds) the current folder")
     if target.exists() or target.is_symlink():
         if target.is_symlink():
             raise OutputError(f"{out} is a symbolic link; give the folder it points to")

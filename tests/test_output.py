@@ -90,6 +90,14 @@ def test_render_out_file_root_and_symlink_are_refused(tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "elsewhere")
     assert "symbolic link" in one_line_error(render(link))
+    here = tmp_path / "here"
+    (here / "sub").mkdir(parents=True)
+    for out in (".", ".."):
+        proc = subprocess.run([str(HPCENV), "render", "--site", "local", "--recipe", "daal4py",
+                               "--out", out, "--force"], capture_output=True, text=True,
+                              cwd=here / "sub", timeout=120)  # fmt: skip
+        assert "current folder" in one_line_error(proc)
+    assert sorted(p.name for p in here.rglob("*")) == ["sub"]
 
 
 def test_ctrl_c_while_writing_keeps_the_old_output(tmp_path: Path) -> None:
