@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import glob
 import os
 import shutil
 import tempfile
@@ -110,6 +111,10 @@ def publish_dir(
 
 
 def _publish(out: Path, target: Path, write: Callable[[Path], T], mode: int) -> T:
+    # Under the lock, a temporary folder of this output is left over from a killed writer.
+    for kind in ("tmp", "old"):
+        for stale in target.parent.glob(f".{glob.escape(target.name)}.hpcenv-{kind}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.hpcenv-tmp-", dir=target.parent))
     except OSError as err:

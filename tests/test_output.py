@@ -184,6 +184,8 @@ def test_publish_dir_failure_removes_the_temporary_folder(tmp_path: Path) -> Non
     with pytest.raises(KeyboardInterrupt):
         publish_dir(out, boom)
     assert (out / "a").read_text() == "old"
+    (tmp_path / ".out.hpcenv-tmp-left").mkdir()  # what a killed writer leaves
+    (tmp_path / ".out.hpcenv-old-9").mkdir()
     with pytest.raises(OutputError, match="cannot write"):
         publish_dir(out, lambda d: (d / "missing" / "x").write_text("y"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.hpcenv-lock", "out"]
