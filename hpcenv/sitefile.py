@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError
-from hpcenv.yamlsrc import Loc, load_yaml, unknown_field
+from hpcenv.yamlsrc import Loc, error_message, load_yaml, unknown_field
 
 if TYPE_CHECKING:
     from hpcenv.site import Site
@@ -80,15 +80,18 @@ def _sets(data: Mapping[str, Any], dotted: str) -> bool:
     return True
 
 
-def _base_path(ref: str, child: Path) -> Path:
+def _base_path(ref: str, child: Path, line: int) -> Path:
     from hpcenv.site import site_file
 
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
         path = Path(ref) if Path(ref).is_absolute() else child.parent / ref
         if not path.is_file():
-            raise ConfigError(f"{child}: extends {ref!r}: file not found ({path})")
+            raise ConfigError(f"{child}:{line}: extends {ref!r}: file not found ({path})")
         return path
-    return site_file(ref)
+    try:
+        return site_file(ref)
+    except ConfigError as err:
+        raise ConfigError(f"{child}:{line}: field 'extends': {err}") from None
 
 
 def resolve(path: Path, _seen: tuple[Path, ...] = ()) -> ResolvedSite:
@@ -111,7 +114,7 @@ def resolve(path: Path, _seen: tuple[Path, ...] = ()) -> ResolvedSite:
         raise ConfigError(
             f"{path}:{_line(lines, (EXTENDS,))}: field 'extends': a site name or file"
         )
-    base = resolve(_base_path(ref, path), (*_seen, here))
+    base = resolve(_base_path(ref, path, _line(lines, (EXTENDS,))), (*_seen, here))
     provenance = {
         kind: {k: v for k, v in base.data.get("provenance", {}).get(kind, {}).items()
                if not _sets(own, k)}
@@ -151,6 +154,6 @@ def load_resolved(path: Path) -> tuple[Site, ResolvedSite]:
             )
             field = _dotted(loc) or "<top>"
             where = _origin_for(loc, resolved.origins, f"{path}:1")
-            msg = unknown_field(Site, loc) if e["type"] == "extra_forbidden" else e["msg"]
+            msg = unknown_field(Site, loc) if e["type"] == "extra_forbidden" else error_message(e)
             problems.append(f"{where}: field '{field}': {msg}")
         raise ConfigError("\n".join(problems)) from None

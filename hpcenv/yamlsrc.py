@@ -143,7 +143,8 @@ def _line_for(loc: Sequence[str | int], lines: dict[Loc, int]) -> int | None:
     return lines.get(())
 
 
-def _message(error: Any) -> str:
+def error_message(error: Any) -> str:
+    """One pydantic error as one clean line (no 'Value error, ' prefix, no newlines)."""
     if error["type"] == "extra_forbidden":
         return "unknown field"
     msg = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -190,6 +191,6 @@ def validate_file(model: type[M], path: Path) -> M:
             loc = [p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
             field = ".".join(_show(p) for p in loc) or "<top>"
             line = _line_for(loc, lines)
-            msg = unknown_field(model, loc) if e["type"] == "extra_forbidden" else _message(e)
+            msg = unknown_field(model, loc) if e["type"] == "extra_forbidden" else error_message(e)
             problems.append(f"{path}:{line or 1}: field '{field}': {msg}")
         raise ConfigError("\n".join(problems)) from None

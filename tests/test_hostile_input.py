@@ -457,6 +457,40 @@ def test_hostile_yaml_files(tmp_path: Path, kind: str) -> None:
     assert not found, "\n".join(found)
 
 
+EXTENDS_FILES: dict[str, str] = {
+    "newline-in-override": 'extends: local\nname: child\nbuild:\n  base_image: "debian\\nRUN touch /pwned"\n',
+    "launcher-override": "extends: local\nname: child\nscheduler:\n  launcher: jsrun\n",
+    "self-loop": "extends: self.yaml\nname: loop\n",
+    "alias": "extends: local\nname: child\nnode: &n {sockets: 1}\nx: *n\n",
+    "newline-in-extends": 'extends: "local\\nx"\nname: child\n',
+    "extends-a-list": "extends: [local]\nname: child\n",
+    "extends-missing": "extends: no-such-site\nname: child\n",
+    "extends-non-yaml": "extends: /etc/hostname\nname: child\n",
+    "unknown-field": "extends: local\nname: child\nbogus: 1\n",
+}
+
+
+def test_site_files_that_extend(tmp_path: Path) -> None:
+    """``extends:`` files get every check a plain file gets, with the file that set the value."""
+    found: list[str] = []
+    for label, text in EXTENDS_FILES.items():
+        f = tmp_path / ("self.yaml" if label == "self-loop" else f"{label}.yaml")
+        f.write_text(text, encoding="utf-8")
+        try:
+            load_site(str(f))
+        except HpcenvError as err:
+            problems = check_error(err)
+            if not all(re.match(r"\S+:\d+: ", ln) for ln in str(err).splitlines()):
+                problems.append(f"no file:line in {str(err)[:160]!r}")
+            record("site-extends", label, "error", problems, found)
+            continue
+        except Exception as err:
+            record("site-extends", label, "crash", [f"{type(err).__name__}: {err}"[:200]], found)
+            continue
+        record("site-extends", label, "accepted", ["hostile file accepted"], found)
+    assert not found, "\n".join(found)
+
+
 def test_recipe_fields(tmp_path: Path) -> None:
     found: list[str] = []
     site = load_site("local")
