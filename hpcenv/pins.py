@@ -55,6 +55,8 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
                 f"known: {', '.join(COMPONENTS)}"
             )
         check_pin(name, value, "--set")
+        if name in out and out[name] != value:
+            raise ConfigError(f"--set {name} given twice ({out[name]}, {value}); give it once")
         out[name] = value
     return out
 

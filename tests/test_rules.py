@@ -116,6 +116,12 @@ def test_bad_pins_are_one_line_errors(pin: str, message: str) -> None:
     assert "\n" not in str(err.value).replace(repr(pin), "")
 
 
+def test_a_pin_given_twice_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_overrides(["torch=2.2.2", "torch=2.3.1"])
+    assert parse_overrides(["torch=2.2.2", "torch=2.2.2"]) == {"torch": "2.2.2"}
+
+
 def test_forced_pin_is_allowed_and_recorded() -> None:
     site, recipe = load_site("local"), load_recipe("horovod-cpu")
     lk = resolve(site, recipe, parse_overrides(["torch=2.99.0!"]))
