@@ -28,7 +28,7 @@ from typing import Literal
 from hpcenv.errors import ConfigError, EnvironmentProblem
 from hpcenv.site import Site
 
-StepKind = Literal["sif-copy", "migrate", "push", "in-place"]
+StepKind = Literal["sif-copy", "needs-sif", "migrate", "push", "in-place"]
 _REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 _ACCOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -42,6 +42,8 @@ class DeliveryStep:
     def describe(self) -> str:
         if self.kind == "sif-copy":
             return f"copy the SIF to {self.target} (the path the job script runs)"
+        if self.kind == "needs-sif":
+            return f"none: the site's jobs run a SIF at {self.target}; build with --format sif"
         if self.kind == "migrate":
             return f"{shlex.join(self.command)} (compute nodes read the squashed store)"
         if self.kind == "push":
@@ -67,8 +69,9 @@ def plan_delivery(
         ref = check_ref(push)
         steps.append(DeliveryStep("push", ref, (engine, "push", tag, ref)))
     kind = site.runtime.kind
-    if kind in ("apptainer", "singularity") and fmt in ("sif", "both"):
-        steps.append(DeliveryStep("sif-copy", default_image(site, recipe)))
+    if kind in ("apptainer", "singularity"):
+        sif_kind: StepKind = "sif-copy" if fmt in ("sif", "both") else "needs-sif"
+        steps.append(DeliveryStep(sif_kind, default_image(site, recipe)))
     elif kind == "podman-hpc":
         steps.append(DeliveryStep("migrate", tag, ("podman-hpc", "migrate", tag)))
     elif kind == "shifter" and not push:
@@ -136,8 +139,8 @@ def deliver(
 
     ``env`` expands the SIF path (:func:`delivery_env`); default: this process's environment.
     """
-    if step.kind == "in-place":
-        return Outcome(step, True, step.describe())
+    if step.kind in ("in-place", "needs-sif"):
+        return Outcome(step, step.kind == "in-place", step.describe())
     if step.kind == "sif-copy":
         if sif is None or not sif.is_file():
             raise ConfigError(f"no SIF to deliver to {step.target}; build with --format sif")

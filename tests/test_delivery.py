@@ -164,3 +164,14 @@ def test_cli_build_bad_account_exits_2(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_oci_only_build_for_a_sif_site_says_the_job_needs_a_sif() -> None:
+    (step,) = plan_delivery(load_site("aurora"), "torch-gpu", "t", "oci")
+    outcome = deliver(step)
+    assert not outcome.done
+    assert outcome.detail == (
+        "none: the site's jobs run a SIF at "
+        "/lus/flare/projects/$HPCENV_PROJECT/hpcenv/images/torch-gpu-aurora.sif; "
+        "build with --format sif"
+    )
