@@ -125,6 +125,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=pmix
 ReturnToService=2
+# A job that loses a node ends NODE_FAIL (Slurm would otherwise requeue it, PENDING again).
+JobRequeue=0
 MinJobAge=3600
 KillWait=5
 InactiveLimit=0

@@ -111,6 +111,14 @@ def two_node() -> Iterator[TwoNodeInfo]:
     if not was_up:
         down = _script("slurm-2node-down.sh")
         assert down.returncode == 0, down.stderr
+        # Nothing left behind: no namespace, link, holder or daemon of the rehearsal.
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        left = [n for n in ("node1", "node2") if n in netns.split()]
+        left += [x for x in ("hpcbr2n", "veth-node1", "veth-node2") if x in links]
+        left += [str(p) for p in state.glob("*.pid") if _alive(p)]
+        left += [str(p) for p in state.glob("node*/*.pid") if _alive(p)]
+        assert not left, f"slurm-2node-down.sh left {left}"
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """``hpcenv bench``: run every section in one go and write report.md, report.json and plots.
 
-Order: start-up, memory copy, allreduce (container tax + flavours), tuning, MNIST, K-Means, CLI,
+Order: start-up, memory copy, allreduce (container tax + flavours), tuning, MNIST, K-Means,
+two nodes (the local-2node rehearsal), CLI,
 build cost last (it loads the 2 cores for minutes, which would disturb the others). One
 container of the image serves every in-image measurement; it is always removed at the end.
 """
@@ -100,6 +101,7 @@ def _sections() -> dict[str, SectionFn]:
         tuning_section,
     )
     from hpcenv.bench.compute import kmeans_section
+    from hpcenv.bench.twonode import two_node_section
 
     return {
         "startup": startup_section,
@@ -108,13 +110,15 @@ def _sections() -> dict[str, SectionFn]:
         "tuning": tuning_section,
         "mnist": mnist_section,
         "kmeans": kmeans_section,
+        "two-node": two_node_section,
         "cli": cli_section,
         "build": build_section,
         "full-build": full_build_section,
     }
 
 
-SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "mnist", "kmeans", "cli", "build")
+SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "mnist", "kmeans", "two-node", "cli",
+                 "build")  # fmt: skip
 EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
 
 
