@@ -81,14 +81,44 @@ def ini_line(key: str, value: str) -> str:
     return f"{key} = {value}"
 
 
+# pydantic error types -> words (no regexes, no "Input should be" jargon); ctx keys fill them.
+_WORDS = {
+    "missing": "is required",
+    "greater_than_equal": "must be at least {ge} (got {input})",
+    "greater_than": "must be more than {gt} (got {input})",
+    "less_than_equal": "must be at most {le} (got {input})",
+    "less_than": "must be less than {lt} (got {input})",
+    "int_parsing": "must be a whole number (got {input!r})",
+    "int_type": "must be a whole number (got {input!r})",
+    "int_from_float": "must be a whole number (got {input!r})",
+    "bool_parsing": "must be true or false (got {input!r})",
+    "string_type": "must be text (got {input!r})",
+    "string_too_long": "is longer than {max_length} characters",
+    "string_pattern_mismatch": "{input!r} has characters or a form this field does not allow",
+    "literal_error": "must be one of {expected} (got {input!r})",
+}
+
+
+def error_words(error: Any) -> str:
+    """One pydantic error (an item of ``ValidationError.errors()``) as one line of words."""
+    kind = error.get("type", "")
+    template = _WORDS.get(kind)
+    if template is not None:
+        try:
+            return template.format(input=error.get("input"), **(error.get("ctx") or {}))
+        except (KeyError, IndexError, ValueError):
+            pass
+    msg = str(error.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return " ".join(msg.split())
+
+
 def validation_message(err: Any, what: str) -> str:
     """A pydantic ``ValidationError`` as one line per problem: ``what: field 'x': message``."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-")) or "<top>"
-        msg = "unknown field" if e["type"] == "extra_forbidden" else str(e["msg"])
-        msg = msg.removeprefix("Value error, ")
-        lines.append(f"{what}: field '{loc}': {' '.join(msg.split())}")
+        msg = "unknown field" if e["type"] == "extra_forbidden" else error_words(e)
+        lines.append(f"{what}: field '{loc}': {msg}")
     return "\n".join(lines)
 
 

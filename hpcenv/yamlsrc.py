@@ -147,8 +147,9 @@ def error_message(error: Any) -> str:
     """One pydantic error as one clean line (no 'Value error, ' prefix, no newlines)."""
     if error["type"] == "extra_forbidden":
         return "unknown field"
-    msg = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    return " ".join(msg.split())  # one line
+    from hpcenv.safe import error_words
+
+    return error_words(error)  # one line, in words
 
 
 def unknown_field(model: type[BaseModel], loc: Sequence[str | int]) -> str:

@@ -109,3 +109,42 @@ def test_smoke_missing_image_names_the_build_command(tmp_path: Path) -> None:
         "hpcenv build --site nosite --recipe horovod-cpu first"
     )
     assert not (tmp_path / "cache" / "data").exists()
+
+
+def test_counts_and_choices_are_errors_in_words(tmp_path: Path) -> None:
+    bad = tmp_path / "x.yaml"
+    bad.write_text(
+        "name: x\ndescription: y\narch: sparc\nnode: {sockets: 0, cores_per_socket: two, memory_gb: 1}\n"
+    )
+    proc = hpcenv("sites", "validate", str(bad))
+    assert proc.returncode == 2
+    assert (
+        f"{bad}:3: field 'arch': must be one of 'x86_64', 'ppc64le' or 'aarch64' (got 'sparc')"
+        in proc.stderr
+    )
+    assert f"{bad}:4: field 'node.sockets': must be at least 1 (got 0)" in proc.stderr
+    assert (
+        f"{bad}:4: field 'node.cores_per_socket': must be a whole number (got 'two')" in proc.stderr
+    )
+    assert f"{bad}:1: field 'mpi': is required" in proc.stderr
+    assert "should" not in proc.stderr and "pattern" not in proc.stderr
+
+
+def test_node_count_error_in_words() -> None:
+    proc = hpcenv(
+        "submit",
+        "--site",
+        "frontier",
+        "-r",
+        "torch-gpu",
+        "--nodes",
+        "0",
+        "-A",
+        "CSC1",
+        "--",
+        "true",
+    )
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2,
+        "error: invalid job: field 'nodes': must be at least 1 (got 0)",
+    )

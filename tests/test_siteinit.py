@@ -215,3 +215,23 @@ def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
         "error: x.yaml exists; pass --force to replace it",
     )
     assert (tmp_path / "x.yaml").read_text() == "keep me\n"
+
+
+def test_submit_refuses_marked_placeholders_unless_given(tmp_path: Path) -> None:
+    from hpcenv.jobs.project import account_for
+
+    (tmp_path / "mine.yaml").write_text(
+        MINE + "provenance:\n  placeholder:\n    scheduler.account: your CSC project\n"
+    )
+    site = load_site(str(tmp_path / "mine.yaml"))
+    with pytest.raises(ConfigError, match="scheduler.account is marked as a placeholder"):
+        account_for(site, None, strict=True)
+    assert account_for(site, "CSC777", strict=True) == "CSC777"
+    assert account_for(site, None, strict=False) == "CSC999"  # rendering only: kept
+    (tmp_path / "two.yaml").write_text(
+        MINE + "provenance:\n  placeholder:\n    gpu.rocm: check module avail rocm\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"still has placeholders: gpu.rocm \(check module avail rocm\)"
+    ):
+        account_for(load_site(str(tmp_path / "two.yaml")), "CSC777", strict=True)

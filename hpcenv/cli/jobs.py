@@ -84,6 +84,8 @@ def _check_local_image(site: Site, image: str, inject: bool, force: bool) -> Non
             raise ConfigError(why)
 
 
+WAIT_MAX_POLL = 30.0  # submit --wait backs off to this (seconds): kind to the scheduler
+
 def register(app: typer.Typer) -> None:
     @app.command("submit")
     def submit_cmd(
@@ -231,7 +233,14 @@ def register(app: typer.Typer) -> None:
             sub = submit(s, job, t, after=list(after or []), rendered=rendered)
             result: dict[str, Any] = sub.to_dict()
             if wait:
-                st = wait_for(sub, t, timeout=timeout)
+                import datetime
+
+                def show(change: Any) -> None:  # state changes on stderr; the result on stdout
+                    now = datetime.datetime.now().strftime("%H:%M:%S")
+                    typer.echo(f"{now} {change.message()}", err=True)
+
+                st = wait_for(sub, t, timeout=timeout, poll=1.0, max_poll=WAIT_MAX_POLL,
+                              on_change=show)  # fmt: skip
                 result["status"] = st.to_dict()
         finally:
             t.close()

@@ -41,6 +41,18 @@ def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
     if not strict:
         return None if account and is_placeholder(account) else account
     option = "--account" if site.scheduler.kind != "lsf" else "--account (bsub -P)"
+    marked = site.provenance.placeholder
+    if not given and "scheduler.account" in marked:
+        raise ConfigError(
+            f"site {site.name}'s scheduler.account is marked as a placeholder "
+            f"({marked['scheduler.account']}): give your project with {option} ID"
+        )
+    others = sorted(k for k in marked if k != "scheduler.account")
+    if others:
+        raise ConfigError(
+            f"site {site.name} still has placeholders: {', '.join(others)} "
+            f"({marked[others[0]]}); set them in the site file (hpcenv sites validate lists them)"
+        )
     if account and is_placeholder(account):
         where = "given" if given else f"site {site.name}'s scheduler.account"
         raise ConfigError(

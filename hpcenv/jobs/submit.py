@@ -16,6 +16,7 @@ import shlex
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,8 +248,14 @@ def wait(
     poll: float = 0.25,
     blocked_after: float | None = 3.0,
     check: bool = True,
+    max_poll: float | None = None,
+    on_change: Callable[[JobStatus], None] | None = None,
 ) -> JobStatus:
     """Poll until the job finishes; JobError (scheduler's words + stderr tail) if it failed.
+
+    The interval starts at ``poll`` and grows by half each time up to ``max_poll`` (a
+    scheduler-friendly 30 s for ``submit --wait``; None keeps ``poll``). ``on_change`` is
+    called with each status whose state or reason differs from the last one seen.
 
     ``blocked_after``: a pending job whose reason means it cannot start (down/drained node,
     bad constraint, never-satisfied dependency) for this many seconds is reported instead of
@@ -257,8 +264,13 @@ def wait(
     """
     deadline = time.monotonic() + timeout
     blocked_since: float | None = None
+    seen: tuple[str, str | None] | None = None
+    interval = poll
     while True:
         st = status(sub, transport)
+        if on_change is not None and (st.state, st.reason) != seen:
+            seen = (st.state, st.reason)
+            on_change(st)
         if st.finished:
             if check and st.phase == "failed":
                 raise JobError(_failure(st, sub, transport))
@@ -272,7 +284,9 @@ def wait(
             raise JobError(f"job cannot start: {st.message()}")
         if time.monotonic() > deadline:
             raise JobError(f"timed out after {timeout:.0f} s waiting: {st.message()}")
-        time.sleep(poll)
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic()) + 0.05))
+        if max_poll is not None:
+            interval = min(interval * 1.5, max_poll)
 
 
 def _failure(st: JobStatus, sub: Submission, transport: Transport) -> str:
