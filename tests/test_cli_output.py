@@ -148,3 +148,26 @@ def test_node_count_error_in_words() -> None:
         2,
         "error: invalid job: field 'nodes': must be at least 1 (got 0)",
     )
+
+
+def test_json_on_render_and_sites_validate(tmp_path: Path) -> None:
+    proc = hpcenv(
+        "render", "-s", "local", "-r", "horovod-cpu", "--out", str(tmp_path / "o"), "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["site"] == "local" and str(tmp_path / "o" / "Dockerfile") in doc["files"]
+    site = tmp_path / "s.yaml"
+    site.write_text("extends: frontier\nname: s\ndescription: d\nscheduler:\n  account: PROJ123\n")
+    proc = hpcenv("sites", "validate", "--json", str(site))
+    assert proc.returncode == 0 and proc.stderr == ""
+    (entry,) = json.loads(proc.stdout)
+    assert entry["valid"] and set(entry["placeholders"]) == {"scheduler.account"}
+
+
+def test_every_data_command_offers_json() -> None:
+    for args in (["sites", "list"], ["sites", "show"], ["sites", "validate"], ["sites", "fields"],
+                 ["sites", "init"], ["recipes"], ["resolve"], ["render"], ["build"], ["doctor"],
+                 ["data", "mnist"], ["smoke"], ["bench"], ["submit"], ["status"], ["tune"]):  # fmt: skip
+        proc = hpcenv(*args, "--help")
+        assert "--json" in proc.stdout, args

@@ -203,8 +203,9 @@ def allreduce_section(ctx: BenchContext) -> Section:
         "Horovod over MPI and Gloo and torch.distributed gloo run in the same image with the "
         "same naive launch; Horovod sweeps every 16x in size, the others every 4x.",
     ))  # fmt: skip
-    plot = plot_sweeps(series, ctx.out / "allreduce_bandwidth.png",
-                       title="allreduce, 2 ranks: bare host vs image vs Horovod vs gloo",
+    caption = f"{ctx.shared.get('machine', '?')}; {NP} ranks, one node; image {ctx.image}"
+    plot = plot_sweeps(series, ctx.out / "allreduce_bandwidth.png", caption=caption,
+                       title=f"allreduce, {NP} ranks: bare host vs image vs Horovod vs gloo",
                        hlines={f"numpy copy (image) {mem['image']:.2f} GB/s": mem["image"]}
                        if mem.get("image") else None)  # fmt: skip
     if plot:
@@ -367,6 +368,8 @@ def tuning_section(ctx: BenchContext) -> Section:
     plot = plot_sweeps({f"alg {a}: {ALLREDUCE_ALGORITHMS[a]}": r for a, r in by_alg.items()}
                        | {"naive": naive, "hpcenv + rules": tuned},
                        ctx.out / "allreduce_algorithms.png",
+                       caption=f"{ctx.shared.get('machine', '?')}; {NP} ranks, one node; "
+                       f"image {ctx.image}",
                        title="mpi4py allreduce in the image: coll_tuned algorithms")  # fmt: skip
     if plot:
         sec.plots.append(plot.name)

@@ -223,9 +223,44 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(out) + "\n"
 
 
+_BANDWIDTH = ("busbw", "bandwidth")  # more is better, whatever else the measure names
+_COST = r"(?<![-\w])(time|size|mpi_init|rebuild)\b"  # less is better
+_RATE = ("allreduce", "physical limit")  # otherwise: a bandwidth comparison
+_SUBJECTS = ("hpcenv", "daal4py")  # the side a reader is judging, when a ratio names it
+
+
+def better_direction(measure: str) -> str:
+    """Which way a headline ratio ``X / Y`` is better, in words: ``higher = hpcenv better``.
+
+    The quantity decides the sign (time and size: less is better; bandwidth: more), the side
+    the subject is on flips it: the subject is hpcenv or daal4py where named, else ``X``.
+    """
+    import re
+
+    if " / " not in measure:
+        return ""
+    left, right = measure.rsplit(" / ", 1)
+    low = measure.lower()
+    cost = not any(w in low for w in _BANDWIDTH) and re.search(_COST, low) is not None
+    if not cost and not any(w in low for w in (*_BANDWIDTH, *_RATE)):
+        return ""
+    left_plain = re.sub(r"\([^)]*\)", "", left).split(": ")[-1]
+    subject = next((s for s in _SUBJECTS if s in right.lower()), None)
+    on_left = subject is None
+    if subject is None:
+        subject = next((s for s in _SUBJECTS if s in left_plain.lower()), None)
+    if subject is None:
+        parts = [p.strip() for p in left_plain.split(",") if p.strip()]
+        named = [p for p in parts if not re.search(_COST + r"|busbw|geomean", p.lower())]
+        subject = (named or parts or [left_plain])[-1]
+    higher = (not cost) == on_left
+    return f"{'higher' if higher else 'lower'} = {subject} better"
+
+
 def headline_table(report: BenchReport) -> str:
-    rows = [[h.measure, h.values, h.ratio] for h in report.headline]
-    return markdown_table(["measure", "measured (same run)", "ratio"], rows)
+    rows = [[h.measure, h.values, h.ratio, better_direction(h.measure) if h.ratio else ""]
+            for h in report.headline]  # fmt: skip
+    return markdown_table(["measure", "measured (same run)", "ratio", "better"], rows)
 
 
 def render_markdown(report: BenchReport) -> str:

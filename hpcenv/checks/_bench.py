@@ -67,6 +67,27 @@ def iterations(nbytes: int, budget_bytes: int = 256 * MiB, lo: int = 5, hi: int 
     return max(lo, min(hi, budget_bytes // max(nbytes, 1)))
 
 
+def timed_reps(
+    op: Callable[[], object],
+    iters: int,
+    barrier: Callable[[], object],
+    slowest: Callable[[float], float],
+    reps: int = 3,
+) -> list[float]:
+    """Seconds per op of each of ``reps`` timed loops of ``iters`` ops (two warm-up ops first);
+    each loop counts as its slowest rank."""
+    op()
+    op()
+    out = []
+    for _ in range(reps):
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            op()
+        out.append(slowest(time.perf_counter() - t0) / iters)
+    return out
+
+
 def seconds_per_op(
     op: Callable[[], object],
     iters: int,
@@ -74,31 +95,40 @@ def seconds_per_op(
     slowest: Callable[[float], float],
     reps: int = 3,
 ) -> float:
-    """Best of ``reps`` timed loops of ``iters`` ops; each loop counts as its slowest rank.
-
-    Two warm-up ops first. The best loop is reported because the cores are shared with
-    other work; the minimum is the least disturbed measurement.
-    """
-    op()
-    op()
-    best = float("inf")
-    for _ in range(reps):
-        barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            op()
-        best = min(best, slowest(time.perf_counter() - t0))
-    return best / iters
+    """Best of ``reps`` timed loops: the cores are shared with other work, so the minimum is
+    the least disturbed measurement (the spread is in :func:`bandwidth`'s ``reps`` fields)."""
+    return min(timed_reps(op, iters, barrier, slowest, reps))
 
 
-def bandwidth(nbytes: int, seconds_per_op: float, nranks: int) -> dict[str, float]:
-    """Per-op time and allreduce algorithm / bus bandwidth in GB/s."""
+def bandwidth(
+    nbytes: int, seconds_per_op: float, nranks: int, reps: list[float] | None = None
+) -> dict[str, float]:
+    """Per-op time and allreduce algorithm / bus bandwidth in GB/s (of the best loop); with
+    ``reps`` (seconds per op of each loop) also min/median/max of time and bus bandwidth."""
+    factor = 2 * (nranks - 1) / nranks
+
+    def busbw(seconds: float) -> float:
+        return nbytes / seconds / 1e9 * factor if seconds > 0 else float("inf")
+
     algbw = nbytes / seconds_per_op / 1e9 if seconds_per_op > 0 else float("inf")
-    return {
+    out = {
         "time_us": seconds_per_op * 1e6,
         "algbw_GBps": algbw,
-        "busbw_GBps": algbw * 2 * (nranks - 1) / nranks,
+        "busbw_GBps": algbw * factor,
     }
+    if reps and len(reps) > 1:
+        ordered = sorted(reps)
+        median = ordered[len(ordered) // 2]
+        out |= {
+            "reps": float(len(reps)),
+            "time_us_min": ordered[0] * 1e6,
+            "time_us_median": median * 1e6,
+            "time_us_max": ordered[-1] * 1e6,
+            "busbw_GBps_min": busbw(ordered[-1]),
+            "busbw_GBps_median": busbw(median),
+            "busbw_GBps_max": busbw(ordered[0]),
+        }
+    return out
 
 
 def int_sum_expected(n: int, nranks: int) -> int:

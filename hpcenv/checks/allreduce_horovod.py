@@ -20,8 +20,8 @@ from _bench import (
     message_sizes,
     platform_info,
     require_peers,
-    seconds_per_op,
     sweep_parser,
+    timed_reps,
 )
 
 
@@ -70,7 +70,7 @@ def sweep(sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
             result[:] = [hvd.allreduce(send, op=hvd.Sum, name=name)]
 
         iters = iterations(nbytes, hi=max_iters)
-        per_op = seconds_per_op(
+        reps = timed_reps(
             op,
             iters,
             lambda: hvd.allreduce(torch.zeros(1), name="barrier"),
@@ -80,7 +80,7 @@ def sweep(sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
         bad = int(hvd.allreduce(torch.tensor(bad), op=hvd.Sum, name="bad"))
         rows.append(
             {"bytes": count * 4, "iters": iters, "mismatches": bad}
-            | bandwidth(count * 4, per_op, size)
+            | bandwidth(count * 4, min(reps), size, reps)
         )
     return rows
 

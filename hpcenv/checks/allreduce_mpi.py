@@ -16,8 +16,8 @@ from _bench import (
     message_sizes,
     platform_info,
     require_peers,
-    seconds_per_op,
     sweep_parser,
+    timed_reps,
 )
 from mpi4py import MPI
 
@@ -59,7 +59,7 @@ def sweep(comm: Any, sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
         send = np.full(count, rank + 1, dtype=np.float32)
         recv = np.empty_like(send)
         iters = iterations(nbytes, hi=max_iters)
-        per_op = seconds_per_op(
+        reps = timed_reps(
             lambda s=send, r=recv: comm.Allreduce(s, r, op=MPI.SUM),
             iters,
             comm.Barrier,
@@ -68,7 +68,7 @@ def sweep(comm: Any, sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
         bad = comm.allreduce(int(np.count_nonzero(recv != nranks * (nranks + 1) / 2)))
         rows.append(
             {"bytes": count * 4, "iters": iters, "mismatches": bad}
-            | bandwidth(count * 4, per_op, nranks)
+            | bandwidth(count * 4, min(reps), nranks, reps)
         )
     return rows
 

@@ -19,8 +19,8 @@ from _bench import (
     message_sizes,
     platform_info,
     require_peers,
-    seconds_per_op,
     sweep_parser,
+    timed_reps,
 )
 
 _RANK_VARS = (
@@ -80,14 +80,14 @@ def sweep(sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
             dist.all_reduce(x, op=dist.ReduceOp.MAX)
             return float(x)
 
-        per_op = seconds_per_op(lambda b=buf: dist.all_reduce(b), iters, dist.barrier, slowest)
+        reps = timed_reps(lambda b=buf: dist.all_reduce(b), iters, dist.barrier, slowest)
         buf.fill_(rank + 1)
         dist.all_reduce(buf)
         bad = torch.tensor(int((buf != size * (size + 1) / 2).sum()))
         dist.all_reduce(bad)
         rows.append(
             {"bytes": count * 4, "iters": iters, "mismatches": int(bad)}
-            | bandwidth(count * 4, per_op, size)
+            | bandwidth(count * 4, min(reps), size, reps)
         )
     return rows
 

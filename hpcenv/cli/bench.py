@@ -33,6 +33,9 @@ def register(app: typer.Typer) -> None:
                 "image, recorded for later reports)",
             ),
         ] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="report.json on stdout (progress: stderr)")
+        ] = False,
     ) -> None:
         """Benchmarks in one run: allreduce on the bare host vs in the image, Horovod/gloo vs MPI,
         memory-copy ceiling, launch tuning vs naive, daal4py vs scikit-learn K-Means, build cost
@@ -49,10 +52,15 @@ def register(app: typer.Typer) -> None:
 
         cfg = BenchConfig(site=site, out=out, quick=quick, image=image,
                           sections=tuple(section or ()))  # fmt: skip
-        report = run_bench(cfg, echo=lambda line: typer.echo(line))
-        typer.echo("")
-        typer.echo(headline_table(report))
-        typer.echo(f"total {report.meta['seconds']:.0f} s; report: {out / 'report.md'}")
+        report = run_bench(cfg, echo=lambda line: typer.echo(line, err=True))  # progress: stderr
+        if as_json:
+            import json
+
+            typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True, default=str))
+        else:
+            typer.echo("")
+            typer.echo(headline_table(report))
+            typer.echo(f"total {report.meta['seconds']:.0f} s; report: {out / 'report.md'}")
         if any(s.error for s in report.sections):
             failed = ", ".join(s.key for s in report.sections if s.error)
             typer.echo(f"failed sections: {failed}", err=True)

@@ -86,6 +86,7 @@ def _check_local_image(site: Site, image: str, inject: bool, force: bool) -> Non
 
 WAIT_MAX_POLL = 30.0  # submit --wait backs off to this (seconds): kind to the scheduler
 
+
 def register(app: typer.Typer) -> None:
     @app.command("submit")
     def submit_cmd(

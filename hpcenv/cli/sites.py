@@ -77,18 +77,25 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[
             bool, typer.Option("--strict", help="exit 1 when a site still holds placeholders")
         ] = False,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
         """Validate site files; errors name file, line and field; placeholders are flagged."""
         from hpcenv.site import load_site_file, placeholders
 
         flagged = 0
+        docs = []
         for f in files:
             site = load_site_file(f)
             marks = placeholders(site)
+            docs.append({"file": str(f), "site": site.name, "valid": True, "placeholders": marks})
+            flagged += len(marks)
+            if as_json:
+                continue
             typer.echo(f"{f}: ok" + (f" ({len(marks)} placeholder(s) to replace)" if marks else ""))
             for field, what in marks.items():
                 typer.echo(f"{f}: placeholder: {field}: {what}", err=True)
-            flagged += len(marks)
+        if as_json:
+            typer.echo(json.dumps(docs, indent=2))
         if strict and flagged:
             raise typer.Exit(1)
 

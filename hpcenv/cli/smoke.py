@@ -51,6 +51,9 @@ def register(app: typer.Typer) -> None:
             typer.Option("--sif", help="run in the SIF built from 'oci' or 'def' (apptainer exec)"),
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no live pytest output")] = False,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="report.json on stdout (pytest's output: stderr)")
+        ] = False,
     ) -> None:
         """Start IMAGE, run allreduce / MNIST-Horovod / daal4py K-Means / CCL checks in it.
 
@@ -87,6 +90,13 @@ def register(app: typer.Typer) -> None:
             mount_checks=mount_checks, keep=keep, echo=not quiet,
             backend="apptainer" if sif else "podman",
         )  # fmt: skip
+        if as_json:
+            import json
+
+            typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
+            if not report.ok:
+                raise typer.Exit(1)
+            return
         console = Console()
         console.print(summary_table(report))
         console.print(f"results: {report.results_dir} ({', '.join(report.files.values())})")

@@ -74,6 +74,7 @@ def register(app: typer.Typer) -> None:
                 + " (e.g. --format singularity > Singularity.def)",
             ),
         ] = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Write Dockerfile, Singularity.def, stack.lock.json and a job script (job.sh) to --out.
 
@@ -125,8 +126,13 @@ def register(app: typer.Typer) -> None:
             (tmp / "job.sh").write_text(job_sh, encoding="utf-8")
             return [p.relative_to(tmp).as_posix() for p in [*paths, tmp / "job.sh"]]
 
-        for rel in publish_dir(out, write_all, force=force):
-            typer.echo(str(out / rel))
+        written = [str(out / rel) for rel in publish_dir(out, write_all, force=force)]
+        if as_json:
+            typer.echo(json.dumps({"out": str(out), "files": written, "site": site_obj.name,
+                                   "recipe": lock.recipe}, indent=2))  # fmt: skip
+            return
+        for path in written:
+            typer.echo(path)
 
     @app.command("build")
     def build_cmd(
@@ -166,7 +172,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         account: Annotated[
             str | None,
-            typer.Option("--account", "-A", help="project in the site's image path ($HPCENV_PROJECT)"),
+            typer.Option(
+                "--account", "-A", help="project in the site's image path ($HPCENV_PROJECT)"
+            ),
         ] = None,
         as_json: JsonOpt = False,
     ) -> None:

@@ -100,11 +100,17 @@ def allreduce_series(tests: list[TestResult]) -> dict[str, list[dict[str, float]
     return series
 
 
-def plot_allreduce(tests: list[TestResult], path: Path, title: str = "") -> Path | None:
+def plot_allreduce(
+    tests: list[TestResult], path: Path, title: str = "", *, image: str = "", ranks: int = 2
+) -> Path | None:
     """Bus bandwidth and time per op vs message size for every flavour; None without data."""
-    from hpcenv.plots import plot_sweeps
+    from hpcenv.plots import machine_caption, plot_sweeps
 
-    return plot_sweeps(allreduce_series(tests), path, title=title or "allreduce, 2 ranks")
+    caption = f"{machine_caption()}; {ranks} ranks, one node" + (
+        f"; image {image}" if image else ""
+    )
+    return plot_sweeps(allreduce_series(tests), path, title=title or f"allreduce, {ranks} ranks",
+                       caption=caption)  # fmt: skip
 
 
 def _fmt(value: Any) -> str:

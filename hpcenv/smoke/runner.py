@@ -118,7 +118,7 @@ def run_smoke(
     ``data_dir`` (staged MNIST IDX, see :func:`hpcenv.datasets.prepare_mnist`) is mounted
     read-only at ``/data/mnist``; ``mount_checks`` mounts this checkout's ``hpcenv/checks`` at
     ``/opt/hpcenv/checks`` for images that do not have them baked in. ``extra_volumes`` are
-    more ``HOST:CONTAINER[:OPTS]`` mounts. ``echo`` streams pytest's output to stdout.
+    more ``HOST:CONTAINER[:OPTS]`` mounts. ``echo`` streams pytest's output to stderr.
     """
     if backend not in BACKENDS:
         raise ConfigError(
@@ -158,9 +158,9 @@ def run_smoke(
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
-                if echo:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
+                if echo:  # progress: stderr (stdout is for the result)
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
             code = proc.wait()
     seconds = time.monotonic() - t0
     raw = results_dir / "results.json"
@@ -177,7 +177,8 @@ def run_smoke(
         results_dir=results_dir,
     )
     report.files = {"junit": "junit.xml", "raw": "results.json", "log": "pytest.log"}
-    plot = plot_allreduce(report.tests, results_dir / PLOT_NAME, title=f"allreduce, {image}")
+    plot = plot_allreduce(report.tests, results_dir / PLOT_NAME, title="allreduce, 2 ranks",
+                          image=f"{image} ({backend})")  # fmt: skip
     if plot is not None:
         report.files["plot"] = plot.name
     write_report(report)
