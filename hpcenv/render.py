@@ -15,7 +15,7 @@ import jinja2
 
 from hpcenv import __version__
 from hpcenv.blocks import Blocks, Stage
-from hpcenv.credentials import clean_url, secret_mount
+from hpcenv.credentials import SECRETS_DIR, clean_url, secret_mount
 from hpcenv.lock import Lock
 from hpcenv.paths import package_dir, templates_dir
 from hpcenv.safe import checked_lines, finalize, ini_line
@@ -101,6 +101,7 @@ def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
         bootstrap=bootstrap,
         bootstrap_from=bootstrap_from,
         test_commands=blocks.test_commands(),
+        secrets_dir=SECRETS_DIR,
     )
     return Rendered(dockerfile, singularity.lstrip("\n"), lock_json, pip_conf(site))
 

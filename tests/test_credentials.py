@@ -85,6 +85,8 @@ def test_rendered_files_hold_no_credentials(tmp_path: Path) -> None:
     assert "-o Dir::Etc::netrc=/run/secrets/hpcenv-apt-auth -o APT::Sandbox::User=root" in docker
     assert "-o Dir::Etc::netrc=/run/secrets/hpcenv-apt-auth" in rendered.singularity
     assert "export PIP_CONFIG_FILE=/run/secrets/hpcenv-pip.conf" in rendered.singularity
+    # Apptainer binds only onto existing folders: each stage makes the mount point first.
+    assert rendered.singularity.count('mkdir -p "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}/run/secrets"') == 2
 
 
 def test_credentialed_dockerfile_passes_hadolint(tmp_path: Path) -> None:
