@@ -171,3 +171,17 @@ def test_every_data_command_offers_json() -> None:
                  ["data", "mnist"], ["smoke"], ["bench"], ["submit"], ["status"], ["tune"]):  # fmt: skip
         proc = hpcenv(*args, "--help")
         assert "--json" in proc.stdout, args
+
+
+def test_missing_scheduler_command_says_where_to_submit(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "HPCENV_CACHE": str(tmp_path / "c")}
+    proc = subprocess.run([str(HPCENV), "submit", "--site", "summit", "-r", "horovod-gpu", "-A", "CSC1",
+                           "--workdir", str(tmp_path), "--", "true"],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        "error: bsub is not on this host: summit takes jobs through lsf; submit from a login node "
+        "of summit (summit.olcf.ornl.gov) or over SSH with --transport ssh --ssh-host LOGIN_NODE"
+    )

@@ -207,6 +207,7 @@ def submit(
         job_id = check_job_id(existing)
     else:
         done = Completed(result.returncode, "\n".join(lines), result.stderr)
+        _missing_command(done, scheduler.submit_argv(after)[0], site, transport)
         job_id = scheduler.parse_job_id(done)
     key = record_key(transport.spec, job_id)
     script_path = write_private(records_dir() / f"{key}.sh", rendered.script)
@@ -234,6 +235,24 @@ def submit_chain(
         after = [subs[-1].job_id] if subs else []
         subs.append(submit(site, job, transport, image=image, after=after))
     return subs
+
+
+def _missing_command(done: Completed, command: str, site: Site, transport: Transport) -> None:
+    """A submit command the host lacks: say where the site's jobs can be submitted from."""
+    if done.returncode != 127 and "command not found" not in done.stderr:
+        return
+    where = [f"from a login node of {site.name}"]
+    if site.scheduler.login_host:
+        where[0] += f" ({site.scheduler.login_host})"
+    if site.ssh:
+        where.append(f"over SSH with --transport ssh (site ssh: {site.ssh.host})")
+    else:
+        where.append("over SSH with --transport ssh --ssh-host LOGIN_NODE")
+    here = "this host" if transport.describe() == "local" else transport.describe()
+    raise JobError(
+        f"{command} is not on {here}: {site.name} takes jobs through {site.scheduler.kind}; "
+        f"submit {' or '.join(where)}"
+    )
 
 
 def status(sub: Submission, transport: Transport) -> JobStatus:
