@@ -322,6 +322,21 @@ class NetworkPlugin(Strict):
     how: ShellText = Field(description="how the job gets it, e.g. 'module load rccl-net-plugin'")
 
 
+class Reference(Strict):
+    """A performance reference for one smoke figure, ReFrame-style: the run passes while the
+    value stays within ``[value*(1+lower), value*(1+upper)]``; outside on the bad side it is a
+    regression (``better`` says which side that is), on the good side an improvement."""
+
+    value: float = Field(gt=0)
+    lower: float = Field(ge=-1, le=0, description="lower bound as a fraction of value, e.g. -0.5")
+    upper: float | None = Field(default=None, ge=0, description="upper bound fraction; none: open")
+    unit: Annotated[str, StringConstraints(pattern=r"^[A-Za-z/%]+$")]
+    better: Literal["higher", "lower"]
+
+
+FigureName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_-]+)+$")]
+
+
 class Provenance(Strict):
     """Which values are verified facts (with a source), assumptions, or placeholders to replace.
 
@@ -363,6 +378,9 @@ class Site(Strict):
         max_length=256,
     )
     ssh: Ssh | None = None
+    references: dict[FigureName, Reference] = Field(
+        default={}, description="smoke figure -> performance reference (hpcenv smoke compares)"
+    )
     provenance: Provenance = Provenance()
 
     @field_validator("defaults")

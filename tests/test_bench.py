@@ -27,9 +27,7 @@ from hpcenv.bench.report import (
     Section,
     Table,
     at_size,
-    best_algorithm_per_size,
     best_sweep,
-    coll_tuned_rules,
     fmt_bytes,
     fmt_ratio,
     geomean,
@@ -100,33 +98,6 @@ def test_sweep_ratios_only_at_common_sizes() -> None:
     assert at_size(num, 7) is None
 
 
-def test_best_algorithm_per_size_prefers_lower_number_on_ties() -> None:
-    runs = {
-        0: [row(8, 1.0), row(1 << 20, 1.0)],
-        1: [row(8, 1.0), row(1 << 20, 2.5)],
-        4: [row(8, 0.5), row(1 << 20, 2.0)],
-    }
-    assert best_algorithm_per_size(runs) == {8: (0, 1.0), 1 << 20: (1, 2.5)}
-    # with a margin, a winner must beat algorithm 0 by that factor to replace it
-    runs[1] = [row(8, 1.05), row(1 << 20, 2.5)]
-    assert best_algorithm_per_size(runs, margin=1.1) == {8: (0, 1.0), 1 << 20: (1, 2.5)}
-    assert best_algorithm_per_size(runs, margin=3.0) == {8: (0, 1.0), 1 << 20: (0, 1.0)}
-
-
-def test_coll_tuned_rules_collapse_runs_and_start_at_zero() -> None:
-    text = coll_tuned_rules({8: 3, 32: 3, 128: 1, 1 << 20: 1, 1 << 24: 2}, comm_size=2)
-    lines = text.splitlines()
-    # 1 collective, id 2 (allreduce), 1 communicator size, size 2, 3 message rules
-    assert lines[:5] == ["1", "2", "1", "2", "3"]
-    assert lines[5:] == ["0 3 0 0", "128 1 0 0", "16777216 2 0 0"]
-    assert all(ch.isdigit() or ch in " \n" for ch in text)  # no comments: digits only
-    with pytest.raises(ValueError):
-        coll_tuned_rules({}, 2)
-    with pytest.raises(ValueError):
-        coll_tuned_rules({8: -1}, 2)
-
-
-# -- report ------------------------------------------------------------------------------------
 def test_markdown_table_escapes_and_checks_width() -> None:
     text = markdown_table(["a", "b"], [["x|y", 1.5]])
     assert text.splitlines() == ["| a | b |", "|:---|---:|", "| x\\|y | 1.5 |"]

@@ -44,6 +44,7 @@ class BenchContext:
     container: Container | None = None
     site: Any = None  # hpcenv.site.Site
     tuning: Any = None  # hpcenv.jobs.tuning.LaunchTuning
+    measured: Any = None  # hpcenv.tuning.model.MeasuredTuning in force for this image, if any
     shared: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -77,9 +78,19 @@ class BenchContext:
         return " ".join(map(shlex.quote, Mpirun().command(self.site, self.tuning)))
 
     @property
-    def hpcenv_env(self) -> dict[str, str]:
-        """The job environment hpcenv sets: tuning env + the site's ``tuning:`` block."""
+    def launch_env(self) -> dict[str, str]:
+        """hpcenv's launch environment without measured tuning: placement + site ``tuning:``."""
         return dict(self.tuning.env) | {str(k): str(v) for k, v in self.site.tuning.items()}
+
+    @property
+    def hpcenv_env(self) -> dict[str, str]:
+        """The environment hpcenv's default launch sets: :attr:`launch_env` plus the measured
+        tuning in force (its rules file is in the bench's work folder, mounted at IMAGE_WORK)."""
+        if self.measured is None:
+            return self.launch_env
+        from hpcenv.tuning.apply import RULES_NAME, environment
+
+        return self.launch_env | environment(self.measured, f"{IMAGE_WORK}/{RULES_NAME}")
 
     def image_script(self, name: str) -> str:
         folder = IMAGE_BENCH if (HOST_BENCH / name).is_file() else IMAGE_CHECKS

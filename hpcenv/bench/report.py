@@ -112,52 +112,6 @@ def largest_common(*sweeps: Sequence[Row]) -> int | None:
     return max(common) if common else None
 
 
-def best_algorithm_per_size(
-    runs: Mapping[int, Sequence[Row]], margin: float = 1.0
-) -> dict[int, tuple[int, float]]:
-    """For each size, the coll_tuned algorithm with the highest bus bandwidth and that bandwidth.
-
-    Algorithm 0 is Open MPI's own fixed decision. Another algorithm replaces it at a size only
-    when it is at least ``margin`` times faster there (e.g. 1.1: 10 %), so noise between single
-    sweeps does not turn into rules; ties keep the lower algorithm number.
-    """
-    out: dict[int, tuple[int, float]] = {}
-    default = by_size(runs[0]) if 0 in runs else {}
-    for alg in sorted(runs):
-        for size, row in by_size(runs[alg]).items():
-            bw = float(row["busbw_GBps"])
-            if alg != 0 and size in default and bw < margin * float(default[size]["busbw_GBps"]):
-                continue
-            if size not in out or bw > out[size][1]:
-                out[size] = (alg, bw)
-    return dict(sorted(out.items()))
-
-
-def coll_tuned_rules(choice: Mapping[int, int], comm_size: int, coll_id: int = 2) -> str:
-    """An Open MPI coll_tuned dynamic rules file (classic format) for one collective.
-
-    ``choice`` maps message size in bytes (count x datatype size) to an algorithm; Open MPI uses
-    the rule with the largest size <= the message, so the first rule is moved to size 0 and runs
-    of the same algorithm collapse into one rule. ``coll_id`` 2 is allreduce. Numbers only, one
-    record per line (no comments: the 4.1 reader skips non-digits and would read digits in them).
-    """
-    if not choice:
-        raise ValueError("no algorithm choices")
-    if comm_size < 1:
-        raise ValueError(f"bad communicator size {comm_size}")
-    rules: list[tuple[int, int]] = []
-    for size in sorted(choice):
-        alg = int(choice[size])
-        if alg < 0:
-            raise ValueError(f"bad algorithm {alg} for {size} bytes")
-        if rules and rules[-1][1] == alg:
-            continue
-        rules.append((0 if not rules else size, alg))
-    lines = ["1", str(coll_id), "1", str(comm_size), str(len(rules))]
-    lines += [f"{size} {alg} 0 0" for size, alg in rules]
-    return "\n".join(lines) + "\n"
-
-
 # -- the report model ------------------------------------------------------------------------
 @dataclass
 class Table:
@@ -383,7 +337,7 @@ def publish(results: Path, docs: Path, name: str = "bench-latest") -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     for item in sorted(results.iterdir()):
-        if item.is_file() and item.suffix in (".png", ".Dockerfile", ".conf", ".json"):
+        if item.is_file() and item.suffix in (".png", ".Dockerfile", ".conf", ".rules", ".json"):
             shutil.copy2(item, folder / item.name)
     text = (results / REPORT_MD).read_text(encoding="utf-8")
     text = re.sub(r"\]\(([^)/]+\.png)\)", rf"]({name}/\1)", text)

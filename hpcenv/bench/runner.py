@@ -37,9 +37,10 @@ from hpcenv.bench.shells import Container, podman
 from hpcenv.errors import ConfigError, EnvironmentProblem
 
 SectionFn = Callable[[BenchContext], Section]
-NEEDS_CONTAINER = {"startup", "memcopy", "allreduce", "tuning", "mnist", "kmeans"}
+NEEDS_CONTAINER = {"startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "kmeans"}
 CHECK_SCRIPTS = ("allreduce_mpi.py", "allreduce_horovod.py", "allreduce_torch_gloo.py",
-                 "mnist_horovod.py", "_bench.py", "_idx.py")  # fmt: skip
+                 "allreduce_inplace.py", "mnist_horovod.py", "_bench.py", "_idx.py")  # fmt: skip
+NEEDS_MEASURED = {"tuning", "mnist", "likeforlike"}
 
 
 def cli_section(ctx: BenchContext) -> Section:
@@ -95,6 +96,7 @@ def _sections() -> dict[str, SectionFn]:
     from hpcenv.bench.buildcost import build_section, full_build_section
     from hpcenv.bench.comm import (
         allreduce_section,
+        likeforlike_section,
         memcopy_section,
         mnist_section,
         startup_section,
@@ -108,6 +110,7 @@ def _sections() -> dict[str, SectionFn]:
         "memcopy": memcopy_section,
         "allreduce": allreduce_section,
         "tuning": tuning_section,
+        "likeforlike": likeforlike_section,
         "mnist": mnist_section,
         "kmeans": kmeans_section,
         "two-node": two_node_section,
@@ -117,8 +120,8 @@ def _sections() -> dict[str, SectionFn]:
     }
 
 
-SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "mnist", "kmeans", "two-node", "cli",
-                 "build")  # fmt: skip
+SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "kmeans",
+                 "two-node", "cli", "build")  # fmt: skip
 EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
 
 
@@ -166,6 +169,46 @@ def _checks_mount(image: str) -> tuple[list[str], str]:
     return ([f"{HOST_CHECKS}:{IMAGE_CHECKS}:ro"],
             f"the image's {IMAGE_CHECKS} lacks or differs in {', '.join(differ)}: this checkout's "
             "hpcenv/checks is mounted over it, so host and image run the same scripts")  # fmt: skip
+
+
+def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
+    """The measured tuning in force for the image (``hpcenv tune --measure``'s file); when none
+    applies, measure it now in the bench's container and save it, so the bench's "hpcenv
+    default" is exactly what ``submit``/``smoke`` would use afterwards."""
+    from hpcenv.tuning.apply import RULES_NAME, image_id, lookup
+    from hpcenv.tuning.measure import measure, mpirun_line, read_lock
+    from hpcenv.tuning.store import save
+
+    ctr = ctx.ctr()
+    found = lookup(ctx.site, ctx.tuning, ctx.image)
+    if found is not None and found.tuning is not None:
+        ctx.measured = found.tuning
+        why = f"measured tuning in force: {found.path} ({found.why})"
+    else:
+        if found is not None and found.warning:
+            ctx.echo(f"warning: {found.warning}")
+        iid = image_id(ctx.image)
+        if iid is None:
+            ctx.notes.append(f"no measured tuning: the digest of {ctx.image} is unknown")
+            return
+        ctx.echo("== measuring tuning (hpcenv tune --measure) for the hpcenv default")
+        t0 = time.perf_counter()
+        ctx.measured = measure(
+            ctx.site, ctx.image, iid, ctx.tuning,
+            lambda c, e, to: ctr.run(c, e, to), mpirun_line(ctx.site, ctx.tuning), ctx.work,
+            lock=read_lock(lambda c, e, to: ctr.run(c, e, to)), budget_s=240 if not ctx.quick
+            else 60, quick=ctx.quick, echo=ctx.echo, rules_mount=IMAGE_WORK,
+        )  # fmt: skip
+        path = save(ctx.measured)
+        why = (f"measured tuning: none was in force, so this run measured it "
+               f"({time.perf_counter() - t0:.0f} s) and saved it to {path}")  # fmt: skip
+    rules = ctx.measured.rules_text()
+    if rules:
+        (ctx.work / RULES_NAME).write_text(rules, encoding="utf-8")
+        (ctx.out / RULES_NAME).write_text(rules, encoding="utf-8")
+    ctx.notes.append(why)
+    meta["measured_tuning"] = ctx.measured.model_dump()
+    ctx.echo(why)
 
 
 def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchReport:
@@ -234,6 +277,8 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
             ctx.container = Container(image, volumes)
             start_s = ctx.container.start()
             echo(f"container {ctx.container.name} started in {start_s:.1f} s; {why}")
+            if NEEDS_MEASURED & set(names):
+                measured_tuning(ctx, meta)
         for name in names:
             echo(f"== {name}")
             t0 = time.perf_counter()

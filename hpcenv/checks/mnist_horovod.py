@@ -8,20 +8,25 @@ evaluated across ranks. Rank 0 prints accuracy, train time and every rank's para
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import os
 import time
-from pathlib import Path
-from typing import Any
 
-import horovod
-import horovod.torch as hvd
-import numpy as np
-import torch
-from _bench import emit, platform_info
-from _idx import read_idx
-from torch import nn
+T_START = time.time()  # before the heavy imports: the process's own start, near enough
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import horovod  # noqa: E402
+import horovod.torch as hvd  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from _bench import emit, platform_info  # noqa: E402
+from _idx import read_idx  # noqa: E402
+from torch import nn  # noqa: E402
+
+T_IMPORTED = time.time()
 
 MEAN, STD = 0.1307, 0.3081
 
@@ -69,6 +74,7 @@ def main() -> None:
     args = ap.parse_args()
 
     hvd.init()
+    t_init = time.time()
     rank, size = hvd.rank(), hvd.size()
     threads = args.threads or max(1, (os.cpu_count() or 1) // hvd.local_size())
     torch.set_num_threads(threads)
@@ -88,6 +94,7 @@ def main() -> None:
     initial = param_checksum(net)
 
     losses = []
+    t_first_step = 0.0
     t0 = time.perf_counter()
     for epoch in range(args.epochs):
         net.train()
@@ -102,6 +109,8 @@ def main() -> None:
             loss.backward()
             opt.step()
             total += float(loss.detach())
+            if not t_first_step:
+                t_first_step = time.time()
         losses.append(float(hvd.allreduce(torch.tensor(total / steps), name=f"loss.{epoch}")))
     train_s = float(hvd.allreduce(torch.tensor(time.perf_counter() - t0), op=hvd.Max, name="t"))
 
@@ -117,6 +126,15 @@ def main() -> None:
         flat, op=hvd.Min, name="pmin"
     )
     checksums = hvd.allgather_object(param_checksum(net) | {"rank": rank})
+    # Time to the first training step, slowest rank; from the launcher's start when the launch
+    # line exported HPCENV_LAUNCH_T0 (``date +%s.%N`` right before mpirun), else from import.
+    launch_t0 = float(os.environ.get("HPCENV_LAUNCH_T0") or T_START)
+    marks = {"imports": T_IMPORTED - T_START, "hvd_init": t_init - T_IMPORTED,
+             "first_step_from_process": t_first_step - T_START,
+             "first_step_from_launch": t_first_step - launch_t0}  # fmt: skip
+    startup = {k: float(hvd.allreduce(torch.tensor(v), op=hvd.Max, name=f"startup.{k}"))
+               for k, v in marks.items()}  # fmt: skip
+    startup["from_launcher"] = "HPCENV_LAUNCH_T0" in os.environ
     initial_all = hvd.allgather_object(initial["sha256"])
 
     if rank == 0:
@@ -145,6 +163,7 @@ def main() -> None:
                 "initial_param_sha256": initial_all,
                 "param_checksums": checksums,
                 "param_max_spread": float(spread.max()),
+                "startup_seconds": startup,
                 "platform": platform_info(),
             }
         )

@@ -54,6 +54,13 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="report.json on stdout (pytest's output: stderr)")
         ] = False,
+        check_references: Annotated[
+            bool,
+            typer.Option(
+                "--check-references",
+                help="exit 1 when a figure regresses beyond the site's reference tolerance",
+            ),
+        ] = False,
     ) -> None:
         """Start IMAGE, run allreduce / MNIST-Horovod / daal4py K-Means / CCL checks in it.
 
@@ -66,7 +73,7 @@ def register(app: typer.Typer) -> None:
 
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
-        from hpcenv.smoke.report import summary_table
+        from hpcenv.smoke.report import references_table, summary_table
         from hpcenv.smoke.runner import image_tag, require_image, run_smoke
 
         if image is None:
@@ -85,20 +92,40 @@ def register(app: typer.Typer) -> None:
             results = cache_dir() / "results" / f"smoke-{slug}-{stamp}"
         require_image(image, "apptainer" if sif else "podman")  # before fetching or staging data
         data_dir = data or prepare_mnist().directory
+        launch = None
+        references = {}
+        if site:
+            from hpcenv.site import load_site
+            from hpcenv.smoke.runner import launch_settings
+
+            site_obj = load_site(site)
+            references = dict(site_obj.references)
+            if not sif:
+                launch = launch_settings(site_obj, image)
+                typer.echo(launch.note, err=True)  # stderr: stdout may carry --json
+        if check_references and not references:
+            raise ConfigError("--check-references needs --site SITE with references: in its file")
         report = run_smoke(
             image, results, data_dir=data_dir, extra_volumes=volume or [],
             mount_checks=mount_checks, keep=keep, echo=not quiet,
-            backend="apptainer" if sif else "podman",
+            backend="apptainer" if sif else "podman", launch=launch, references=references,
         )  # fmt: skip
+        bad = [v for v in report.references if v["verdict"] == "regression"]
         if as_json:
             import json
 
             typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
-            if not report.ok:
-                raise typer.Exit(1)
-            return
-        console = Console()
-        console.print(summary_table(report))
-        console.print(f"results: {report.results_dir} ({', '.join(report.files.values())})")
+        else:
+            console = Console()
+            console.print(summary_table(report))
+            refs = references_table(report)
+            if refs is not None:
+                console.print(refs)
+            console.print(f"results: {report.results_dir} ({', '.join(report.files.values())})")
         if not report.ok:
+            raise typer.Exit(1)
+        if check_references and bad:
+            for v in bad:
+                typer.echo(f"regression: {v['figure']} = {v['value']:.4g} {v['unit']}, outside "
+                           f"{v['bounds'][0]:.4g}..{v['bounds'][1]:.4g}", err=True)  # fmt: skip
             raise typer.Exit(1)

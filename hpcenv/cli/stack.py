@@ -112,7 +112,13 @@ def register(app: typer.Typer) -> None:
             from hpcenv.jobs.project import account_for
 
             account_for(site_obj, account, strict=True)  # a placeholder is refused here too
-        job_sh = render_job(site_obj, job, default_image(site_obj, lock.recipe))
+        from hpcenv.tuning.apply import for_job
+
+        image = default_image(site_obj, lock.recipe)
+        measured, warning = for_job(site_obj, job, image)
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
+        job_sh = render_job(site_obj, job, image, measured)
         if fmt is not None:  # one artifact on stdout (the hpccm habit: -f singularity > x.def)
             import sys
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import jinja2
 
@@ -35,6 +36,9 @@ from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.paths import templates_dir
 from hpcenv.safe import Lines, finalize
 from hpcenv.site import Site
+
+if TYPE_CHECKING:
+    from hpcenv.tuning.model import MeasuredTuning
 
 
 @dataclass(frozen=True)
@@ -88,12 +92,20 @@ def _one_line(text: str) -> str:
 
 
 def prepare(
-    site: Site, job: JobSpec, image: str | None = None, *, submitting: bool = False
+    site: Site,
+    job: JobSpec,
+    image: str | None = None,
+    *,
+    submitting: bool = False,
+    measured: MeasuredTuning | None = None,
 ) -> RenderedJob:
     """Render ``job`` for ``site``; ``image`` overrides ``job.image`` (None: run on the host).
 
     ``submitting``: the script is about to be submitted (or shown as such), so a missing or
-    placeholder account is refused with the option to give.
+    placeholder account is refused with the option to give. ``measured``: the tuning file in
+    force for this image and layout (:func:`hpcenv.tuning.apply.lookup`); its environment is
+    exported after the site's, and its Open MPI rules file is written into the job's step
+    folder by the script itself.
     """
     if site.scheduler.kind == "none":
         raise ConfigError(f"site {site.name!r} has no batch scheduler (scheduler.kind: none)")
@@ -153,8 +165,20 @@ def prepare(
     env.update(tuning.env)
     env.update(site.mpi.env)
     env.update(site.tuning)
-    env.update(job.env)
     notes = [f"tuning: {r}" for r in tuning.reasons]
+    rules_text = None
+    if measured is not None:
+        from hpcenv.tuning.apply import OMPI_RULES_ENV, RULES_NAME, environment
+
+        rules_text = measured.rules_text()
+        env.update(environment(measured, f"$HPCENV_STEPS/{RULES_NAME}" if rules_text else None))
+        if rules_text and OMPI_RULES_ENV not in job.env:
+            expands.add(OMPI_RULES_ENV)
+        notes.append(
+            f"measured tuning: {measured.date}, image {measured.image_id[:12]}, "
+            f"{measured.layout.describe()} (hpcenv tune --show --site {site.name})"
+        )
+    env.update(job.env)
 
     launch: str | None = None
     launch_argv: list[str] = []
@@ -287,6 +311,7 @@ def prepare(
         "data": qpath(data) if data else None,
         "output": qpath(output) if output else None,
         "exports": exports,
+        "tuning_rules": rules_text.rstrip("\n") if rules_text else None,
         "stage_in": stage_in,
         "launch": launch,
         "preflight": preflight,
@@ -309,6 +334,8 @@ def prepare(
     )
 
 
-def render_job(site: Site, job: JobSpec, image: str | None = None) -> str:
+def render_job(
+    site: Site, job: JobSpec, image: str | None = None, measured: MeasuredTuning | None = None
+) -> str:
     """The job script text for ``job`` on ``site``; ``image`` overrides ``job.image``."""
-    return prepare(site, job, image).script
+    return prepare(site, job, image, measured=measured).script

@@ -6,12 +6,31 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Open MPI refuses root without these two; for a non-root user (the images default to ``hpc``)
 # they change nothing, and they let the same commands run where a target executes as root.
 OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+IMAGE_LOCK = "/opt/hpcenv/stack.lock.json"  # the lock every hpcenv image carries
+
+
+def missing_component(
+    lock: Mapping[str, Any] | None, component: str, operation: str | None = None
+) -> str | None:
+    """Why the image cannot run a check that needs ``component`` (and Horovod ``operation``),
+    from the lock baked into it; None when it can (or when the image carries no lock)."""
+    if lock is None:
+        return None
+    comps = lock.get("components", {})
+    name = f"{lock.get('recipe', '?')} image for {lock.get('site', '?')}"
+    if component not in comps:
+        return f"the {name} has no {component} (its lock: {', '.join(sorted(comps))})"
+    if operation is not None:
+        ops = str(comps[component].get("options", {}).get("operations", "")).split(",")
+        if operation not in ops:
+            return f"the {name} built {component} without {operation} (operations: {','.join(ops)})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -23,15 +42,20 @@ class Target:
     mpich_abi_lib: str
     ranks: int
     timeout: int
+    launch_env: Mapping[str, str] = field(default_factory=dict)
+    mpirun_flags: str | None = None  # hpcenv's placement for mpirun (smoke --site passes it)
 
     def script(self, name: str) -> str:
         return f"{self.checks_dir}/{name}"
 
     @property
     def mpirun(self) -> str:
-        """Open MPI (the primary MPI); ``--oversubscribe`` because ranks may exceed cores."""
+        """Open MPI (the primary MPI) with hpcenv's placement flags when the runner passes them
+        (``--mpirun-flags``), else unplaced with ``--oversubscribe`` (ranks may exceed cores)."""
         from hpcenv.jobs.launchers import Mpirun
 
+        if self.mpirun_flags:
+            return f"mpirun -np {self.ranks} {self.mpirun_flags}"
         return shlex.join(Mpirun.unplaced(self.ranks))
 
     @property

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hpcenv.smoke._target import OMPI_ROOT_ENV, Target, last_json
+from hpcenv.smoke._target import IMAGE_LOCK, OMPI_ROOT_ENV, Target, last_json, missing_component
 
 RESULTS = pytest.StashKey[dict[str, dict[str, Any]]]()
 
@@ -32,6 +32,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ranks", type=int, default=2, help="ranks per distributed check")
     group.addoption("--check-timeout", type=int, default=600, help="seconds per check command")
     group.addoption("--smoke-json", default=None, help="write outcomes + metrics as JSON here")
+    group.addoption(
+        "--launch-env", default="{}", help="JSON object: hpcenv's launch + measured tuning env"
+    )
+    group.addoption("--mpirun-flags", default="", help="Open MPI mpirun placement options")
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +47,31 @@ def target(pytestconfig: pytest.Config) -> Target:
         mpich_abi_lib=str(opt("--mpich-abi-lib")),
         ranks=int(opt("--ranks")),
         timeout=int(opt("--check-timeout")),
+        launch_env={str(k): str(v) for k, v in json.loads(opt("--launch-env")).items()},
+        mpirun_flags=str(opt("--mpirun-flags")) or None,
     )
+
+
+@pytest.fixture(scope="module")
+def image_lock(host: Any) -> dict[str, Any] | None:
+    """The lock baked into the image (None for an image without one: every check runs)."""
+    result = host.run(f"cat {IMAGE_LOCK}")
+    if result.rc != 0:
+        return None
+    doc = json.loads(result.stdout)
+    return doc if isinstance(doc, dict) else None
+
+
+@pytest.fixture
+def requires(image_lock: dict[str, Any] | None) -> Callable[..., None]:
+    """``requires("horovod", "gloo")``: skip, with the lock's reason, when the image lacks it."""
+
+    def _requires(component: str, operation: str | None = None) -> None:
+        why = missing_component(image_lock, component, operation)
+        if why:
+            pytest.skip(why)
+
+    return _requires
 
 
 def test_name(item: pytest.Item) -> str:
@@ -96,7 +124,8 @@ def run_check(
     def _run(
         launcher: str, script: str, *args: str, env: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
-        command = target.command(launcher, script, args, {**OMPI_ROOT_ENV, **(env or {})})
+        full_env = {**OMPI_ROOT_ENV, **target.launch_env, **(env or {})}
+        command = target.command(launcher, script, args, full_env)
         started = time.monotonic()
         result = host.run(command)
         wall = time.monotonic() - started

@@ -48,6 +48,8 @@ class SmokeReport:
     tests: list[TestResult]
     results_dir: Path
     files: dict[str, str] = field(default_factory=dict)
+    launch: dict[str, Any] = field(default_factory=dict)
+    references: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -151,5 +153,30 @@ def summary_table(report: SmokeReport) -> Table:
         table.add_row(
             escape(test.name), f"[{style}]{test.outcome}[/]" if style else test.outcome,
             f"{test.duration:.1f}", escape(detail),
+        )  # fmt: skip
+    return table
+
+
+def references_table(report: SmokeReport) -> Table | None:
+    """Figures vs the site's references and vs the history median; None without figures."""
+    if not report.references:
+        return None
+    from rich.markup import escape
+    from rich.table import Table
+
+    styles = {"regression": "red", "improvement": "green", "pass": "green"}
+    table = Table(title="performance: references and history")
+    for col in ("figure", "value", "reference (bounds)", "verdict", "history median", "vs history"):
+        table.add_column(col)
+    for v in report.references:
+        bounds = v["bounds"]
+        ref = (f"{_fmt(v['reference'])} ({_fmt(bounds[0])}..{_fmt(bounds[1])})"
+               if v["reference"] is not None and bounds else "")  # fmt: skip
+        hist = "" if v["history_median"] is None else f"{_fmt(v['history_median'])} ({v['history_runs']} runs)"
+        verdict, hv = v["verdict"], v["history_verdict"]
+        table.add_row(
+            escape(v["figure"]), f"{_fmt(v['value'])} {v['unit']}", ref,
+            f"[{styles[verdict]}]{verdict}[/]" if verdict in styles else verdict, hist,
+            f"[{styles[hv]}]{hv}[/]" if hv in styles else hv,
         )  # fmt: skip
     return table

@@ -8,15 +8,19 @@ infinity``, then ``python -m pytest hpcenv/smoke --hosts=podman://NAME`` (with h
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hpcenv.errors import ConfigError, EnvironmentProblem, HpcenvError
 from hpcenv.smoke.report import (
@@ -89,16 +93,35 @@ def apptainer_target(name: str, volumes: Sequence[str]) -> Iterator[str]:
             os.environ[BINDS_ENV] = old
 
 
-def pytest_argv(host_url: str, results_dir: Path, pytest_args: Sequence[str] = ()) -> list[str]:
+def pytest_argv(
+    host_url: str, results_dir: Path, pytest_args: Sequence[str] = (),
+    launch: LaunchSettings | None = None,
+) -> list[str]:  # fmt: skip
     """The pytest command that runs the packaged smoke suite against ``host_url``."""
+    extra = []
+    if launch is not None:
+        extra = [f"--launch-env={json.dumps(launch.env, sort_keys=True)}",
+                 f"--mpirun-flags={launch.mpirun_flags}"]  # fmt: skip
     return [
         sys.executable, "-m", "pytest", str(SMOKE_DIR),
         "-c", str(SMOKE_DIR / "pytest.ini"), "--rootdir", str(SMOKE_DIR),
         f"--hosts={host_url}",
         f"--junitxml={results_dir / 'junit.xml'}",
         f"--smoke-json={results_dir / 'results.json'}",
+        *extra,
         *pytest_args,
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """hpcenv's launch for the smoke checks: placement flags + env, and the measured tuning's
+    rules file (mounted at ``RULES_MOUNT``), with a line saying where it came from."""
+
+    mpirun_flags: str
+    env: dict[str, str]
+    rules_text: str | None = None
+    note: str = ""
 
 
 def run_smoke(
@@ -112,6 +135,8 @@ def run_smoke(
     pytest_args: Sequence[str] = (),
     keep: bool = False,
     echo: bool = False,
+    launch: LaunchSettings | None = None,
+    references: Mapping[str, Any] | None = None,
 ) -> SmokeReport:
     """Run the smoke suite against ``image`` and write its results to ``results_dir``.
 
@@ -119,6 +144,10 @@ def run_smoke(
     read-only at ``/data/mnist``; ``mount_checks`` mounts this checkout's ``hpcenv/checks`` at
     ``/opt/hpcenv/checks`` for images that do not have them baked in. ``extra_volumes`` are
     more ``HOST:CONTAINER[:OPTS]`` mounts. ``echo`` streams pytest's output to stderr.
+    ``launch``: hpcenv's placement and measured tuning for the MPI checks (default: a plain
+    ``mpirun --oversubscribe``). ``references``: the site's performance references; every
+    figure is compared with them and with the history of earlier runs of this image and backend
+    (see :mod:`hpcenv.smoke.references`), and this run is added to that history.
     """
     if backend not in BACKENDS:
         raise ConfigError(
@@ -134,6 +163,13 @@ def run_smoke(
     volumes = [f"{data_dir}:{DATA_MOUNT}:ro", *extra_volumes]
     if mount_checks:
         volumes.append(f"{CHECKS_DIR}:{CHECKS_MOUNT}:ro")
+    if launch is not None and launch.rules_text:
+        from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME
+
+        rules_dir = results_dir / "tuning"
+        rules_dir.mkdir(exist_ok=True)
+        (rules_dir / RULES_NAME).write_text(launch.rules_text, encoding="utf-8")
+        volumes.append(f"{rules_dir}:{RULES_MOUNT}:ro")
 
     from hpcenv.engines import engine_env
 
@@ -147,7 +183,7 @@ def run_smoke(
     )
     with target as name:
         host_url = f"{backend}://{name}"
-        argv = pytest_argv(host_url, results_dir, pytest_args)
+        argv = pytest_argv(host_url, results_dir, pytest_args, launch)
         with log_path.open("w") as log:
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
@@ -177,9 +213,59 @@ def run_smoke(
         results_dir=results_dir,
     )
     report.files = {"junit": "junit.xml", "raw": "results.json", "log": "pytest.log"}
+    if launch is not None:
+        report.launch = {"mpirun_flags": launch.mpirun_flags, "env": launch.env,
+                         "note": launch.note}  # fmt: skip
+    _compare(report, references or {}, started)
     plot = plot_allreduce(report.tests, results_dir / PLOT_NAME, title="allreduce, 2 ranks",
                           image=f"{image} ({backend})")  # fmt: skip
     if plot is not None:
         report.files["plot"] = plot.name
     write_report(report)
     return report
+
+
+def _compare(report: SmokeReport, references: Mapping[str, Any], started: datetime) -> None:
+    """Judge the run's figures against references and history; append the run to history."""
+    from hpcenv.smoke.references import (
+        append_history,
+        compare,
+        figures,
+        history_path,
+        read_history,
+    )
+
+    figs = figures(report.tests)
+    slug = f"{report.backend}-" + report.image.rsplit("/", 1)[-1].replace(":", "-")
+    path = history_path(report.results_dir, slug)
+    report.references = [v.to_dict() for v in compare(figs, references, read_history(path))]
+    if figs:
+        append_history(path, {"date": started.isoformat(timespec="seconds"), "image": report.image,
+                              "figures": {k: f.value for k, f in figs.items()}})  # fmt: skip
+    report.files["history"] = str(path)
+
+
+def launch_settings(site: Any, image: str, ranks: int = 2) -> LaunchSettings:
+    """hpcenv's default launch of ``ranks`` ranks on one node of ``site`` in ``image``: the
+    placement's mpirun flags and environment, the site's ``tuning:`` and the measured tuning in
+    force for this image digest and layout (a stale or foreign file is ignored, with the reason
+    in ``note``)."""
+    from hpcenv.jobs.tuning import tune
+    from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment, lookup
+
+    placement = tune(site, 1, ranks, force=True)
+    from hpcenv.jobs.launchers import Mpirun
+
+    flags = shlex.join(Mpirun().flags(site, placement)[2:])  # without "-np N"
+    env = dict(placement.env) | {str(k): str(v) for k, v in site.tuning.items()}
+    found = lookup(site, placement, image)
+    rules = None
+    if found is not None and found.tuning is not None:
+        env |= environment(found.tuning, f"{RULES_MOUNT}/{RULES_NAME}")
+        rules = found.tuning.rules_text()
+        note = f"measured tuning in force: {found.path} ({found.why})"
+    elif found is not None:
+        note = f"warning: {found.warning or found.why}"
+    else:
+        note = "no measured tuning for this site and layout (hpcenv tune --measure)"
+    return LaunchSettings(f"{flags} --oversubscribe", env, rules, note)

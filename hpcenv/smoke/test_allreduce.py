@@ -23,10 +23,11 @@ class Flavor:
     env: dict[str, str]
     factor: int
     controller: str | None = None
+    needs: tuple[str, str | None] = ("mpi4py", None)
 
 
 FLAVORS = [
-    Flavor("mpi4py", "allreduce_mpi.py", lambda t: t.mpirun, {}, 4),
+    Flavor("mpi4py", "allreduce_mpi.py", lambda t: t.mpirun, {}, 4, None, ("mpi4py", None)),
     Flavor(
         "horovod-mpi",
         "allreduce_horovod.py",
@@ -34,6 +35,7 @@ FLAVORS = [
         {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"},
         16,
         "mpi",
+        ("horovod", "mpi"),
     ),
     Flavor(
         "horovod-gloo",
@@ -42,8 +44,11 @@ FLAVORS = [
         {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"},
         16,
         "gloo",
+        ("horovod", "gloo"),
     ),
-    Flavor("torch-gloo", "allreduce_torch_gloo.py", lambda t: t.torchrun, {}, 4),
+    Flavor(
+        "torch-gloo", "allreduce_torch_gloo.py", lambda t: t.torchrun, {}, 4, None, ("torch", None)
+    ),
 ]
 
 
@@ -53,7 +58,9 @@ def test_allreduce(
     target: Target,
     run_check: Callable[..., dict[str, Any]],
     record: Callable[..., None],
+    requires: Callable[..., None],
 ) -> None:
+    requires(*flavor.needs)
     sizes = (
         "--min-bytes",
         str(SMALLEST),

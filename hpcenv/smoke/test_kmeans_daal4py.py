@@ -14,11 +14,16 @@ def test_kmeans_daal4py(
     target: Target,
     run_check: Callable[..., dict[str, Any]],
     record: Callable[..., None],
+    requires: Callable[..., None],
+    image_lock: dict[str, Any] | None,
 ) -> None:
+    requires("daal4py")
+    opts = (image_lock or {}).get("components", {}).get("daal4py", {}).get("options", {})
+    launcher = f"{opts.get('launcher', 'mpiexec.mpich')} -n {target.ranks}"
     doc = run_check(
-        target.mpiexec_mpich,
+        launcher,
         "kmeans_daal4py.py",
-        env={"LD_LIBRARY_PATH": target.mpich_abi_lib},
+        env={"LD_LIBRARY_PATH": opts.get("lib_dir", target.mpich_abi_lib)},
     )
     spmd, batch, skl = doc["daal4py_spmd"], doc["daal4py_batch"], doc["sklearn"]
     record(
@@ -30,6 +35,8 @@ def test_kmeans_daal4py(
         iterations_batch=batch["iterations"],
         iterations_spmd=spmd["iterations"],
         rows=doc["rows"],
+        spmd_ms_per_iteration=round(spmd["seconds"] / max(1, spmd["iterations"]) * 1e3, 3),
+        batch_ms_per_iteration=round(batch["seconds"] / max(1, batch["iterations"]) * 1e3, 3),
     )
     assert doc["world_size"] == target.ranks
     assert doc["spmd_vs_batch_rel_diff"] <= REL_TOL

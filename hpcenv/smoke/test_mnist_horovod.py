@@ -16,7 +16,9 @@ def test_mnist_horovod(
     target: Target,
     run_check: Callable[..., dict[str, Any]],
     record: Callable[..., None],
+    requires: Callable[..., None],
 ) -> None:
+    requires("horovod", "mpi")
     manifest = json.loads(host.file(f"{target.mnist_dir}/manifest.json").content_string)
     doc = run_check(target.mpirun, "mnist_horovod.py", target.mnist_dir)
     record(
@@ -27,6 +29,7 @@ def test_mnist_horovod(
         final_loss=round(doc["epoch_loss"][-1], 4),
         epoch_loss=doc["epoch_loss"],
         param_checksums=doc["param_checksums"],
+        step_ms=round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3),
     )
     assert doc["world_size"] == target.ranks
     assert doc["train_samples"] == manifest["split"]["train"]

@@ -18,7 +18,9 @@ def test_torch_ccl(
     target: Target,
     run_check: Callable[..., dict[str, Any]],
     record: Callable[..., None],
+    requires: Callable[..., None],
 ) -> None:
+    requires("torch")
     doc = run_check(
         target.torchrun, "torch_ccl.py", "--min-bytes", str(SMALLEST), "--max-bytes", str(LARGEST)
     )

@@ -1,0 +1,140 @@
+"""Performance references for the smoke suite's figures, ReFrame-style, and their history.
+
+A site may carry ``references:`` (``hpcenv.site.Reference``: value, lower/upper bounds as
+fractions of the value, unit, and whether higher or lower is better). After a smoke run each
+figure (:func:`figures`) is compared with its reference and with the median of the earlier runs
+of the same image and backend kept in ``<results parent>/smoke-history/<slug>.jsonl``; each
+comparison is ``pass``, ``regression`` or ``improvement`` (``no reference`` / ``no history``
+when there is nothing to compare with). ``hpcenv smoke --check-references`` exits 1 when a
+figure regresses beyond its reference's tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcenv.smoke.report import TestResult
+
+HISTORY_KEEP = 10  # compare with the median of the last N runs
+# Without a reference, history verdicts use these bounds (fractions of the median).
+HISTORY_LOWER, HISTORY_UPPER = -0.5, 1.0
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    unit: str
+    better: str  # "higher" or "lower"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    figure: str
+    value: float
+    unit: str
+    reference: float | None
+    bounds: tuple[float, float] | None
+    verdict: str
+    history_median: float | None
+    history_runs: int
+    history_verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _at(sweep: list[dict[str, Any]], size: int, key: str) -> float | None:
+    for row in sweep:
+        if int(row["bytes"]) == size:
+            return float(row[key])
+    return None
+
+
+def figures(tests: Iterable[TestResult]) -> dict[str, Figure]:
+    """The figures a smoke run measured (passed tests only), by stable name."""
+    out: dict[str, Figure] = {}
+    for test in tests:
+        if test.outcome != "passed":
+            continue
+        m = test.metrics
+        flavor, sweep = m.get("flavor"), m.get("sweep")
+        if flavor and isinstance(sweep, list):
+            for size, label in ((64 * MiB, "64MiB"), (512 << 10, "512KiB")):
+                bw = _at(sweep, size, "busbw_GBps")
+                if bw is not None:
+                    out[f"allreduce.{flavor}.busbw_{label}"] = Figure(bw, "GB/s", "higher")
+            lat = _at(sweep, 8, "time_us")
+            if lat is not None:
+                out[f"allreduce.{flavor}.time_8B"] = Figure(lat, "us", "lower")
+        if "step_ms" in m:
+            out["mnist_horovod.step_ms"] = Figure(float(m["step_ms"]), "ms", "lower")
+        for key in ("spmd_ms_per_iteration", "batch_ms_per_iteration"):
+            if key in m:
+                out[f"kmeans.{key}"] = Figure(float(m[key]), "ms", "lower")
+    return out
+
+
+def judge(value: float, ref: float, lower: float, upper: float | None, better: str) -> str:
+    """ReFrame's rule: inside ``[ref*(1+lower), ref*(1+upper)]`` passes; outside on the bad
+    side is a regression, on the good side an improvement."""
+    lo = ref * (1 + lower)
+    hi = ref * (1 + upper) if upper is not None else float("inf")
+    if better == "higher":
+        return "regression" if value < lo else "improvement" if value > hi else "pass"
+    return "regression" if value > hi else "improvement" if value < lo else "pass"
+
+
+def history_path(results_dir: Path, slug: str) -> Path:
+    return results_dir.parent / "smoke-history" / f"{slug}.jsonl"
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue  # a torn line from an interrupted run: skip it, keep the rest
+        if isinstance(doc, dict) and isinstance(doc.get("figures"), dict):
+            out.append(doc)
+    return out[-HISTORY_KEEP:]
+
+
+def append_history(path: Path, entry: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def compare(
+    figs: Mapping[str, Figure], references: Mapping[str, Any], history: list[dict[str, Any]]
+) -> list[Verdict]:
+    """One verdict per figure: against the site's reference and against the history median."""
+    out = []
+    for name, fig in sorted(figs.items()):
+        ref = references.get(name)
+        verdict, bounds, value_ref = "no reference", None, None
+        if ref is not None:
+            value_ref = float(ref.value)
+            verdict = judge(fig.value, value_ref, ref.lower, ref.upper, ref.better)
+            hi = value_ref * (1 + ref.upper) if ref.upper is not None else float("inf")
+            bounds = (value_ref * (1 + ref.lower), hi)
+        past = [float(h["figures"][name]) for h in history if name in h["figures"]]
+        median = statistics.median(past) if past else None
+        if median is None:
+            hist = "no history"
+        else:
+            lower = ref.lower if ref is not None else HISTORY_LOWER
+            upper = ref.upper if ref is not None and ref.upper is not None else HISTORY_UPPER
+            hist = judge(fig.value, median, lower, upper, fig.better)
+        out.append(Verdict(name, fig.value, fig.unit, value_ref, bounds, verdict, median,
+                           len(past), hist))  # fmt: skip
+    return out

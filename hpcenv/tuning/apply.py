@@ -1,0 +1,103 @@
+"""The one hook between measured tuning and the things that launch ranks.
+
+``submit``/``render`` (job.sh), ``smoke`` and ``bench`` call :func:`lookup` for the site, the
+placement's layout and the image they launch; what is in force becomes environment
+(:func:`environment`) plus, for Open MPI, a rules file that the caller puts where the ranks can
+read it (job.sh writes it into the job's workdir; smoke and bench mount it at ``RULES_MOUNT``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from hpcenv.tuning.model import Layout, MeasuredTuning
+from hpcenv.tuning.store import InForce, in_force, tuning_path
+
+RULES_NAME = "allreduce.rules"
+RULES_MOUNT = "/opt/hpcenv/tuning"  # smoke/bench: host folder with the rules file, read-only
+OMPI_RULES_ENV = "OMPI_MCA_coll_tuned_dynamic_rules_filename"
+
+
+def layout_of(placement: Any) -> Layout:
+    """The layout of a placement (``hpcenv.jobs.tuning.tune``'s result)."""
+    return Layout(
+        nodes=placement.nodes,
+        ranks_per_node=placement.ranks_per_node,
+        cores_per_rank=placement.cores_per_rank,
+    )
+
+
+def image_id(image: str) -> str | None:
+    """The local podman image ID (the digest tuning files are keyed on); None if unknown."""
+    from hpcenv.engines import engine_env
+
+    try:
+        proc = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Id}}", image],
+            capture_output=True, text=True, env=engine_env(), timeout=60, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    iid = proc.stdout.strip().removeprefix("sha256:")
+    return iid if proc.returncode == 0 and iid else None
+
+
+def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
+    """The tuning in force for ``image`` launched with ``placement`` on ``site``.
+
+    None when nothing was ever measured for this site and layout (no warning worth giving);
+    else an :class:`InForce` whose ``tuning`` is None when the file does not apply (``warning``
+    says why). Host runs (``image`` None) never get a tuning measured in an image.
+    """
+    layout = layout_of(placement)
+    if not tuning_path(site.name, layout).is_file():
+        return None
+    if image is None:
+        return InForce(None, tuning_path(site.name, layout), "ignored",
+                       "measured tuning not applied: the job runs on the host, not in the "
+                       "image it was measured in")  # fmt: skip
+    iid = image_id(image) if site.runtime.kind in ("podman", "podman-hpc") else None
+    return in_force(site.name, layout, image, iid)
+
+
+def environment(tuning: MeasuredTuning, rules_path: str | None) -> dict[str, str]:
+    """The variables a launch sets for ``tuning``; ``rules_path`` is the rules file's path as
+    the ranks see it (required when the tuning has coll_tuned rules)."""
+    env = dict(tuning.env)
+    if tuning.collective_rules:
+        if not rules_path:
+            raise ValueError("this tuning has coll_tuned rules: give the rules file's path")
+        env["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
+        env[OMPI_RULES_ENV] = rules_path
+    return env
+
+
+def describe(found: InForce | None) -> list[str]:
+    """Lines for ``tune --show`` and notes: what is in force and why, or why nothing is."""
+    if found is None:
+        return ["no measured tuning (run hpcenv tune --measure)"]
+    if found.tuning is None:
+        return [found.warning or found.why]
+    t = found.tuning
+    lines = [f"measured tuning {found.path}: {found.why}, {t.layout.describe()}"]
+    lines += [f"  why: {r}" for r in t.reasons]
+    return lines
+
+
+def for_job(site: Any, job: Any, image: str | None) -> tuple[MeasuredTuning | None, str | None]:
+    """The measured tuning for an MPI job (``hpcenv.jobs.spec.JobSpec``) and a warning, if any.
+
+    Uses the same placement as the job script (``prepare``) so the layouts agree; single-task
+    jobs and host runs get none.
+    """
+    if job.launch != "mpi":
+        return None, None
+    from hpcenv.jobs.tuning import tune
+
+    placement = tune(site, job.nodes, job.ranks_per_node, cores_per_rank=job.cores_per_rank,
+                     ccl_workers=job.ccl_workers, recipe=job.recipe, force=job.force)  # fmt: skip
+    found = lookup(site, placement, image)
+    if found is None:
+        return None, None
+    return found.tuning, found.warning

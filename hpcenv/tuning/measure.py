@@ -1,0 +1,401 @@
+"""The sweep behind ``hpcenv tune --measure``: run each collective choice the image offers and
+keep what beats the library's own default, per message size.
+
+Runs in one container of the site's image (``podman exec``), with the image's ``mpirun`` and the
+placement's binding (``hpcenv tune``'s launcher flags for the layout), the same way ``smoke`` and
+``bench`` launch. What it sweeps comes from :file:`collectives.yaml` and the image's own lock
+(``/opt/hpcenv/stack.lock.json``): Open MPI coll_tuned allreduce algorithms and segment sizes
+(per message size, 8 B..64 MiB), then Horovod's fusion threshold and cycle time with the chosen
+rules in force. Choices for libraries the image lacks (MPICH/Intel MPI CVARs, NCCL without a GPU)
+are written down as "rendered only" with the reason.
+
+Noise control (the machine may be shared): every candidate runs in ``rounds`` interleaved
+rounds and keeps its best per size; a candidate replaces the default at a size only when it is
+``MARGIN`` faster there; then the resulting rules and the default run again, interleaved, and a
+size where the rules are slower than the default by more than ``KEEP_WITHIN`` goes back to the
+default. The whole sweep stops starting new runs after ``budget_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcenv.bench.shells import OMPI_ROOT_ENV, Result
+from hpcenv.errors import EnvironmentProblem, HpcenvError
+from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment
+from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules
+
+CHECKS = "/opt/hpcenv/checks"
+LOCK_IN_IMAGE = "/opt/hpcenv/stack.lock.json"
+MARGIN = 1.10
+KEEP_WITHIN = 0.95
+HOROVOD_MARGIN = 1.10
+MiB = 1 << 20
+
+Runner = Callable[[str, Mapping[str, str], float], Result]
+
+
+@lru_cache(maxsize=1)
+def collectives() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(
+        Path(__file__).with_name("collectives.yaml").read_text(encoding="utf-8")
+    )
+    return data
+
+
+@dataclass
+class Plan:
+    """What a sweep will run and what it will only write down (with the reason)."""
+
+    mpi: str
+    openmpi: list[tuple[int, int]] = field(default_factory=list)
+    horovod: list[dict[str, str]] = field(default_factory=list)
+    rendered_only: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"MPI in the image: {self.mpi}"]
+        if self.openmpi:
+            names = collectives()["openmpi"]["algorithms"]
+            out.append("measure Open MPI coll_tuned allreduce: default (0) vs " + ", ".join(
+                f"{a} {names[a]}" + (f" seg {s // 1024} KiB" if s else "")
+                for a, s in self.openmpi))  # fmt: skip
+        if self.horovod:
+            out.append("measure Horovod: defaults vs " + ", ".join(
+                " ".join(f"{k}={v}" for k, v in c.items()) for c in self.horovod))  # fmt: skip
+        for key, cands in self.rendered_only.items():
+            out.append(f"rendered only ({key}): {len(cands)} candidate(s)")
+        out += [f"why: {r}" for r in self.reasons]
+        return out
+
+
+def plan(lock: Mapping[str, Any], site: Any, layout: Layout, gpu_visible: bool) -> Plan:
+    """What to sweep for an image with ``lock`` on ``site`` (pure: no process is started)."""
+    comps = lock.get("components", {})
+    mpi = str(comps.get("mpi", {}).get("implementation") or site.mpi.name)
+    kb = collectives()
+    p = Plan(mpi=mpi)
+    family = "openmpi" if mpi in ("openmpi", "spectrum-mpi") else mpi
+    if family == "openmpi":
+        p.openmpi = [(int(a), int(s)) for a, s in kb["openmpi"]["candidates"]]
+        p.reasons.append(f"Open MPI coll_tuned candidates: {kb['openmpi']['source']}")
+    else:
+        p.reasons.append(f"{mpi}: no coll_tuned; its CVARs are swept where the image runs it")
+    for other in ("mpich", "intel-mpi"):
+        if other != family:
+            var = kb[other]["variable"]
+            p.rendered_only[f"{other} (not the image's MPI)"] = [
+                {var: str(c)} for c in kb[other]["candidates"]
+            ]
+    if family in ("mpich", "intel-mpi"):
+        var = kb[family]["variable"]
+        p.rendered_only[f"{family} (no MPICH-ABI allreduce sweep in this version of hpcenv)"] = [
+            {var: str(c)} for c in kb[family]["candidates"]
+        ]
+    hvd = comps.get("horovod")
+    ops = str((hvd or {}).get("options", {}).get("operations", ""))
+    if hvd and "mpi" in ops.split(","):
+        p.horovod = [dict(c) for c in kb["horovod"]["candidates"]]
+        if layout.nodes > 1:
+            p.horovod += [dict(c) for c in kb["horovod"]["multi_node_only"]]
+        else:
+            p.rendered_only["horovod hierarchical (needs more than one node)"] = [
+                dict(c) for c in kb["horovod"]["multi_node_only"]
+            ]
+        p.reasons.append(f"Horovod knobs: {kb['horovod']['source']}")
+    elif hvd:
+        p.reasons.append(f"Horovod without MPI operations ({ops}): its knobs are not swept")
+    if site.gpu.vendor == "nvidia" or "nccl" in comps:
+        why = "GPU visible, but hpcenv has no NCCL sweep check yet" if gpu_visible else (
+            "no GPU visible in the container")  # fmt: skip
+        p.rendered_only[f"nccl ({why})"] = [dict(c) for c in kb["nccl"]["candidates"]]
+    return p
+
+
+def best_per_size(runs: list[list[dict[str, Any]]]) -> dict[int, float]:
+    """Best bus bandwidth per message size over several sweeps of one candidate."""
+    best: dict[int, float] = {}
+    for rows in runs:
+        for row in rows:
+            size, bw = int(row["bytes"]), float(row["busbw_GBps"])
+            best[size] = max(best.get(size, 0.0), bw)
+    return best
+
+
+def choose(
+    default: Mapping[int, float], candidates: Mapping[tuple[int, int], Mapping[int, float]],
+    margin: float = MARGIN,
+) -> dict[int, tuple[int, int]]:  # fmt: skip
+    """Per size, the candidate that beats the default by ``margin`` (else ``(0, 0)``)."""
+    out: dict[int, tuple[int, int]] = {}
+    for size, base in sorted(default.items()):
+        best, best_bw = (0, 0), base * margin
+        for cand, bws in candidates.items():
+            bw = bws.get(size, 0.0)
+            if bw >= best_bw and (best == (0, 0) or bw > best_bw):
+                best, best_bw = cand, bw
+        out[size] = best
+    return out
+
+
+def to_rules(choice: Mapping[int, tuple[int, int]]) -> list[Rule]:
+    """Per-size choices as rules (from each size up); empty when every size keeps the default."""
+    if all(c == (0, 0) for c in choice.values()):
+        return []
+    return [Rule(min_bytes=s, algorithm=a, segsize=g) for s, (a, g) in sorted(choice.items())]
+
+
+def verify(
+    choice: dict[int, tuple[int, int]], rules_bw: Mapping[int, float],
+    default_bw: Mapping[int, float], keep_within: float = KEEP_WITHIN,
+) -> tuple[dict[int, tuple[int, int]], list[int]]:  # fmt: skip
+    """Drop the rule of every size where the rules file measured slower than the default."""
+    dropped = [s for s, c in choice.items()
+               if c != (0, 0) and rules_bw.get(s, 0.0) < keep_within * default_bw.get(s, 0.0)]  # fmt: skip
+    return {s: ((0, 0) if s in dropped else c) for s, c in choice.items()}, dropped
+
+
+class Sweep:
+    """One measuring session: a runner into the image, a layout, a time budget and progress."""
+
+    def __init__(self, run: Runner, mpirun: str, work: Path, layout: Layout, budget_s: float,
+                 echo: Callable[[str], None], quick: bool = False,
+                 rules_mount: str = RULES_MOUNT) -> None:  # fmt: skip
+        self.run, self.mpirun, self.work, self.layout = run, mpirun, work, layout
+        self.rules_path = f"{rules_mount}/{RULES_NAME}"
+        self.budget_s, self.echo, self.quick = budget_s, echo, quick
+        self.t0 = time.monotonic()
+        self.skipped: list[str] = []
+        self.log: list[dict[str, Any]] = []
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def over_budget(self, what: str) -> bool:
+        if self.elapsed > self.budget_s:
+            self.skipped.append(what)
+            self.echo(f"  budget of {self.budget_s:.0f} s spent: skip {what}")
+            return True
+        return False
+
+    def check(self, script: str, args: str, env: Mapping[str, str], label: str) -> dict[str, Any]:
+        line = f"{self.mpirun} python3 {CHECKS}/{script} {args}"
+        res = self.run(line, OMPI_ROOT_ENV | dict(env), 300)
+        doc = res.doc if res.ok else None
+        if doc is None:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-2:]
+            raise HpcenvError(f"tune: {label}: `{line}` failed (exit {res.returncode}): "
+                              + " / ".join(tail))  # fmt: skip
+        self.log.append({"label": label, "env": dict(env), "seconds": round(res.seconds, 2)})
+        return doc
+
+    def sweep_mpi(self, env: Mapping[str, str], label: str) -> list[dict[str, Any]]:
+        hi = 64 * MiB
+        args = f"--min-bytes 8 --max-bytes {hi} --factor 4 --exact-n 1000"
+        doc = self.check("allreduce_mpi.py", args, env, label)
+        bad = sum(int(r["mismatches"]) for r in doc["sweep"])
+        if bad:
+            raise HpcenvError(f"tune: {label}: {bad} wrong allreduce results")
+        return list(doc["sweep"])
+
+
+def _alg_env(alg: int, seg: int) -> dict[str, str]:
+    env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+           "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg)}  # fmt: skip
+    if seg:
+        env["OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize"] = str(seg)
+    return env
+
+
+def _fmt(size: int) -> str:
+    return f"{size // MiB} MiB" if size >= MiB else f"{size // 1024} KiB" if size >= 1024 else f"{size} B"  # noqa: E501
+
+
+def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str],
+                    rounds: int) -> tuple[list[Rule], dict[str, Any], list[str]]:  # fmt: skip
+    names = collectives()["openmpi"]["algorithms"]
+    runs: dict[tuple[int, int], list[list[dict[str, Any]]]] = {(0, 0): []}
+    total = rounds * (len(p.openmpi) + 1)
+    n = 0
+    for r in range(rounds):
+        for cand in [(0, 0), *p.openmpi]:
+            label = "default" if cand == (0, 0) else f"alg {cand[0]} {names[cand[0]]}" + (
+                f" seg {cand[1] // 1024} KiB" if cand[1] else "")  # fmt: skip
+            if cand != (0, 0) and sw.over_budget(f"round {r + 1} {label}"):
+                continue
+            n += 1
+            env = dict(base_env) | ({} if cand == (0, 0) else _alg_env(*cand))
+            t = time.monotonic()
+            rows = sw.sweep_mpi(env, label)
+            runs.setdefault(cand, []).append(rows)
+            sw.echo(f"  [{n}/{total}] {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s, "
+                    f"8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)")  # fmt: skip
+    default = best_per_size(runs[(0, 0)])
+    cands = {c: best_per_size(r) for c, r in runs.items() if c != (0, 0) and r}
+    choice = choose(default, cands)
+    reasons: list[str] = []
+    verify_doc: dict[str, Any] = {}
+    rules = to_rules(choice)
+    if rules:
+        ranks = sw.layout.nodes * sw.layout.ranks_per_node
+        text = coll_tuned_rules([(r.min_bytes, r.algorithm, r.segsize) for r in rules], ranks)
+        (sw.work / RULES_NAME).write_text(text, encoding="utf-8")
+        rules_env = dict(base_env) | {
+            "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+            "OMPI_MCA_coll_tuned_dynamic_rules_filename": sw.rules_path,
+        }
+        checks: dict[str, list[list[dict[str, Any]]]] = {"rules": [], "default": []}
+        for _ in range(1 if sw.quick else 2):
+            checks["rules"].append(sw.sweep_mpi(rules_env, "verify: rules file"))
+            checks["default"].append(sw.sweep_mpi(base_env, "verify: default"))
+        rules_bw, def_bw = best_per_size(checks["rules"]), best_per_size(checks["default"])
+        for s in default:  # the default's best over the sweep and the verification runs
+            def_bw_s = max(def_bw.get(s, 0.0), default[s])
+            def_bw = {**def_bw, s: def_bw_s}
+        choice, dropped = verify(choice, rules_bw, def_bw)
+        verify_doc = {"rules_busbw": rules_bw, "default_busbw": def_bw, "dropped_sizes": dropped}
+        if dropped:
+            reasons.append("verification dropped the rule at " + ", ".join(map(_fmt, dropped))
+                           + f" (rules slower than the default by more than {1 - KEEP_WITHIN:.0%})")  # fmt: skip
+        rules = to_rules(choice)
+    chosen = {s: c for s, c in choice.items() if c != (0, 0)}
+    if chosen:
+        reasons.append(
+            "coll_tuned allreduce per size: " + ", ".join(
+                f"{_fmt(s)} -> {a} {names[a]}" + (f"/seg {g // 1024} KiB" if g else "")
+                + f" ({cands[(a, g)][s] / default[s]:.2f}x the default)"
+                for s, (a, g) in chosen.items())
+            + f"; other sizes keep Open MPI's fixed decision (no candidate {MARGIN - 1:.0%} faster)"
+        )  # fmt: skip
+    else:
+        reasons.append(f"no coll_tuned algorithm beat Open MPI's fixed decision by {MARGIN - 1:.0%}"
+                       " at any size: no rules")  # fmt: skip
+    measurements = {
+        "default_busbw": {str(k): v for k, v in default.items()},
+        "candidates_busbw": {f"{a}/{g}": {str(k): v for k, v in bws.items()}
+                             for (a, g), bws in cands.items()},  # fmt: skip
+        "choice": {str(s): list(c) for s, c in choice.items()},
+        "verification": {k: ({str(s): b for s, b in v.items()} if isinstance(v, dict) else v)
+                         for k, v in verify_doc.items()},  # fmt: skip
+    }
+    return rules, measurements, reasons
+
+
+def measure_horovod(sw: Sweep, p: Plan, base_env: Mapping[str, str],
+                    rounds: int) -> tuple[dict[str, str], dict[str, Any], list[str]]:  # fmt: skip
+    """Horovod knobs: training-step-shaped exchange (primary) and 64 MiB in place (guard)."""
+    results: dict[str, list[dict[str, Any]]] = {}
+    cands = [{}, *p.horovod]
+    n, total = 0, rounds * len(cands)
+    for r in range(rounds):
+        for cand in cands:
+            label = " ".join(f"{k}={v}" for k, v in cand.items()) or "Horovod defaults"
+            if cand and sw.over_budget(f"round {r + 1} {label}"):
+                continue
+            n += 1
+            doc = sw.check("allreduce_inplace.py", "--lib horovod --grads --iters 5",
+                           dict(base_env) | cand, label)  # fmt: skip
+            if doc["mismatches"]:
+                raise HpcenvError(f"tune: {label}: {doc['mismatches']} wrong Horovod sums")
+            results.setdefault(label, []).append(doc)
+            sw.echo(f"  [{n}/{total}] {label}: gradient step {doc['grads_step_ms']:.3f} ms, "
+                    f"64 MiB {doc['busbw_GBps']:.2f} GB/s")  # fmt: skip
+    best = {k: {"grads_step_ms": min(d["grads_step_ms"] for d in v),
+                "busbw_GBps": max(d["busbw_GBps"] for d in v)} for k, v in results.items()}  # fmt: skip
+    base = best["Horovod defaults"]
+    env: dict[str, str] = {}
+    reasons: list[str] = []
+    winner = None
+    for cand in p.horovod:
+        label = " ".join(f"{k}={v}" for k, v in cand.items())
+        b = best.get(label)
+        if b is None:
+            continue
+        faster = base["grads_step_ms"] / b["grads_step_ms"]
+        good = faster >= HOROVOD_MARGIN and b["busbw_GBps"] >= KEEP_WITHIN * base["busbw_GBps"]
+        if good and (winner is None or faster > winner[2]):
+            winner = (label, cand, faster)
+    if winner:
+        env = dict(winner[1])
+        reasons.append(f"Horovod {winner[0]}: gradient-shaped step {winner[2]:.2f}x faster than "
+                       "Horovod's defaults, 64 MiB not slower")  # fmt: skip
+    else:
+        reasons.append(f"Horovod: no knob made the gradient-shaped step {HOROVOD_MARGIN - 1:.0%} "
+                       "faster without slowing 64 MiB: Horovod's defaults kept")  # fmt: skip
+    return env, {"best": best}, reasons
+
+
+def measure(
+    site: Any, image: str, image_id: str, placement: Any, run: Runner, mpirun: str,
+    work: Path, *, lock: Mapping[str, Any], gpu_visible: bool = False, budget_s: float = 300,
+    quick: bool = False, echo: Callable[[str], None] = print, rules_mount: str = RULES_MOUNT,
+) -> MeasuredTuning:  # fmt: skip
+    """Run the sweep and return the tuning (not yet saved); ``work`` is the host folder the
+    container sees at ``rules_mount`` (rules files under test are written there)."""
+    from hpcenv.tuning.apply import layout_of
+
+    layout = layout_of(placement)
+    p = plan(lock, site, layout, gpu_visible)
+    for line in p.lines():
+        echo(line)
+    sw = Sweep(run, mpirun, work, layout, budget_s, echo, quick, rules_mount)
+    rounds = 1 if quick else 2
+    base_env = dict(placement.env) | {str(k): str(v) for k, v in site.tuning.items()}
+    rules: list[Rule] = []
+    measurements: dict[str, Any] = {"mpirun": mpirun, "base_env": base_env}
+    reasons = [f"measured with `{mpirun}` in one container of {image}, {rounds} interleaved "
+               f"round(s), budget {budget_s:.0f} s"]  # fmt: skip
+    if p.openmpi:
+        echo("Open MPI coll_tuned allreduce, 8 B..64 MiB:")
+        rules, m, why = measure_openmpi(sw, p, base_env, rounds)
+        measurements["openmpi"] = m
+        reasons += why
+    env: dict[str, str] = {}
+    if p.horovod:
+        echo("Horovod (over MPI), with the chosen rules in force:")
+        draft = MeasuredTuning(site=site.name, image=image, image_id=image_id, layout=layout,
+                               mpi=p.mpi, date="-", collective_rules=rules)  # fmt: skip
+        if rules:
+            (work / RULES_NAME).write_text(draft.rules_text() or "", encoding="utf-8")
+        hv_env = base_env | environment(draft, sw.rules_path)
+        env, m, why = measure_horovod(sw, p, hv_env, rounds)
+        measurements["horovod"] = m
+        reasons += why
+    if sw.skipped:
+        reasons.append(f"time budget ({budget_s:.0f} s) ran out: skipped " + "; ".join(sw.skipped))
+    measurements["runs"] = sw.log
+    return MeasuredTuning(
+        site=site.name, image=image, image_id=image_id, layout=layout, mpi=p.mpi,
+        date=datetime.now(UTC).isoformat(timespec="seconds"), seconds=round(sw.elapsed, 1),
+        collective_rules=rules, env=env, reasons=reasons, rendered_only=p.rendered_only,
+        measurements=json.loads(json.dumps(measurements)),
+    )  # fmt: skip
+
+
+def mpirun_line(site: Any, placement: Any) -> str:
+    """``mpirun`` with the placement's Open MPI flags (how hpcenv launches inside one image)."""
+    from hpcenv.jobs.launchers import Mpirun
+
+    return shlex.join(["mpirun", *Mpirun().flags(site, placement)])
+
+
+def read_lock(run: Runner) -> dict[str, Any]:
+    res = run(f"cat {LOCK_IN_IMAGE}", {}, 60)
+    if not res.ok:
+        raise EnvironmentProblem(f"the image has no {LOCK_IN_IMAGE}: not an hpcenv image?")
+    try:
+        doc: dict[str, Any] = json.loads(res.stdout)
+    except ValueError as err:
+        raise EnvironmentProblem(f"{LOCK_IN_IMAGE} in the image is not JSON: {err}") from None
+    return doc

@@ -1,0 +1,96 @@
+"""Where tuning files live and which one is in force.
+
+One JSON file per site and rank layout: ``<cache>/tuning/<site>/<layout>.json`` (``<cache>`` is
+``$HPCENV_CACHE`` or ``~/.cache/hpcenv``; ``$HPCENV_TUNING_DIR`` replaces ``<cache>/tuning``). A newer measurement replaces the older one. A file is
+in force for a launch only when its site and layout match and it was measured on the same image
+digest as the image being launched; otherwise it is ignored and the reason is returned as a
+warning (never silently applied, never silently dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from hpcenv.errors import ConfigError
+from hpcenv.tuning.model import Layout, MeasuredTuning
+
+
+def tuning_dir() -> Path:
+    from hpcenv.paths import cache_dir
+
+    override = os.environ.get("HPCENV_TUNING_DIR")
+    return Path(override) if override else cache_dir() / "tuning"
+
+
+def tuning_path(site: str, layout: Layout) -> Path:
+    return tuning_dir() / site / f"{layout.key}.json"
+
+
+def save(tuning: MeasuredTuning) -> Path:
+    """Write the file atomically (temp name + rename); returns its path."""
+    path = tuning_path(tuning.site, tuning.layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(tuning.model_dump(), indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load(path: Path) -> MeasuredTuning:
+    """Parse and validate a tuning file; ConfigError naming the file and field otherwise."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: not a readable tuning file ({err})") from None
+    try:
+        return MeasuredTuning.model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise ConfigError(f"{path}: {field}: {first['msg']}") from None
+
+
+@dataclass(frozen=True)
+class InForce:
+    """The lookup's answer: the tuning to apply (or None), where it was looked for, and why."""
+
+    tuning: MeasuredTuning | None
+    path: Path
+    why: str
+    warning: str | None = None
+
+
+def in_force(site: str, layout: Layout, image: str, image_id: str | None) -> InForce:
+    """The tuning file for ``site`` + ``layout`` if it was measured on ``image_id``."""
+    path = tuning_path(site, layout)
+    hint = f"hpcenv tune --measure --site {site}"
+    if not path.is_file():
+        return InForce(None, path, f"no measured tuning for {layout.describe()} ({hint})")
+    try:
+        tuning = load(path)
+    except ConfigError as err:
+        return InForce(None, path, "ignored", f"tuning file ignored: {err}")
+    if tuning.site != site or tuning.layout != layout:
+        return InForce(
+            None, path, "ignored",
+            f"tuning file {path} ignored: it is for site {tuning.site}, "
+            f"{tuning.layout.describe()}, not {site}, {layout.describe()}",
+        )  # fmt: skip
+    if image_id is None:
+        return InForce(
+            None, path, "ignored",
+            f"tuning file {path} ignored: the digest of {image} cannot be checked here "
+            f"(measured on {tuning.image} {tuning.image_id[:12]})",
+        )  # fmt: skip
+    if not tuning.image_id.startswith(image_id[:12]) and not image_id.startswith(tuning.image_id):
+        return InForce(
+            None, path, "ignored",
+            f"tuning file {path} ignored: measured on {tuning.image} {tuning.image_id[:12]} "
+            f"({tuning.date}), but {image} is {image_id[:12]}; re-measure: {hint}",
+        )  # fmt: skip
+    return InForce(tuning, path, f"measured {tuning.date} on {tuning.image} {tuning.image_id[:12]}")

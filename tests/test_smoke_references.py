@@ -1,0 +1,118 @@
+"""Smoke performance references and history (ReFrame-style verdicts), and the lock-driven choice
+of checks: which figures a run yields, how each is judged, what a site file may declare."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcenv.errors import ConfigError
+from hpcenv.site import Reference, load_site
+from hpcenv.smoke._target import missing_component
+from hpcenv.smoke.references import (
+    append_history,
+    compare,
+    figures,
+    history_path,
+    judge,
+    read_history,
+)
+from hpcenv.smoke.report import TestResult
+
+MiB = 1 << 20
+
+
+def sweep(bw64: float, lat8: float) -> list[dict[str, float]]:
+    return [{"bytes": 8, "time_us": lat8, "busbw_GBps": 0.01},
+            {"bytes": 512 << 10, "time_us": 500.0, "busbw_GBps": 4.0},
+            {"bytes": 64 * MiB, "time_us": 1.0, "busbw_GBps": bw64}]  # fmt: skip
+
+
+def results(bw64: float = 2.0, step: float = 8.0) -> list[TestResult]:
+    return [
+        TestResult("t::a[mpi4py]", "passed", 1.0, {"flavor": "mpi4py", "sweep": sweep(bw64, 1.0)}),
+        TestResult("t::a[horovod-gloo]", "failed", 1.0,
+                   {"flavor": "horovod-gloo", "sweep": sweep(9.0, 1.0)}),
+        TestResult("t::mnist", "passed", 1.0, {"step_ms": step}),
+        TestResult("t::kmeans", "passed", 1.0, {"spmd_ms_per_iteration": 14.0,
+                                                "batch_ms_per_iteration": 16.0}),
+    ]  # fmt: skip
+
+
+def test_figures_come_from_passed_tests_only() -> None:
+    figs = figures(results())
+    assert set(figs) == {
+        "allreduce.mpi4py.busbw_64MiB", "allreduce.mpi4py.busbw_512KiB", "allreduce.mpi4py.time_8B",
+        "mnist_horovod.step_ms", "kmeans.spmd_ms_per_iteration", "kmeans.batch_ms_per_iteration",
+    }  # fmt: skip
+    assert figs["allreduce.mpi4py.busbw_64MiB"].better == "higher"
+    assert figs["mnist_horovod.step_ms"].better == "lower"
+
+
+@pytest.mark.parametrize(
+    ("value", "better", "expect"),
+    [(1.0, "higher", "pass"), (0.4, "higher", "regression"), (2.5, "higher", "improvement"),
+     (1.0, "lower", "pass"), (2.5, "lower", "regression"), (0.4, "lower", "improvement")],
+)  # fmt: skip
+def test_judge_follows_reframe_bounds(value: float, better: str, expect: str) -> None:
+    assert judge(value, 1.0, -0.5, 1.0, better) == expect
+
+
+def test_compare_with_references_and_history(tmp_path: Path) -> None:
+    refs = {"allreduce.mpi4py.busbw_64MiB": Reference(value=2.0, lower=-0.5, upper=1.0,
+                                                      unit="GB/s", better="higher"),
+            "mnist_horovod.step_ms": Reference(value=8.0, lower=-0.5, upper=1.0, unit="ms",
+                                               better="lower")}  # fmt: skip
+    path = history_path(tmp_path / "smoke", "podman-x")
+    assert read_history(path) == []
+    for bw in (2.0, 2.2, 1.8):
+        append_history(path, {"figures": {"allreduce.mpi4py.busbw_64MiB": bw}})
+    with path.open("a") as fh:
+        fh.write("{torn line\n")
+    hist = read_history(path)
+    assert len(hist) == 3
+    got = {v.figure: v for v in compare(figures(results(bw64=0.5, step=30.0)), refs, hist)}
+    bw = got["allreduce.mpi4py.busbw_64MiB"]
+    assert (bw.verdict, bw.history_verdict, bw.history_median, bw.history_runs) == (
+        "regression", "regression", 2.0, 3)
+    assert bw.bounds == (1.0, 4.0)
+    assert got["mnist_horovod.step_ms"].verdict == "regression"
+    assert got["kmeans.spmd_ms_per_iteration"].verdict == "no reference"
+    assert got["kmeans.spmd_ms_per_iteration"].history_verdict == "no history"
+    fine = {v.figure: v for v in compare(figures(results()), refs, hist)}
+    assert fine["allreduce.mpi4py.busbw_64MiB"].verdict == "pass"
+
+
+def test_local_site_carries_references_for_its_figures() -> None:
+    refs = load_site("local").references
+    assert "allreduce.mpi4py.busbw_64MiB" in refs and "mnist_horovod.step_ms" in refs
+    for name, ref in refs.items():
+        assert ref.lower <= -0.5, f"{name}: the shared machine needs generous tolerances"
+
+
+def test_a_bad_reference_is_a_clear_config_error(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parent.parent / "site-configs" / "local.yaml").read_text()
+    bad = tmp_path / "mysite.yaml"
+    bad.write_text(text.replace("name: local", "name: mysite") + (
+        "\n" if "references:" in text else
+        "references:\n  allreduce.mpi4py.busbw_64MiB: {value: 2, lower: -2, unit: GB/s, "
+        "better: higher}\n"))  # fmt: skip
+    if "references:" in text:
+        bad.write_text(bad.read_text().replace("lower: -0.", "lower: -2.", 1))
+    with pytest.raises(ConfigError, match="lower"):
+        load_site(str(bad))
+
+
+def test_missing_component_reads_the_lock() -> None:
+    lock = {"recipe": "daal4py", "site": "local",
+            "components": {"mpi4py": {}, "daal4py": {},
+                           "horovod": {"options": {"operations": "mpi"}}}}  # fmt: skip
+    assert missing_component(None, "horovod") is None
+    assert missing_component(lock, "mpi4py") is None
+    assert "has no torch" in (missing_component(lock, "torch") or "")
+    assert "daal4py image for local" in (missing_component(lock, "torch") or "")
+    assert "without gloo" in (missing_component(lock, "horovod", "gloo") or "")
+    assert missing_component(lock, "horovod", "mpi") is None
+    json.dumps(lock)

@@ -1,0 +1,213 @@
+"""Measured tuning: the file model and store, which file is in force, the sweep's decisions,
+the job script hook (shellcheck + executed), smoke's launch settings and the CLI's failure paths
+run as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpcenv.errors import ConfigError
+from hpcenv.jobs import JobSpec, prepare
+from hpcenv.site import load_site
+from hpcenv.tuning import apply, measure
+from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules
+from hpcenv.tuning.store import in_force, load, save, tuning_path
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+IID = "a" * 64
+OTHER = "b" * 64
+
+
+@pytest.fixture(autouse=True)
+def tuning_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "tuning"
+    monkeypatch.setenv("HPCENV_TUNING_DIR", str(path))
+    return path
+
+
+def local_layout() -> Layout:
+    return Layout(nodes=1, ranks_per_node=2, cores_per_rank=1)
+
+
+def sample(**over: Any) -> MeasuredTuning:
+    doc: dict[str, Any] = {
+        "site": "local", "image": "localhost/hpcenv/horovod-cpu:local", "image_id": IID,
+        "layout": local_layout(), "mpi": "openmpi", "date": "2026-11-22T12:00:00+00:00",
+        "collective_rules": [Rule(min_bytes=0, algorithm=0), Rule(min_bytes=33554432, algorithm=2)],
+        "env": {"HOROVOD_CYCLE_TIME": "5"}, "reasons": ["test"],
+    }  # fmt: skip
+    return MeasuredTuning(**(doc | over))
+
+
+def test_rules_file_merges_runs_and_keeps_segment_sizes() -> None:
+    text = coll_tuned_rules([(8, 0, 0), (32, 0, 0), (1 << 20, 5, 65536), (1 << 22, 5, 65536),
+                             (1 << 25, 2, 0)], 2)  # fmt: skip
+    assert text.splitlines() == ["1", "2", "1", "2", "3", "0 0 0 0", "1048576 5 0 65536",
+                                 "33554432 2 0 0"]  # fmt: skip
+    with pytest.raises(ValueError):
+        coll_tuned_rules([], 2)
+
+
+def test_choose_needs_margin_and_verify_drops_losers() -> None:
+    default = {8: 1.0, 1024: 1.0, 1 << 26: 2.0}
+    cands = {(1, 0): {8: 1.05, 1024: 1.5, 1 << 26: 2.5}, (2, 0): {8: 0.5, 1024: 1.2, 1 << 26: 2.6}}
+    choice = measure.choose(default, cands)
+    assert choice == {8: (0, 0), 1024: (1, 0), 1 << 26: (2, 0)}  # 5 % at 8 B is noise
+    kept, dropped = measure.verify(choice, {8: 1.0, 1024: 0.9, 1 << 26: 2.5}, default)
+    assert dropped == [1024] and kept[1024] == (0, 0) and kept[1 << 26] == (2, 0)
+    assert measure.to_rules({8: (0, 0), 16: (0, 0)}) == []
+
+
+def test_save_load_roundtrip_and_path_keyed_by_site_and_layout(tuning_dir: Path) -> None:
+    path = save(sample())
+    assert path == tuning_dir / "local" / "1n2r1c.json" == tuning_path("local", local_layout())
+    assert load(path) == sample()
+
+
+def test_in_force_only_for_same_digest_and_layout() -> None:
+    save(sample())
+    ok = in_force("local", local_layout(), "img", IID)
+    assert ok.tuning == sample() and ok.warning is None
+    foreign = in_force("local", local_layout(), "img", OTHER)
+    assert foreign.tuning is None and "ignored" in (foreign.warning or "")
+    assert IID[:12] in (foreign.warning or "") and OTHER[:12] in (foreign.warning or "")
+    unknown = in_force("local", local_layout(), "img", None)
+    assert unknown.tuning is None and "cannot be checked" in (unknown.warning or "")
+    other_layout = Layout(nodes=2, ranks_per_node=2, cores_per_rank=1)
+    assert in_force("local", other_layout, "img", IID).tuning is None  # no file for it
+
+
+def test_moved_or_tampered_files_are_ignored_with_the_reason(tuning_dir: Path) -> None:
+    path = save(sample())
+    doc = json.loads(path.read_text())
+    doc["layout"]["ranks_per_node"] = 4  # a file copied under another layout's name
+    path.write_text(json.dumps(doc))
+    res = in_force("local", local_layout(), "img", IID)
+    assert res.tuning is None and "4 rank(s)" in (res.warning or "")
+    doc["layout"]["ranks_per_node"] = 2
+    doc["env"] = {"HOROVOD_CYCLE_TIME": "5; rm -rf /"}
+    path.write_text(json.dumps(doc))
+    res = in_force("local", local_layout(), "img", IID)
+    assert res.tuning is None and "env.HOROVOD_CYCLE_TIME" in (res.warning or "")
+    with pytest.raises(ConfigError, match=r"1n2r1c\.json: env\.HOROVOD_CYCLE_TIME"):
+        load(path)
+
+
+def test_job_script_writes_rules_and_exports_them(tmp_path: Path) -> None:
+    site = load_site("local")
+    job = JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2,
+                  image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    plain = prepare(site, job).script
+    assert "allreduce.rules" not in plain
+    script = prepare(site, job, measured=sample()).script
+    assert "cat >\"$HPCENV_STEPS/allreduce.rules\" <<'HPCENV_TUNING'" in script
+    assert "0 0 0 0\n33554432 2 0 0\nHPCENV_TUNING" in script
+    assert ('export OMPI_MCA_coll_tuned_dynamic_rules_filename="$HPCENV_STEPS/allreduce.rules"'
+            in script)  # fmt: skip
+    assert "export OMPI_MCA_coll_tuned_use_dynamic_rules=1" in script
+    assert "export HOROVOD_CYCLE_TIME=5" in script
+    assert "measured tuning: 2026-11-22" in script
+    # the exports and the heredoc, executed: the file exists with the rules, the path resolves
+    head = script[script.index("cd \"$HPCENV_WORKDIR\""):script.index("# Run")]
+    head = head.replace('cd "$HPCENV_WORKDIR"', f"cd {tmp_path}")
+    probe = ("HPCENV_WORKDIR=" + str(tmp_path) + "; HPCENV_JOB_ID=7\n" + head
+             + 'cat "$OMPI_MCA_coll_tuned_dynamic_rules_filename"\n')  # fmt: skip
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.endswith("0 0 0 0\n33554432 2 0 0\n")
+    assert (tmp_path / ".hpcenv" / "7" / "allreduce.rules").is_file()
+
+
+def test_job_env_overrides_measured_env() -> None:
+    site = load_site("local")
+    job = JobSpec(name="t", command=["x"], ranks_per_node=2, env={"HOROVOD_CYCLE_TIME": "1"})
+    script = prepare(site, job, measured=sample()).script
+    assert "export HOROVOD_CYCLE_TIME=1" in script and "HOROVOD_CYCLE_TIME=5" not in script
+
+
+def test_for_job_applies_only_matching_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    site = load_site("local")
+    save(sample())
+    job = JobSpec(name="t", command=["x"], ranks_per_node=2, image="img")
+    monkeypatch.setattr(apply, "image_id", lambda image: IID)
+    assert apply.for_job(site, job, "img") == (sample(), None)
+    monkeypatch.setattr(apply, "image_id", lambda image: OTHER)
+    measured, warning = apply.for_job(site, job, "img")
+    assert measured is None and "re-measure" in (warning or "")
+    single = JobSpec(name="t", command=["x"], launch="single", image="img")
+    assert apply.for_job(site, single, "img") == (None, None)
+    assert apply.for_job(site, job, None)[0] is None  # host run
+
+
+def test_smoke_launch_settings_carry_placement_and_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcenv.smoke.runner import launch_settings
+
+    site = load_site("local")
+    monkeypatch.setattr(apply, "image_id", lambda image: IID)
+    none = launch_settings(site, "img")
+    assert none.rules_text is None and "no measured tuning" in none.note
+    assert "--bind-to core" in none.mpirun_flags and none.env["OMP_NUM_THREADS"] == "1"
+    save(sample())
+    got = launch_settings(site, "img")
+    assert got.rules_text == sample().rules_text()
+    assert got.env["OMPI_MCA_coll_tuned_dynamic_rules_filename"] == "/opt/hpcenv/tuning/allreduce.rules"
+    assert got.env["HOROVOD_CYCLE_TIME"] == "5" and "in force" in got.note
+
+
+def test_plan_follows_the_lock() -> None:
+    site = load_site("local")
+    lock = {"components": {"mpi": {"implementation": "openmpi"},
+                           "horovod": {"options": {"operations": "mpi,gloo"}}}}  # fmt: skip
+    p = measure.plan(lock, site, local_layout(), gpu_visible=False)
+    assert (2, 0) in p.openmpi and (5, 65536) in p.openmpi
+    assert {"HOROVOD_FUSION_THRESHOLD": "0"} in p.horovod
+    assert any("hierarchical" in k for k in p.rendered_only)
+    daal = measure.plan({"components": {"mpi": {"implementation": "openmpi"}}}, site,
+                        local_layout(), gpu_visible=False)  # fmt: skip
+    assert daal.horovod == [] and daal.openmpi
+    gpu = measure.plan(lock, load_site("perlmutter"), local_layout(), gpu_visible=False)
+    nccl = [k for k in gpu.rendered_only if k.startswith("nccl")]
+    assert nccl == ["nccl (no GPU visible in the container)"]
+
+
+def run_hpcenv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(HPCENV), *args], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=120)  # fmt: skip
+
+
+def test_cli_measure_on_a_site_this_host_cannot_run_exits_2() -> None:
+    proc = run_hpcenv("tune", "--site", "summit", "--recipe", "horovod-gpu", "--measure")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: tune --measure runs the site's image with podman")
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_bad_option_combinations_exit_2() -> None:
+    proc = run_hpcenv("tune", "--site", "local", "--measure", "--show")
+    assert proc.returncode == 2 and "exclude each other" in proc.stderr
+    proc = run_hpcenv("tune", "--site", "local", "--measure", "--budget", "0")
+    assert proc.returncode == 2 and "--budget must be > 0" in proc.stderr
+
+
+def test_cli_show_reports_a_foreign_file_as_ignored() -> None:
+    save(sample(image_id=OTHER))
+    proc = run_hpcenv("tune", "--site", "local", "--ranks-per-node", "2", "--show")
+    assert proc.returncode == 0, proc.stderr
+    assert "none in force" in proc.stdout and "ignored" in proc.stdout
+    proc = run_hpcenv("tune", "--site", "local", "--ranks-per-node", "2", "--show", "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["measured"]["in_force"] is False and "ignored" in doc["measured"]["warning"]
+
+
+def test_cli_plan_for_a_gpu_site_renders_nccl() -> None:
+    proc = run_hpcenv("tune", "--site", "perlmutter", "--recipe", "horovod-gpu", "--plan",
+                      "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert any(k.startswith("nccl") for k in doc["rendered_only"])
