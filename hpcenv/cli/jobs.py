@@ -339,6 +339,12 @@ def register(app: typer.Typer) -> None:
         quick: Annotated[
             bool, typer.Option("--quick", help="--measure: one round instead of two")
         ] = False,
+        if_stale: Annotated[
+            bool,
+            typer.Option(
+                "--if-stale", help="--measure only when no file is in force for this image digest"
+            ),
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Placement (ranks, cores, GPUs, threads, masks) and each launcher's flags for it; with
@@ -362,8 +368,19 @@ def register(app: typer.Typer) -> None:
         if plan:
             _tune_plan(s, t, recipe or "horovod-cpu", as_json)
             return
+        if if_stale and not measure:
+            raise ConfigError("--if-stale goes with --measure")
         if measure:
             from hpcenv.tuning.session import measure_site
+
+            if if_stale:
+                from hpcenv.tuning.apply import lookup
+
+                found = lookup(s, t, img)
+                if found is not None and found.tuning is not None:
+                    typer.echo(f"measured tuning in force, not re-measured: {found.path} "
+                               f"({found.why})")  # fmt: skip
+                    return
 
             done = measure_site(s, t, img, budget_s=budget, quick=quick, echo=typer.echo)
             if as_json:
