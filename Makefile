@@ -37,8 +37,9 @@ golden: venv               ## regenerate tests/golden (review the diff before co
 build-local: install       ## bootstrap the base and build the local image with podman
 	$(HPCENV) build --site $(SITE)
 
-smoke-test: install        ## build the local image (podman + SIF) and run the smoke suite in both
+smoke-test: install        ## build the local image (podman + SIF), measure its tuning, smoke both
 	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
+	$(HPCENV) tune --site $(SITE) --ranks-per-node 2 --measure --quick --budget 90 --if-stale
 	$(HPCENV) smoke --site $(SITE) --results $(RESULTS)/smoke
 	$(HPCENV) smoke --site $(SITE) --sif oci --results $(RESULTS)/smoke-sif
 

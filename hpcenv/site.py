@@ -14,7 +14,14 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.paths import site_configs_dir

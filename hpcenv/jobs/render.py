@@ -34,7 +34,7 @@ from hpcenv.jobs.shell import (
 from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
 from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.paths import templates_dir
-from hpcenv.safe import Lines, finalize
+from hpcenv.safe import Lines, checked_lines, finalize
 from hpcenv.site import Site
 
 if TYPE_CHECKING:
@@ -311,7 +311,8 @@ def prepare(
         "data": qpath(data) if data else None,
         "output": qpath(output) if output else None,
         "exports": exports,
-        "tuning_rules": rules_text.rstrip("\n") if rules_text else None,
+        # numbers only (generated from validated integers), one record per line
+        "tuning_rules": checked_lines(rules_text.splitlines(), "\n") if rules_text else None,
         "stage_in": stage_in,
         "launch": launch,
         "preflight": preflight,
