@@ -15,10 +15,14 @@ MPICH_LAUNCH = (
 def kmeans_section(ctx: BenchContext) -> Section:
     sec = Section("kmeans", "K-Means: daal4py (float32) vs stock scikit-learn")
     rows = 200_000 if ctx.quick else 1_000_000
-    reps = 1 if ctx.quick else 3
-    res = ctx.in_image(MPICH_LAUNCH, "kmeans_f32.py", f"--rows {rows} --reps {reps}")
-    doc = res.require_doc()
-    sec.data["run"] = res.summary() | {"doc": doc}
+    reps = 1 if ctx.quick else 5
+    # two runs in a row: the goal is "faster in both", not "faster once"
+    docs = []
+    for i in range(1 if ctx.quick else 2):
+        res = ctx.in_image(MPICH_LAUNCH, "kmeans_f32.py", f"--rows {rows} --reps {reps}")
+        docs.append(res.require_doc())
+        sec.data[f"run{i + 1}"] = res.summary() | {"doc": docs[-1]}
+    doc = docs[-1]
     methods: dict[str, dict[str, Any]] = {
         f"daal4py SPMD ({NP} ranks x 1 thread)": doc["daal4py_spmd"],
         f"daal4py batch ({doc['daal4py_batch']['threads']} threads)": doc["daal4py_batch"],
@@ -40,10 +44,10 @@ def kmeans_section(ctx: BenchContext) -> Section:
     sec.text.append(
         f"{doc['rows']:,} x {doc['features']} float32 points (overlapping Gaussian blobs, the "
         f"kmeans_daal4py check's dataset made in float32), {doc['clusters']} clusters, at most "
-        f"{doc['max_iterations']} Lloyd iterations, the same initial centroids for every method, "
-        "no early stop by tolerance (scikit-learn still stops at exact label convergence, so the "
-        "per-iteration column is the fair one). Best of "
-        f"{doc['reps']}. SPMD runs under `mpiexec.mpich` with the image's MPICH-ABI side "
+        f"{doc['max_iterations']} Lloyd iterations (below where this data converges, so every method "
+        "does all of them), the same initial centroids for every method, no early stop by "
+        "tolerance. Best of "
+        f"{doc['reps']}, daal4py batch and scikit-learn alternating rep by rep. SPMD runs under `mpiexec.mpich` with the image's MPICH-ABI side "
         "runtime; the batch runs use every core of one process. daal4py from "
         f"scikit-learn-intelex {doc['daal4py']}."
     )
@@ -55,17 +59,22 @@ def kmeans_section(ctx: BenchContext) -> Section:
         + (f", sklearnex {doc['sklearnex_vs_batch_rel_diff']:.1e}"
            if "sklearnex_vs_batch_rel_diff" in doc else "") + ".",
     ))  # fmt: skip
-    batch, spmd = doc["daal4py_batch"], doc["daal4py_spmd"]
 
     def per_it(m: dict[str, Any]) -> float:
         return float(m["seconds"]) / max(1, int(m["iterations"] or 1))
 
-    sec.headline.append(Headline(
-        "K-Means float32: scikit-learn / daal4py batch, time per iteration (speed-up)",
-        f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(batch) * 1e3)} ms/iter",
-        fmt_ratio(ratio(sk_per_iter, per_it(batch)))))  # fmt: skip
-    sec.headline.append(Headline(
-        f"K-Means float32: scikit-learn / daal4py SPMD ({NP} ranks), time per iteration",
-        f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(spmd) * 1e3)} ms/iter",
-        fmt_ratio(ratio(sk_per_iter, per_it(spmd)))))  # fmt: skip
+    def speedups(key: str) -> list[float]:
+        out = []
+        for d in docs:
+            skl = per_it(d["sklearn"])
+            out.append(skl / per_it(d[key]))
+        return out
+
+    for key, label in (("daal4py_batch", "batch"), ("daal4py_spmd", f"SPMD ({NP} ranks)")):
+        ups = speedups(key)
+        sec.headline.append(Headline(
+            f"K-Means float32: scikit-learn / daal4py {label}, time per iteration, "
+            f"{len(docs)} runs in a row (goal >= 1.2 in each)",
+            f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(doc[key]) * 1e3)} ms/iter (last run)",
+            " / ".join(fmt_ratio(u) for u in ups)))  # fmt: skip
     return sec

@@ -64,10 +64,11 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000, help="total rows, split over ranks")
     ap.add_argument("--features", type=int, default=10)
     ap.add_argument("--clusters", type=int, default=10)
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=10, help="below the data's convergence point "
+                    "(13), so every method does exactly this many Lloyd iterations")  # fmt: skip
     ap.add_argument("--spread", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="batch threads (0: all cores)")
     args = ap.parse_args()
     k, d, iters = args.clusters, args.features, args.iters
@@ -91,8 +92,6 @@ def main() -> None:
     d4p.daalinit(args.threads or os.cpu_count() or 1)
     threads = d4p.num_threads()
     batch_algo = d4p.kmeans(k, iters, fptype="float", accuracyThreshold=0.0)
-    batch_s, batch = best_of(args.reps, lambda: batch_algo.compute(data, init))
-    batch_centroids = np.array(batch.centroids)
 
     import sklearn
     from sklearn.cluster import KMeans
@@ -101,8 +100,17 @@ def main() -> None:
     def fit(cls: Any) -> Any:
         return cls(k, init=init, n_init=1, max_iter=iters, tol=0.0, algorithm="lloyd").fit(data)
 
+    # daal4py batch and scikit-learn alternate rep by rep, so a burst of load from elsewhere on
+    # the (shared) machine hits both alike; each keeps its best rep.
+    batch_s, sk_s = float("inf"), float("inf")
+    batch: Any = None
+    km: Any = None
     with threadpool_limits(limits=threads):
-        sk_s, km = best_of(args.reps, lambda: fit(KMeans))
+        for _ in range(args.reps):
+            t_b, batch = best_of(1, lambda: batch_algo.compute(data, init))
+            t_s, km = best_of(1, lambda: fit(KMeans))
+            batch_s, sk_s = min(batch_s, t_b), min(sk_s, t_s)
+    batch_centroids = np.array(batch.centroids)
     result: dict[str, Any] = {
         "check": "kmeans_f32",
         "world_size": nprocs,
