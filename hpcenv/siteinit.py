@@ -5,7 +5,7 @@ a command's output is recorded as ``verified`` (with the command), a value chose
 of thumb as ``assumed`` (with the rule), and a value only the user knows (a project to charge)
 as ``placeholder``. The commands run on this host (:class:`LocalHost`) or are read from a folder
 of recorded outputs, one ``KEY.txt`` per command (:class:`RecordedHost`; tests keep real sites'
-recordings under ``tests/data/hosts/``). The written file is validated before it is kept.
+recordings under ``tests/data/hosts/``), or on a login node over SSH (:class:`TransportHost`). The written file is validated before it is kept.
 """
 
 from __future__ import annotations
@@ -76,6 +76,20 @@ class LocalHost:
         except (OSError, subprocess.TimeoutExpired) as err:
             return 124, str(err)
         return proc.returncode, proc.stdout + proc.stderr
+
+
+class TransportHost:
+    """Runs :data:`COMMANDS` through a job transport (a login node over SSH)."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.name = transport.describe()
+
+    def run(self, key: str) -> tuple[int, str]:
+        import shlex
+
+        done = self.transport.run(shlex.join(COMMANDS[key]), timeout=60)
+        return done.returncode, done.stdout + done.stderr
 
 
 class RecordedHost:

@@ -113,6 +113,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--extends", help="without --from-host: a file that extends this site"),
         ] = None,
+        ssh_host: Annotated[
+            str | None,
+            typer.Option("--ssh-host", help="with --from-host: detect on this login node over SSH"),
+        ] = None,
+        ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
+        ssh_port: Annotated[int, typer.Option("--ssh-port")] = 22,
+        ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
+        known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
         out: Annotated[
             Path | None, typer.Option("--out", "-o", help="file to write (default: NAME.yaml)")
         ] = None,
@@ -131,9 +139,21 @@ def register(app: typer.Typer) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
             raise ConfigError(f"site name {name!r}: lowercase letters, digits and dashes")
         target = out or Path(f"{name}.yaml")
-        if from_host or recorded:
-            host = RecordedHost(recorded) if recorded else LocalHost()
-            data = site_data(detect(host, name))
+        if from_host or recorded or ssh_host:
+            if ssh_host:
+                from hpcenv.jobs.transport import SshTransport, TransportSpec
+                from hpcenv.siteinit import TransportHost
+
+                spec = TransportSpec(kind="ssh", host=ssh_host, port=ssh_port, user=ssh_user,
+                                     key_file=ssh_key, known_hosts=known_hosts)  # fmt: skip
+                transport = SshTransport(spec)
+                try:
+                    data = site_data(detect(TransportHost(transport), name))
+                finally:
+                    transport.close()
+            else:
+                host = RecordedHost(recorded) if recorded else LocalHost()
+                data = site_data(detect(host, name))
         elif extends:
             from hpcenv.site import load_site
 
