@@ -47,13 +47,23 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def check_target(out: Path, *, force: bool) -> Path:
     """``out`` made absolute, or an OutputError saying why hpcenv will not write there."""
+    try:
+        return _check_target(out, force=force)
+    except OSError as err:  # an unreadable folder, a vanished working directory
+        raise OutputError(f"cannot write to {out}: {err.strerror or err}") from err
+
+
+def _check_target(out: Path, *, force: bool) -> Path:
     target = Path(os.path.abspath(out))
     if target == Path(target.anchor) or target.parent == target:
         raise OutputError(f"refusing to write output to the filesystem root {out}")
     if target == Path.home() or os.path.ismount(target):
         raise OutputError(f"refusing to replace {out} (a home folder or mount point)")
-    cwd = Path(os.path.abspath(os.getcwd()))
-    if target == cwd or target in cwd.parents:
+    try:
+        cwd: Path | None = Path(os.getcwd())
+    except OSError:  # the working directory was removed: nothing to protect there
+        cwd = None
+    if cwd is not None and (target == cwd or target in cwd.parents):
         raise OutputError(f"refusing to replace {out}: it is (or holds) the current folder")
     if target.exists() or target.is_symlink():
         if target.is_symlink():

@@ -317,3 +317,19 @@ def test_swap_without_renameat2_still_replaces_whole(tmp_path: Path,
     publish_dir(out, lambda d: (d / "b").write_text("two"))
     assert sorted(p.name for p in out.iterdir()) == [MARKER, "b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.hpcenv-lock", "out"]
+
+
+def test_unreadable_or_vanished_places_are_one_line(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = subprocess.Popen([str(HPCENV), "render", "--site", "local", "--recipe", "daal4py",
+                             "--out", "rel-out"], cwd=gone, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    gone.rmdir()  # usually before the process resolves the relative --out
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    absolute = tmp_path / "abs-out"
+    ok = subprocess.run([str(HPCENV), "render", "--site", "local", "--recipe", "daal4py",
+                         "--out", str(absolute)], cwd=tmp_path, capture_output=True, text=True,
+                        timeout=120)  # fmt: skip
+    assert ok.returncode == 0 and (absolute / MARKER).is_file()
