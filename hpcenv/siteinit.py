@@ -249,7 +249,7 @@ def _by(key: str) -> str:
 
 def _purpose(path: str) -> str:
     low = path.lower()
-    for word, purpose in (("home", "home"), ("proj", "project"), ("sw", "software"),
+    for word, purpose in (("home", "home"), ("proj", "project"), ("cfs", "project"), ("sw", "software"),
                           ("software", "software"), ("dataset", "datasets")):  # fmt: skip
         if word in low.split("/") or f"/{word}" in low:
             return purpose
@@ -370,8 +370,9 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
                 found, src = parsed, _by(key)
                 break
     if found is None:
-        d.set("mpi.spec", "openmpi@4.1", placeholder="no MPI found: name@version of the site's MPI")
-        found = ("openmpi", "4.1")
+        d.set("mpi.spec", "openmpi@4.1.6",
+              placeholder="no MPI found on this host: name@version of the site's MPI")  # fmt: skip
+        found = ("openmpi", "4.1.6")
     else:
         d.set("mpi.spec", f"{found[0]}@{found[1]}", verified=src + on)
     name, version = found
@@ -474,6 +475,9 @@ def write_site(data: dict[str, Any], out: Path, *, force: bool = False,
     try:
         if validate is not None:
             validate(tmp)
+    except ConfigError as err:  # name the file the user asked for, not the temporary one
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(str(err).replace(str(tmp), str(out))) from None
     except Exception:
         tmp.unlink(missing_ok=True)
         raise

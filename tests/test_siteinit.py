@@ -54,6 +54,24 @@ def test_recorded_frontier_matches_the_builtin_site(tmp_path: Path) -> None:
     assert "mpi.root" in prov["assumed"] and "node.memory_gb" in prov["assumed"]
 
 
+PERLMUTTER_SHARED = ("arch", "node.sockets", "node.cores_per_socket", "node.threads_per_core",
+                     "node.memory_gb", "node.gpus", "gpu.vendor", "gpu.driver", "scheduler.kind",
+                     "scheduler.launcher", "runtime.kind", "node_local.kind")  # fmt: skip
+
+
+def test_recorded_perlmutter_matches_the_builtin_where_documented(tmp_path: Path) -> None:
+    detected = siteinit.site_data(siteinit.detect(siteinit.RecordedHost(DATA / "perlmutter"), "p"))
+    out = siteinit.write_site(detected, tmp_path / "p.yaml", validate=load_site_file)
+    mine, builtin = load_site_file(out), load_site("perlmutter")
+    a, b = mine.model_dump(), builtin.model_dump()
+    assert {
+        k: (_get(a, k), _get(b, k)) for k in PERLMUTTER_SHARED if _get(a, k) != _get(b, k)
+    } == {}
+    kinds = {fs.path: (fs.kind, fs.purpose) for fs in mine.filesystems}
+    assert kinds == {"/pscratch": ("lustre", "scratch"), "/global/cfs": ("gpfs", "project")}
+    assert "mpi.spec" in placeholders(mine)  # NERSC's pages do not say which Cray MPICH
+
+
 def test_this_machine_validates_renders_and_matches_local(tmp_path: Path) -> None:
     proc = cli("sites", "init", "--from-host", "here", "-o", str(tmp_path / "here.yaml"))
     assert proc.returncode == 0, proc.stderr
