@@ -37,6 +37,9 @@ MODULE_ENV: dict[str, dict[str, str]] = {
         "CRAY_LD_LIBRARY_PATH": "{root}/opt/cray/pe/mpich/9.1.0/ofi/crayclang/17.0/lib-abi-mpich",
         "CRAY_MPICH_ROOTDIR": "{root}/opt/cray/pe/mpich/9.1.0",
     },
+    # rocm: puts its libraries on LD_LIBRARY_PATH, which OLCF's container examples pass into the
+    # container (APPTAINERENV_LD_LIBRARY_PATH="...:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:...").
+    "rocm": {"LD_LIBRARY_PATH": "{root}/opt/rocm-7.1.1/lib"},
 }
 
 _STUB = """#!/bin/bash

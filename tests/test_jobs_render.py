@@ -186,6 +186,19 @@ def test_slurm_directives_merge_constraints() -> None:
             "#SBATCH --qos=regular"} <= d  # fmt: skip
 
 
+def test_perlmutter_preflight_looks_where_podman_hpc_puts_cray_mpich() -> None:
+    """podman-hpc's --mpi module binds Cray MPICH at /opt/udiImage/modules/mpich (and /dep) and
+    lists both in ld.so.conf (NERSC/podman-hpc etc/modules.d/mpich.yaml, etc/01-mpich.conf);
+    /opt/cray is not in the container, so a preflight looking there stops every job."""
+    site = load_site("perlmutter")
+    script = render_job(site, full_job(site), image="docker:x")
+    pre = next(ln for ln in script.splitlines() if "sh -c 'soname=" in ln)
+    assert pre.startswith("podman-hpc run --rm --gpu --mpi --nccl ")
+    assert "root=/opt/udiImage/modules/mpich; " in pre
+    assert "path=/opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep; " in pre
+    assert "/opt/cray" not in script
+
+
 def test_frontier_bind_model_and_nvme_request() -> None:
     site = load_site("frontier")
     script = render_job(site, full_job(site), image="/lustre/orion/x.sif")
@@ -204,9 +217,12 @@ def test_frontier_bind_model_and_nvme_request() -> None:
     containlibs = next(ln for ln in lines if ln.startswith("export APPTAINER_CONTAINLIBS="))
     assert "/usr/lib64/libcxi.so.1" in containlibs and "/usr/lib64/libxpmem.so.0" in containlibs
     ld = next(ln for ln in lines if ln.startswith("export APPTAINERENV_LD_LIBRARY_PATH="))
-    assert ld.startswith(
+    # OLCF's value exactly (submit642.sbatch and rccltests/submit.sbatch, olcf_containers_examples
+    # @ 032b962): the host's $LD_LIBRARY_PATH (where rccl-net-plugin puts the plugin) included.
+    assert ld == (
         'export APPTAINERENV_LD_LIBRARY_PATH="$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:'
-    ) and ":$CRAY_LD_LIBRARY_PATH:" in ld
+        '/opt/rocm/lib64:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:/opt/cray/pe/lib64"'
+    )
     assert "ofi/gnu/9.1" not in script
     assert "export FI_CXI_RDZV_PROTO=alt_read" in lines
     assert "#SBATCH --network=disable_rdzv_get" in lines
