@@ -164,6 +164,22 @@ def test_stray_recipes_folders_do_not_hide_builtins(
         (["smoke", "--site", "local"], "smoke"),
         (["data", "mnist"], "smoke"),
         (["bench", "--quick"], "bench"),
+        (
+            [
+                "submit",
+                "--site",
+                "local",
+                "--no-container",
+                "--transport",
+                "ssh",
+                "--ssh-host",
+                "h",
+                "--",
+                "true",
+            ],
+            "ssh",
+        ),
+        (["sites", "init", "x", "--ssh-host", "h"], "ssh"),
     ],
 )
 def test_missing_extra_names_it(core_venv: tuple[Venv, dict], argv: list[str], extra: str) -> None:
