@@ -54,6 +54,7 @@ def _version(value: str) -> str:
 Version = Annotated[str, AfterValidator(_version)]
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 Text = Annotated[str, Field(max_length=500)]
+NodeCount = Annotated[int, Field(ge=1, le=1_000_000, strict=True)]
 
 
 class Strict(SafeModel):
@@ -206,6 +207,11 @@ class Scheduler(Strict):
     account: Word | None = None
     queue: Word | None = Field(default=None, description="partition (Slurm) or queue")
     qos: Word | None = Field(default=None, description="default QOS (Slurm --qos)")
+    queue_nodes: dict[Word, tuple[NodeCount, NodeCount]] = Field(
+        default={}, max_length=64,
+        description="[fewest, most] nodes each queue takes, as the site documents; a job "
+        "outside its queue's range is refused at render (qsub/sbatch would reject it)",
+    )  # fmt: skip
     cpus_per_core: int = Field(
         default=1,
         ge=1,
@@ -229,6 +235,14 @@ class Scheduler(Strict):
     account_required: bool = Field(
         default=False, description="the site refuses jobs without a project/account"
     )
+
+    @field_validator("queue_nodes")
+    @classmethod
+    def _queue_ranges(cls, queues: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for name, (fewest, most) in queues.items():
+            if fewest > most:
+                raise ValueError(f"queue {name!r}: fewest nodes {fewest} > most {most}")
+        return queues
 
     @field_validator("extra_directives")
     @classmethod

@@ -333,3 +333,16 @@ def test_prepare_reports_logs_and_workdir() -> None:
     assert r.log_names == ("n-%j.out", "n-%j.err")
     assert r.workdir == "/var/tmp/hpcenv-scratch/hpcenv-jobs"
     assert os.path.basename(r.workdir) == "hpcenv-jobs"
+
+
+def test_queue_node_ranges_are_checked_where_they_enter() -> None:
+    data = load_site("aurora").model_dump()
+    data["scheduler"]["queue_nodes"] = {"debug": [4, 2]}
+    with pytest.raises(ValidationError, match="fewest nodes 4 > most 2"):
+        Site.model_validate(data)
+    site = load_site("aurora")
+    assert site.scheduler.queue_nodes["debug"] == (1, 2)  # ALCF: debug takes 1-2 nodes
+    job = full_job(site).model_copy(update={"nodes": 300, "queue": "prod"})
+    assert "#PBS -q prod" in render_job(site, job, image="/x.sif")
+    with pytest.raises(ConfigError, match=r"queue 'prod' on site 'aurora' takes 256-10624"):
+        render_job(site, job.model_copy(update={"nodes": 2}), image="/x.sif")

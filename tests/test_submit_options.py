@@ -61,9 +61,10 @@ def test_scheduler_options_reach_the_directives() -> None:
     assert {"#SBATCH --account=stf007", "#SBATCH --partition=extended", "#SBATCH --qos=debug",
             "#SBATCH -C nvme", "#SBATCH --reservation=hackathon",
             "#SBATCH --mail-type=END"} <= lines  # fmt: skip
-    pbs = dry("aurora", "-A", "stf007", "--queue", "prod", "--option", "-l filesystems=home:flare:daos_user")  # fmt: skip
+    # capacity takes 1-16 nodes (prod starts at 256: ALCF's queue table)
+    pbs = dry("aurora", "-A", "stf007", "--queue", "capacity", "--option", "-l filesystems=home:flare:daos_user")  # fmt: skip
     assert pbs.returncode == 0, pbs.stderr
-    assert {"#PBS -A stf007", "#PBS -q prod"} <= set(pbs.stdout.splitlines())
+    assert {"#PBS -A stf007", "#PBS -q capacity"} <= set(pbs.stdout.splitlines())
     assert "#PBS -l filesystems=home:flare:daos_user" in pbs.stdout
 
 

@@ -117,6 +117,7 @@ def prepare(
     used = set().union(*(placeholders(a) for a in job.command)) if job.command else set()
     if "task" in used and not job.array:
         raise ConfigError("{task} is only defined in a job array (--array N)")
+    _check_queue_nodes(site, job)
 
     if job.launch == "mpi":
         tuning = tune(
@@ -332,6 +333,24 @@ def prepare(
         notes=notes,
         prelude=prelude(site, account),
         launch_argv=launch_argv,
+    )
+
+
+def _check_queue_nodes(site: Site, job: JobSpec) -> None:
+    """A job outside the node range its queue takes (``scheduler.queue_nodes``) is refused here,
+    with the queues that would take it, instead of being rejected by the site's qsub/sbatch."""
+    queues = site.scheduler.queue_nodes
+    queue = job.queue or site.scheduler.queue
+    if not queue or queue not in queues:
+        return
+    fewest, most = queues[queue]
+    if fewest <= job.nodes <= most:
+        return
+    fits = sorted(q for q, (lo, hi) in queues.items() if lo <= job.nodes <= hi)
+    raise ConfigError(
+        f"queue {queue!r} on site {site.name!r} takes {fewest}-{most} node(s), {job.nodes} "
+        f"asked: give --queue ({', '.join(fits) or 'no documented queue takes that many'}) "
+        "or another node count (scheduler.queue_nodes)"
     )
 
 
