@@ -40,6 +40,9 @@ MODULE_ENV: dict[str, dict[str, str]] = {
     # rocm: puts its libraries on LD_LIBRARY_PATH, which OLCF's container examples pass into the
     # container (APPTAINERENV_LD_LIBRARY_PATH="...:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:...").
     "rocm": {"LD_LIBRARY_PATH": "{root}/opt/rocm-7.1.1/lib"},
+    # spectrum-mpi (Summit): sets MPI_ROOT, which OLCF binds (--bind $MPI_ROOT:$MPI_ROOT); the
+    # prefix itself is a stand-in (containers_on_summit.rst names only the variable).
+    "spectrum-mpi": {"MPI_ROOT": "{root}/sw/summit/spectrum-mpi-10.4"},
 }
 
 _STUB = """#!/bin/bash
@@ -206,9 +209,13 @@ def expand(value: str, env: dict[str, Any]) -> str:
 def script_exports(script: str, env: dict[str, str]) -> dict[str, str]:
     """The values the script's ``export NAME=...`` lines give, evaluated as bash would."""
     names = re.findall(r"^export ([A-Za-z_][A-Za-z0-9_]*)=", script, re.M)
+    # and what the script's `module load` lines set (a launch line may bind $MPI_ROOT)
+    loaded = sorted({k for e in MODULE_ENV.values() for k in e} - set(names))
     body = "\n".join(ln for ln in script.splitlines() if ln.startswith(("export ", "module ")))
     probe = body + "\n" + "".join(f'printf "%s\\0" "${{{n}}}"\n' for n in names)
+    probe += "".join(f'printf "%s\\0" "${{{n}-}}"\n' for n in loaded)
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", probe], env=env,
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    return dict(zip(names, proc.stdout.split("\0")[:-1], strict=True))
+    values = dict(zip([*names, *loaded], proc.stdout.split("\0")[:-1], strict=True))
+    return {k: v for k, v in values.items() if k in names or v}

@@ -201,6 +201,11 @@ def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
     assert argv[:16] == ["jsrun", "-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b",
                          "packed:7", "--smpiargs=-disable_gpu_hooks", "apptainer", "exec"]  # fmt: skip
     assert v["HPCENV_WORKDIR"] == f"{tmp_path}/gpfs/alpine2/scratch/alice/{ACCOUNT}/hpcenv-jobs"
+    # OLCF containers_on_summit.rst (olcf-user-docs 3ad6d6c): `--bind $MPI_ROOT:$MPI_ROOT` after
+    # `module load spectrum-mpi`, never a guessed prefix
+    mpi_root = f"{tmp_path}/sw/summit/spectrum-mpi-10.4"
+    assert argv[argv.index(mpi_root) - 1] == "--bind"
+    assert v["APPTAINERENV_LD_LIBRARY_PATH"] == f"{mpi_root}/lib"
 
 
 def test_perlmutter_launch_as_nersc_documents(tmp_path: Path) -> None:

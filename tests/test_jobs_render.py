@@ -134,8 +134,10 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
         "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-disable_gpu_hooks "
         "apptainer exec --nv"
     )
-    assert "--bind /sw/summit/spectrum-mpi" in run  # bind-model MPI
-    assert "export APPTAINERENV_LD_LIBRARY_PATH=/sw/summit/spectrum-mpi/lib" in lines
+    # bind-model MPI: $MPI_ROOT from the spectrum-mpi module, as OLCF bound it
+    # (containers_on_summit.rst, olcf-user-docs 3ad6d6c: --bind $MPI_ROOT:$MPI_ROOT)
+    assert '--bind "$MPI_ROOT"' in run and "/sw/summit/spectrum-mpi" not in script
+    assert 'export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"' in lines
     assert "export OMPI_MCA_pml=ob1" in lines and "export OMP_NUM_THREADS=7" in lines
     assert "module load spectrum-mpi cuda/11.0.3" in lines
     assert "export HPCENV_PROJECT=stf007" in lines
