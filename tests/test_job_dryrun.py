@@ -194,6 +194,10 @@ def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
     assert argv[9:12] == ["apptainer", "exec", "--bind"] and wd in argv
     assert v["CCL_WORKER_AFFINITY"].split(",")[:4] == ["5", "6", "7", "8"]
     assert ["module", "load", "apptainer"] in run.calls
+    # Aurora MPICH from $MPI_ROOT (running-jobs-aurora.md "Aurora MPICH"), not a guessed prefix
+    assert argv[argv.index(v["MPI_ROOT"]) - 1] == "--bind"
+    assert v["APPTAINERENV_LD_LIBRARY_PATH"] == f"{v['MPI_ROOT']}/lib"
+    assert "/opt/aurora/default/mpich" not in " ".join(argv)
 
 
 def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
