@@ -367,7 +367,9 @@ def measure(
         measurements["openmpi"] = m
         reasons += why
     env: dict[str, str] = {}
-    if p.horovod:
+    if p.horovod and quick:
+        reasons.append("Horovod knobs not swept (--quick): none is applied by default anyway")
+    elif p.horovod:
         echo("Horovod (over MPI), with the chosen rules in force:")
         draft = MeasuredTuning(site=site.name, image=image, image_id=image_id, layout=layout,
                                mpi=p.mpi, date="-", collective_rules=rules)  # fmt: skip
