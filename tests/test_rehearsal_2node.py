@@ -147,7 +147,7 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
         "--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd),
         "--stage-in", str(mnist), "--stage-out", str(results), "--wait", "--timeout", "500",
         "--json", "--", "/opt/venv/bin/python3", "{workdir}/train_two_node.py", "{data}",
-        "{output}", "--epochs", "1",
+        "{output}", "--epochs", "1", "--threads", "1",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sub = json.loads(proc.stdout)
@@ -157,13 +157,16 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     staged = sorted(ln for ln in log.splitlines() if ln.startswith("stage-in["))
     assert [s.split("]")[0] for s in staged] == ["stage-in[node1", "stage-in[node2"], log
     assert all("verified" in s for s in staged)
-    for node in two_node.nodes:
-        seen = _in_node(two_node, node, "ls", f"{two_node.node_local}/{name}/data")
-        assert "train-images-idx3-ubyte" in seen.stdout, (node, seen.stderr)
-    assert not list(Path(two_node.node_local).glob(f"{name}*"))  # not on the host's /tmp
-    # One rank on each node, in the image, reading its node's copy.
+    # One rank on each node, in the image, reading its node's own copy of the staged data.
     ranks = sorted(_lines(log, "rank-on"), key=lambda r: r["rank"])
     assert [r["host"] for r in ranks] == ["node1", "node2"], log
+    for r in ranks:
+        assert r["data"].startswith(f"{two_node.node_local}/{name}-"), r
+        assert "train-images-idx3-ubyte" in r["files"], r
+    for node in two_node.nodes:  # each node's per-job copy is removed when the job ends
+        left = _in_node(two_node, node, "sh", "-c", f"ls -d {two_node.node_local}/{name}-* || true")
+        assert left.stdout.strip() == "", (node, left.stdout)
+    assert not list(Path(two_node.node_local).glob(f"{name}*"))  # never on the host's /tmp
     # Horovod trained across both: identical parameters on every rank.
     result = _lines(log, "mnist-result")[0]
     print(f"mnist across 2 nodes: train {result['train_seconds']:.1f} s, "
@@ -180,8 +183,6 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     assert json.loads((results / "mnist.json").read_text())["world_size"] == 2
     assert (results / ".hpcenv-manifest").is_file()
     assert not list(results.parent.glob("*.hpcenv-tmp.*"))
-    for node in two_node.nodes:
-        _in_node(two_node, node, "rm", "-rf", f"{two_node.node_local}/{name}")
 
 
 def _status(job: str) -> dict[str, Any]:

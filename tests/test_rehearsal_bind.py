@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -53,8 +54,9 @@ def _submit(image: str, wd: Path, *args: str, extra: tuple[str, ...] = ()) -> tu
     proc = _cli("submit", "--site", "local-bind", "--image", image, "--ranks-per-node", "2",
                 "--workdir", str(wd), "--wait", "--timeout", "240", *extra, "--", *args)  # fmt: skip
     out = proc.stdout + proc.stderr
-    job = next((ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("submitted ")),
-               None)  # fmt: skip
+    # "submitted ID ..." on success; "error: job ID: FAILED ..." when --wait sees it fail.
+    found = re.search(r"^submitted (\S+) |^error: job (\S+): ", out, re.M)
+    job = (found.group(1) or found.group(2)) if found else None
     log = _cli("logs", job).stdout if job else ""
     return proc.returncode, log, out
 
