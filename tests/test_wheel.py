@@ -59,7 +59,16 @@ class Venv:
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
     def cli(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HPCENV_")}
+        """Run the installed CLI as a new user would: no HPCENV_* settings and a HOME of its own
+        (a measured-tuning file or job records in the developer's cache must not leak in)."""
+        home = self.root.parent / "home"
+        home.mkdir(exist_ok=True)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("HPCENV_", "XDG_")) and k != "HOME"
+        }
+        env["HOME"] = str(home)
         return _run([str(self.hpcenv), *args], cwd=cwd, env=env)
 
 
