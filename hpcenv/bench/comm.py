@@ -360,7 +360,8 @@ def tuning_section(ctx: BenchContext) -> Section:
         "(goal >= 1.2)", "", fmt_ratio(geomean(per_size.values()))))  # fmt: skip
     if worst is not None:
         sec.headline.append(Headline(
-            "Tuning: slowest size, hpcenv default / naive (goal >= 0.95)", fmt_bytes(worst),
+            "Tuning: allreduce busbw at the size hpcenv gains least, hpcenv default / naive "
+            "(goal >= 0.95)", fmt_bytes(worst),
             fmt_ratio(per_size[worst])))  # fmt: skip
     sec.headline.append(Headline(
         f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv launch without measured tuning / naive",
