@@ -280,7 +280,7 @@ def test_corrupted_staged_copy_on_one_node_stops_before_training(
         assert job, proc.stdout + proc.stderr
         log = _cli("logs", job.group(1)).stdout
         assert "stage-in[node1]" in log and "verified" in log, log
-        assert "stage-in[node2]: copy in" in log and "does not verify" in log, log
+        assert "stage-in[node2]: copy" in log and "does not verify" in log, log
         assert "TRAINING-STARTED" not in log
     finally:
         _in_node(two_node, "node2", "umount", target)
