@@ -21,7 +21,7 @@ PROJECT_VAR = "HPCENV_PROJECT"
 
 # Values that stand for "your project here" in examples and site files.
 _PLACEHOLDER = re.compile(
-    r"^(?:PROJ\d*|PROJECT|proj\d*|m0+|abc123|ABC123|XXX+|xxx+|CHANGEME|changeme|"
+    r"^(?:PROJ\d*|PROJECT|proj\d*|m0+|abc123|ABC123|X{3,}|x{3,}|CHANGEME|changeme|"
     r"your[_-]?project|<.*>|\$\{?PROJ\}?)$",
     re.IGNORECASE,
 )
