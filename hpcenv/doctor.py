@@ -466,12 +466,14 @@ def check_two_node(host: Host) -> Check:
     ns = host.run(["ip", "netns", "add", tag])
     if ns.rc != 0:
         return Check("rehearsal", name, "broken", f"`ip netns add`: {ns.last_line}", fix)
-    veth = host.run(["ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", "eth0",
-                     "netns", tag])  # fmt: skip
-    bridge = host.run(["ip", "link", "add", f"{tag}b", "type", "bridge"])
-    host.run(["ip", "link", "del", f"{tag}a"])
-    host.run(["ip", "link", "del", f"{tag}b"])
-    host.run(["ip", "netns", "del", tag])
+    try:
+        veth = host.run(["ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", "eth0",
+                         "netns", tag])  # fmt: skip
+        bridge = host.run(["ip", "link", "add", f"{tag}b", "type", "bridge"])
+    finally:  # nothing is left behind, even on Ctrl-C between add and del
+        host.run(["ip", "link", "del", f"{tag}a"])
+        host.run(["ip", "link", "del", f"{tag}b"])
+        host.run(["ip", "netns", "del", tag])
     for what, probe in (("veth pair", veth), ("bridge", bridge)):
         if probe.rc != 0:
             return Check("rehearsal", name, "broken", f"{what}: {probe.last_line}", fix)

@@ -32,6 +32,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hpcenv.tables import merge
+
 MODE_ENV = "HPCENV_CONTAINERS_CONF"
 MODES = ("auto", "always", "never")
 OVERRIDE_SINCE = (4, 5)  # first podman release that reads CONTAINERS_CONF_OVERRIDE
@@ -198,17 +200,6 @@ def podman_sources(env: Mapping[str, str], euid: int | None = None) -> list[Path
         user = Path(os.path.expanduser(home)) / "containers"
         files += [user / "containers.conf", *sorted((user / "containers.conf.d").glob("*.conf"))]
     return [f for f in files if f.is_file()]
-
-
-def merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """Tables merge key by key; any other value in ``top`` replaces the one in ``base``."""
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError
+from hpcenv.tables import merge
 from hpcenv.yamlsrc import Loc, error_message, load_yaml, unknown_field
 
 if TYPE_CHECKING:
@@ -54,17 +55,6 @@ def _line(lines: dict[Loc, int], loc: Loc) -> int:
     while key and key not in lines:
         key = key[:-1]
     return lines.get(key, 1)
-
-
-def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """Tables merge key by key; lists and scalars in ``top`` replace the base's."""
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _sets(data: Mapping[str, Any], dotted: str) -> bool:

@@ -136,3 +136,28 @@ def test_aurora_queue_outside_its_node_range_exits_2() -> None:
     proc = hpcenv(*base, "-N", "8", "--queue", "debug-scaling", "--", "python3", "train.py")
     assert proc.returncode == 0, proc.stderr
     assert "#PBS -q debug-scaling" in proc.stdout and "#PBS -l select=8" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["submit", "--site", "local", "--recipe", "horovod-cpu", "--image", "", "--dry-run",
+          "--", "true"], "--image is empty"),
+        (["submit", "--site", "local", "--recipe", "horovod-cpu", "--stage-in", "", "--dry-run",
+          "--", "true"], "--stage-in is empty"),
+        (["submit", "--site", "local", "--recipe", "horovod-cpu", "--array", "0", "--dry-run",
+          "--", "true"], "must be at least 1 (got 0)"),
+        (["tune", "--site", "local", "--image", "", "--measure"], "--image is empty"),
+        (["submit", "--site", "local", "--transport", "ssh", "--ssh-host", "h", "--ssh-port",
+          "99999", "--", "true"], "less than or equal to 65535"),
+        (["smoke", "--site", "nosuch"], "nosuch"),
+    ],
+)  # fmt: skip
+def test_empty_or_out_of_range_options_exit_2(args: list[str], message: str) -> None:
+    """Found in review: '' fell back to a default (``tune --image ''`` ran a 5-minute sweep),
+    ``--array 0`` submitted a plain job, an unknown smoke site was reported as a missing image."""
+    proc = hpcenv(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "podman" not in proc.stderr

@@ -87,6 +87,15 @@ def _check_local_image(site: Site, image: str, inject: bool, force: bool) -> Non
 WAIT_MAX_POLL = 30.0  # submit --wait backs off to this (seconds): kind to the scheduler
 
 
+def _refuse_empty(**options: str | None) -> None:
+    """An option given as '' is a mistake, not "use the default" (``--image ''`` ran a sweep)."""
+    from hpcenv.errors import ConfigError
+
+    for name, value in options.items():
+        if value is not None and not value.strip():
+            raise ConfigError(f"--{name.replace('_', '-')} is empty: give a value or leave the option out")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("submit")
     def submit_cmd(
@@ -157,7 +166,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         transport: Annotated[str, typer.Option("--transport", help="local or ssh")] = "local",
         ssh_host: Annotated[str | None, typer.Option("--ssh-host")] = None,
-        ssh_port: Annotated[int | None, typer.Option("--ssh-port")] = None,
+        ssh_port: Annotated[int | None, typer.Option("--ssh-port", min=1, max=65535)] = None,
         ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
         ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
         known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
@@ -183,6 +192,7 @@ def register(app: typer.Typer) -> None:
         s = load_site(site)
         for opt in option or []:
             option_pair(opt)  # one clear line per bad --option, before the job model
+        _refuse_empty(image=image, stage_in=stage_in, stage_out=stage_out)
         if image and no_container:
             raise ConfigError("--image and --no-container exclude each other")
         if not image and not no_container:
@@ -207,9 +217,9 @@ def register(app: typer.Typer) -> None:
                 qos=qos,
                 constraint=constraint,
                 scheduler_options=list(option or []),
-                stage_in=StageIn(source=stage_in) if stage_in else None,
-                stage_out=StageOut(dest=stage_out, force=force) if stage_out else None,
-                array=ArraySpec(count=array) if array else None,
+                stage_in=StageIn(source=stage_in) if stage_in is not None else None,
+                stage_out=StageOut(dest=stage_out, force=force) if stage_out is not None else None,
+                array=ArraySpec(count=array) if array is not None else None,
                 force=force,
                 site_mpi=not no_site_mpi,
             )
@@ -361,6 +371,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--measure, --show and --plan exclude each other")
         if budget <= 0:
             raise ConfigError("--budget must be > 0 seconds")
+        _refuse_empty(image=image)
         s = load_site(site)
         t = tune(s, nodes, ranks_per_node, cores_per_rank=cores_per_rank,
                  ccl_workers=ccl_workers, recipe=recipe, force=force)  # fmt: skip

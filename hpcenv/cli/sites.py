@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--ssh-host", help="with --from-host: detect on this login node over SSH"),
         ] = None,
         ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
-        ssh_port: Annotated[int, typer.Option("--ssh-port")] = 22,
+        ssh_port: Annotated[int, typer.Option("--ssh-port", min=1, max=65535)] = 22,
         ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
         known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
         out: Annotated[

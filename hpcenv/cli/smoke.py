@@ -90,21 +90,26 @@ def register(app: typer.Typer) -> None:
             slug = image.rsplit("/", 1)[-1].replace(":", "-")
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             results = cache_dir() / "results" / f"smoke-{slug}-{stamp}"
+        site_obj = None
+        if site:  # an unknown site is named as such, before the image or any data is looked at
+            from hpcenv.site import load_site
+
+            site_obj = load_site(site)
+        references = dict(site_obj.references) if site_obj else {}
+        if check_references and not references:
+            raise ConfigError("--check-references needs --site SITE with references: in its file")
         require_image(image, "apptainer" if sif else "podman")  # before fetching or staging data
         data_dir = data or prepare_mnist().directory
         launch = None
-        references = {}
-        if site:
-            from hpcenv.site import load_site
-            from hpcenv.smoke.runner import launch_settings
+        if site_obj is not None:
+            if sif:  # the Apptainer backend runs the checks' own mpirun lines
+                typer.echo("note: --sif runs without hpcenv's placement flags and measured tuning "
+                           "(podman smoke applies them)", err=True)  # fmt: skip
+            else:
+                from hpcenv.smoke.runner import launch_settings
 
-            site_obj = load_site(site)
-            references = dict(site_obj.references)
-            if not sif:
                 launch = launch_settings(site_obj, image)
                 typer.echo(launch.note, err=True)  # stderr: stdout may carry --json
-        if check_references and not references:
-            raise ConfigError("--check-references needs --site SITE with references: in its file")
         report = run_smoke(
             image, results, data_dir=data_dir, extra_volumes=volume or [],
             mount_checks=mount_checks, keep=keep, echo=not quiet,
