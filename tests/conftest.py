@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -11,7 +13,10 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 # Measured tuning files of this machine (hpcenv tune --measure) must not change what tests render.
-os.environ.setdefault("HPCENV_TUNING_DIR", tempfile.mkdtemp(prefix="hpcenv-test-tuning-"))
+# Set, not defaulted: a developer's exported HPCENV_TUNING_DIR must not leak in either.
+_TUNING_DIR = tempfile.mkdtemp(prefix="hpcenv-test-tuning-")
+os.environ["HPCENV_TUNING_DIR"] = _TUNING_DIR
+atexit.register(shutil.rmtree, _TUNING_DIR, ignore_errors=True)
 
 
 @pytest.fixture
