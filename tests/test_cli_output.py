@@ -101,12 +101,13 @@ def test_smoke_missing_image_names_the_build_command(tmp_path: Path) -> None:
     import os
 
     env = _smoke_env(tmp_path, os.environ["PATH"])
-    proc = subprocess.run([str(HPCENV), "smoke", "--site", "nosite", "--recipe", "horovod-cpu"],
+    # a real site whose image was never built here (an unknown site is refused before this)
+    proc = subprocess.run([str(HPCENV), "smoke", "--site", "generic-slurm", "--recipe", "horovod-cpu"],
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (
-        "error: image localhost/hpcenv/horovod-cpu:nosite does not exist in podman; "
-        "hpcenv build --site nosite --recipe horovod-cpu first"
+        "error: image localhost/hpcenv/horovod-cpu:generic-slurm does not exist in podman; "
+        "hpcenv build --site generic-slurm --recipe horovod-cpu first"
     )
     assert not (tmp_path / "cache" / "data").exists()
 
