@@ -23,7 +23,7 @@ from hpcenv.site import load_site
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["munge-up.sh", "site-mpi-setup.sh", "slurm-2node-up.sh", "slurm-2node-down.sh",
-           "slurm-up.sh", "slurm-down.sh"]  # fmt: skip
+           "slurm-up.sh", "slurm-down.sh", "slurm-common.sh"]  # fmt: skip
 
 
 def test_two_node_site_names_its_own_cluster_for_every_command() -> None:
@@ -69,7 +69,8 @@ def test_node_failure_names_the_node_and_slurms_reason() -> None:
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_rehearsal_scripts_pass_shellcheck(name: str) -> None:
-    proc = subprocess.run(["shellcheck", str(ROOT / "scripts" / name)], capture_output=True,
+    # -x: follow what a script sources (scripts/slurm-common.sh), so its use is checked too
+    proc = subprocess.run(["shellcheck", "-x", str(ROOT / "scripts" / name)], capture_output=True,
                           text=True)  # fmt: skip
     assert proc.returncode == 0, proc.stdout
 
