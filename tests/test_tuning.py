@@ -65,6 +65,29 @@ def test_choose_needs_margin_and_verify_drops_losers() -> None:
     assert measure.to_rules({8: (0, 0), 16: (0, 0)}) == []
 
 
+def test_transport_needs_a_gain_over_all_sizes_and_no_slow_size() -> None:
+    default = {8: 1.0, 128: 1.0, 8192: 1.0, 1 << 26: 2.0}
+    cands = {
+        "eager": {8: 1.0, 128: 0.98, 8192: 1.8, 1 << 26: 2.0},  # geomean 1.16, worst 0.98
+        "ucx": {8: 0.97, 128: 0.85, 8192: 2.5, 1 << 26: 2.0},  # faster on the mean, 128 B slow
+        "flat": {8: 1.0, 128: 1.0, 8192: 1.05, 1 << 26: 2.0},  # 1.2 % better: noise
+    }
+    chosen, stats = measure.choose_transport(default, cands)
+    assert chosen == "eager"
+    assert stats["ucx"]["geomean"] > stats["eager"]["geomean"] and not stats["ucx"]["qualified"]
+    assert stats["ucx"]["worst_bytes"] == 128 and stats["ucx"]["worst_ratio"] == pytest.approx(0.85)
+    assert not stats["flat"]["qualified"]
+    assert measure.choose_transport(default, {"flat": cands["flat"]})[0] is None
+
+
+def test_measured_env_may_carry_lower_case_mca_names_but_no_shell() -> None:
+    t = sample(env={"OMPI_MCA_btl_vader_eager_limit": "32768"})
+    assert apply.environment(t, "/w/r")["OMPI_MCA_btl_vader_eager_limit"] == "32768"
+    for bad in ({"OMPI MCA": "1"}, {"X": "$(reboot)"}, {"1X": "1"}):
+        with pytest.raises(ValueError):
+            sample(env=bad)
+
+
 def test_save_load_roundtrip_and_path_keyed_by_site_and_layout(tuning_dir: Path) -> None:
     path = save(sample())
     assert path == tuning_dir / "local" / "1n2r1c.json" == tuning_path("local", local_layout())
@@ -166,6 +189,9 @@ def test_plan_follows_the_lock() -> None:
                            "horovod": {"options": {"operations": "mpi,gloo"}}}}  # fmt: skip
     p = measure.plan(lock, site, local_layout(), gpu_visible=False)
     assert (2, 0) in p.openmpi and (5, 65536) in p.openmpi
+    transports = dict(p.transports)
+    assert transports["vader eager limit 32 KiB"] == {"OMPI_MCA_btl_vader_eager_limit": "32768"}
+    assert transports["UCX over shared memory"]["OMPI_MCA_pml"] == "ucx"
     assert {"HOROVOD_FUSION_THRESHOLD": "0"} in p.horovod
     assert any("hierarchical" in k for k in p.rendered_only)
     daal = measure.plan({"components": {"mpi": {"implementation": "openmpi"}}}, site,

@@ -324,6 +324,8 @@ def tuning_section(ctx: BenchContext) -> Section:
             rules.strip().splitlines()[5:]) + " (min bytes, algorithm, fan, segment)")
         if rules else "No coll_tuned rules in force.",
     ))  # fmt: skip
+    if m is not None and "transport" in m.measurements:
+        sec.tables.append(_transport_table(m))
     if m is not None and "openmpi" in m.measurements:
         om = m.measurements["openmpi"]
         big = str(max(int(s) for s in om["default_busbw"]))
@@ -370,6 +372,31 @@ def tuning_section(ctx: BenchContext) -> Section:
     return sec
 
 
+def _transport_table(m: Any) -> Table:
+    """The measured tuning's transport stage: each candidate's busbw / Open MPI's defaults."""
+    tm = m.measurements["transport"]
+    default = {int(k): v for k, v in tm["default_busbw"].items()}
+    sizes = sorted(default)
+    names = list(tm["candidates"])
+    rows = []
+    for size in sizes:
+        row = [fmt_bytes(size), fmt_num(default[size])]
+        for name in names:
+            bw = tm["candidates"][name]["busbw"].get(str(size))
+            row.append(f"{fmt_num(bw)} ({fmt_ratio(ratio(bw, default[size]))})")
+        rows.append(row)
+    rows.append(["geomean / worst", ""] + [
+        f"{fmt_ratio(tm['candidates'][n].get('geomean'))} / "
+        f"{fmt_ratio(tm['candidates'][n].get('worst_ratio'))}" for n in names])  # fmt: skip
+    chosen = tm.get("chosen") or "Open MPI's defaults"
+    return Table(
+        f"The measured tuning's transport stage ({m.date[:16]}): busbw GB/s and vs Open MPI's "
+        "defaults, same launch and placement",
+        ["size", "Open MPI's defaults", *names], rows,
+        f"Chosen: {chosen} (best geometric mean among the candidates with no size below "
+        "0.95x; the coll_tuned sweep below runs on top of it).")  # fmt: skip
+
+
 def likeforlike_section(ctx: BenchContext) -> Section:
     """Horovod vs raw MPI, like for like: same buffer, in place, separate processes, same launch."""
     sec = Section("likeforlike", "Horovod vs raw MPI, like for like (64 MiB, in place)")
@@ -383,6 +410,8 @@ def likeforlike_section(ctx: BenchContext) -> Section:
         ("horovod-mpi, ranks not bound to a core", unbound, "--lib horovod",
          ctx.hpcenv_env | HOROVOD_MPI_ENV),
         ("mpi4py, ranks not bound to a core", unbound, "--lib mpi4py", ctx.hpcenv_env),
+        ("horovod-mpi, torch tensors without huge pages (THP_MEM_ALLOC_ENABLE=0)", launch,
+         "--lib horovod", ctx.hpcenv_env | HOROVOD_MPI_ENV | {"THP_MEM_ALLOC_ENABLE": "0"}),
         ("horovod-gloo", f"horovodrun -np {NP} -H localhost:{NP} --gloo", "--lib horovod",
          ctx.hpcenv_env | HOROVOD_GLOO_ENV),
     ]  # fmt: skip
@@ -410,7 +439,10 @@ def likeforlike_section(ctx: BenchContext) -> Section:
         f"(`{launch}` + its environment and measured tuning); {rounds} interleaved rounds, best "
         "per variant. Horovod's main thread waits in `synchronize`, which spins with "
         "`std::this_thread::yield()` while the background thread runs MPI_Allreduce; the "
-        "'not bound' rows show what that costs when each rank is pinned to one core."
+        "'not bound' rows show what that costs when each rank is pinned to one core. numpy "
+        "asks for transparent huge pages for large arrays by default; torch's CPU allocator "
+        "does only with `THP_MEM_ALLOC_ENABLE=1`, which the local site's `tuning:` sets (this "
+        "host's THP mode is `madvise`): the 'without huge pages' row is Horovod without it."
     )
     sec.tables.append(Table("", ["variant", "busbw GB/s (each round)", "best", "vs mpi4py"], [
         [name, ", ".join(fmt_num(v) for v in got[name]), fmt_num(best[name]),

@@ -39,6 +39,7 @@ CHECKS = "/opt/hpcenv/checks"
 LOCK_IN_IMAGE = "/opt/hpcenv/stack.lock.json"
 MARGIN = 1.10
 KEEP_WITHIN = 0.95
+TRANSPORT_GAIN = 1.03  # geomean over all sizes: a smaller gain than MARGIN, but at every size
 HOROVOD_MARGIN = 1.10
 MiB = 1 << 20
 
@@ -59,12 +60,17 @@ class Plan:
 
     mpi: str
     openmpi: list[tuple[int, int]] = field(default_factory=list)
+    transports: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     horovod: list[dict[str, str]] = field(default_factory=list)
     rendered_only: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [f"MPI in the image: {self.mpi}"]
+        if self.transports:
+            out.append("measure Open MPI transports: defaults vs " + ", ".join(
+                f"{name} ({' '.join(f'{k}={v}' for k, v in env.items())})"
+                for name, env in self.transports))  # fmt: skip
         if self.openmpi:
             names = collectives()["openmpi"]["algorithms"]
             out.append("measure Open MPI coll_tuned allreduce: default (0) vs " + ", ".join(
@@ -88,7 +94,11 @@ def plan(lock: Mapping[str, Any], site: Any, layout: Layout, gpu_visible: bool) 
     family = "openmpi" if mpi in ("openmpi", "spectrum-mpi") else mpi
     if family == "openmpi":
         p.openmpi = [(int(a), int(s)) for a, s in kb["openmpi"]["candidates"]]
+        p.transports = [(str(t["name"]), {str(k): str(v) for k, v in t["env"].items()})
+                        for t in kb["openmpi"].get("transports", [])]  # fmt: skip
         p.reasons.append(f"Open MPI coll_tuned candidates: {kb['openmpi']['source']}")
+        if p.transports:
+            p.reasons.append(f"Open MPI transports: {kb['openmpi']['transports_source']}")
     else:
         p.reasons.append(f"{mpi}: no coll_tuned; its CVARs are swept where the image runs it")
     for other in ("mpich", "intel-mpi"):
@@ -153,6 +163,34 @@ def to_rules(choice: Mapping[int, tuple[int, int]]) -> list[Rule]:
     if all(c == (0, 0) for c in choice.values()):
         return []
     return [Rule(min_bytes=s, algorithm=a, segsize=g) for s, (a, g) in sorted(choice.items())]
+
+
+def choose_transport(
+    default: Mapping[int, float], candidates: Mapping[str, Mapping[int, float]],
+    gain: float = TRANSPORT_GAIN, floor: float = KEEP_WITHIN,
+) -> tuple[str | None, dict[str, dict[str, Any]]]:  # fmt: skip
+    """The transport with the best geometric mean of busbw / default over the sizes, among those
+    at least ``gain`` better on that mean and nowhere below ``floor`` of the default (a job runs
+    one transport for every message size, so one slow size vetoes it). None: keep the defaults.
+    Also returns, per candidate, its geomean, its worst size and ratio, and whether it qualified.
+    """
+    import math
+
+    stats: dict[str, dict[str, Any]] = {}
+    best, best_g = None, 0.0
+    for name, bws in candidates.items():
+        ratios = {s: bws.get(s, 0.0) / b for s, b in default.items() if b > 0}
+        if not ratios or min(ratios.values()) <= 0:
+            stats[name] = {"geomean": 0.0, "qualified": False}
+            continue
+        g = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+        worst = min(ratios, key=lambda s: ratios[s])
+        ok = g >= gain and ratios[worst] >= floor
+        stats[name] = {"geomean": g, "worst_bytes": worst, "worst_ratio": ratios[worst],
+                       "qualified": ok}  # fmt: skip
+        if ok and g > best_g:
+            best, best_g = name, g
+    return best, stats
 
 
 def verify(
@@ -222,10 +260,56 @@ def _fmt(size: int) -> str:
     return f"{size // MiB} MiB" if size >= MiB else f"{size // 1024} KiB" if size >= 1024 else f"{size} B"  # noqa: E501
 
 
-def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str],
-                    rounds: int) -> tuple[list[Rule], dict[str, Any], list[str]]:  # fmt: skip
+def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
+                      ) -> tuple[dict[str, str], list[list[dict[str, Any]]], dict[str, Any],
+                                 list[str]]:  # fmt: skip
+    """Open MPI's defaults vs each transport candidate, interleaved; returns the chosen
+    transport's environment ({} for the defaults), its sweeps, the measurements and reasons."""
+    labels = ["Open MPI's defaults", *(name for name, _ in p.transports)]
+    envs = {"Open MPI's defaults": {}, **dict(p.transports)}
+    runs: dict[str, list[list[dict[str, Any]]]] = {label: [] for label in labels}
+    total, n = rounds * len(labels), 0
+    for r in range(rounds):
+        for label in labels:
+            if label != labels[0] and sw.over_budget(f"round {r + 1} transport {label}"):
+                continue
+            n += 1
+            t = time.monotonic()
+            rows = sw.sweep_mpi(dict(base_env) | envs[label], f"transport: {label}")
+            runs[label].append(rows)
+            sw.echo(f"  [{n}/{total}] transport {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s,"
+                    f" 8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)")  # fmt: skip
+    default = best_per_size(runs[labels[0]])
+    cands = {label: best_per_size(r) for label, r in runs.items() if label != labels[0] and r}
+    chosen, stats = choose_transport(default, cands)
+    reasons = []
+    for label, st in stats.items():
+        if not st.get("worst_bytes"):
+            continue
+        verdict = "chosen" if label == chosen else "not chosen"
+        reasons.append(
+            f"transport {label}: geomean busbw {st['geomean']:.2f}x Open MPI's defaults over "
+            f"{len(default)} sizes, worst {_fmt(st['worst_bytes'])} at {st['worst_ratio']:.2f}x "
+            f"-> {verdict} (needs >= {TRANSPORT_GAIN:.2f}x and no size below {KEEP_WITHIN:.2f}x)")
+    if chosen is None:
+        reasons.append("transport: Open MPI's defaults kept")
+    measurements = {
+        "default_busbw": {str(k): v for k, v in default.items()},
+        "candidates": {label: {"env": envs[label], "busbw": {str(k): v for k, v in bws.items()}}
+                       | {k: v for k, v in stats[label].items()} for label, bws in cands.items()},
+        "chosen": chosen,
+    }  # fmt: skip
+    label = chosen or labels[0]
+    return dict(envs[label]), runs[label], json.loads(json.dumps(measurements)), reasons
+
+
+def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int,
+                    default_runs: list[list[dict[str, Any]]] | None = None,
+                    ) -> tuple[list[Rule], dict[str, Any], list[str]]:  # fmt: skip
+    """Per size, the coll_tuned algorithm that beats ``base_env`` (the chosen transport) by
+    MARGIN; ``default_runs`` are earlier sweeps of ``base_env`` itself, merged with new ones."""
     names = collectives()["openmpi"]["algorithms"]
-    runs: dict[tuple[int, int], list[list[dict[str, Any]]]] = {(0, 0): []}
+    runs: dict[tuple[int, int], list[list[dict[str, Any]]]] = {(0, 0): list(default_runs or [])}
     total = rounds * (len(p.openmpi) + 1)
     n = 0
     for r in range(rounds):
@@ -361,12 +445,22 @@ def measure(
     measurements: dict[str, Any] = {"mpirun": mpirun, "base_env": base_env}
     reasons = [f"measured with `{mpirun}` in one container of {image}, {rounds} interleaved "
                f"round(s), budget {budget_s:.0f} s"]  # fmt: skip
+    transport: dict[str, str] = {}
+    if p.transports:
+        echo("Open MPI transports, allreduce 8 B..64 MiB:")
+        transport, default_runs, tm, why = measure_transport(sw, p, base_env, rounds)
+        measurements["transport"] = tm
+        reasons += why
+    else:
+        default_runs = []
     if p.openmpi:
-        echo("Open MPI coll_tuned allreduce, 8 B..64 MiB:")
-        rules, m, why = measure_openmpi(sw, p, base_env, rounds)
+        echo("Open MPI coll_tuned allreduce, 8 B..64 MiB"
+             + (f" (over {' '.join(f'{k}={v}' for k, v in transport.items())}):" if transport
+                else ":"))  # fmt: skip
+        rules, m, why = measure_openmpi(sw, p, base_env | transport, rounds, default_runs)
         measurements["openmpi"] = m
         reasons += why
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(transport)
     if p.horovod and quick:
         reasons.append("Horovod knobs not swept (--quick): none is applied by default anyway")
     elif p.horovod:
@@ -375,8 +469,9 @@ def measure(
                                mpi=p.mpi, date="-", collective_rules=rules)  # fmt: skip
         if rules:
             (work / RULES_NAME).write_text(draft.rules_text() or "", encoding="utf-8")
-        hv_env = base_env | environment(draft, sw.rules_path)
-        env, m, why = measure_horovod(sw, p, hv_env, rounds)
+        hv_env = base_env | transport | environment(draft, sw.rules_path)
+        hv_chosen, m, why = measure_horovod(sw, p, hv_env, rounds)
+        env |= hv_chosen
         measurements["horovod"] = m
         reasons += why
     if sw.skipped:
