@@ -10,9 +10,10 @@ RESULTS ?= results
 
 install: host venv
 
-host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI) + the local-bind site MPI
+host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI) + the local-bind site MPI and Apptainer
 	scripts/host-setup.sh
 	scripts/site-mpi-setup.sh
+	scripts/site-apptainer-setup.sh
 
 venv: $(VENV)/.installed
 

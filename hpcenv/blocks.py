@@ -22,7 +22,7 @@ from hpcenv.credentials import (
     has_credentials,
     pip_credentials,
 )
-from hpcenv.knowledge import kb
+from hpcenv.knowledge import kb, rule
 from hpcenv.lock import Lock
 from hpcenv.safe import one_line
 from hpcenv.site import Site
@@ -227,6 +227,44 @@ def aws_ofi_nccl(version: str, accelerator: str, jobs: int) -> Parts:
     )
 
 
+@register("mpich-abi-soname")
+def mpich_abi_soname(
+    library: str, abi_soname: str, lib_dir: str, unused: list[str], apt: Primitive
+) -> Parts:
+    """An apt MPICH under the MPICH ABI's library name, for a bind-model site to replace.
+
+    Debian names MPICH's library ``libmpich.so.12``; a site's MPI (Cray MPICH, Intel MPI)
+    replaces ``libmpi.so.12``, so a program linked to Debian's name would keep loading the image's
+    MPICH beside the site's. The image adds the ABI name as a link in ``lib_dir`` (as Debian
+    sid's libmpich12 does) and relinks the venv's extensions (Horovod's MPI ops) from Debian's
+    name to it, dropping ``unused`` libraries (the MPI C++ bindings, which must then be
+    uncalled); the build fails if any extension still needs them. ``apt`` installs patchelf.
+    ``HPCENV_MPICH_ABI_LIB`` names the folder for the job's preflight check (the loader cache
+    lists libraries by their own name only). Example: ``mpich_abi_soname("libmpich.so.12",
+    "libmpi.so.12", "/usr/lib/x86_64-linux-gnu", ["libmpichcxx.so.12"], apt)``.
+    """
+    link = shell(f"ln -s {library} {lib_dir}/{abi_soname}", f"test -e {lib_dir}/{abi_soname}")
+    drop = " ".join(f"--remove-needed {u}" for u in unused)
+    return Parts(
+        build=[
+            comment(f"MPI under its ABI name: {abi_soname} -> {library}, extensions relinked"),
+            apt,
+            link,
+            shell(
+                f"files=\"$(grep -rl --include='*.so' '{library}' {VENV} || true)\"",
+                'for f in $files; do case "$(nm -D --undefined-only "$f")" in *_ZN3MPI*) '
+                'echo "hpcenv: $f calls the MPI C++ bindings" >&2; exit 1 ;; esac; '
+                f'patchelf {drop} --replace-needed {library} {abi_soname} "$f" && '
+                f'echo "hpcenv: $f now loads {abi_soname}"; done',
+                'for f in $files; do case "$(readelf -d "$f")" in '
+                + "|".join(f'*"[{name}]"*' for name in (library, *unused))
+                + f') echo "hpcenv: $f still needs {library}" >&2; exit 1 ;; esac; done',
+            ),
+        ],
+        runtime=[link, env(HPCENV_MPICH_ABI_LIB=lib_dir)],
+    )
+
+
 class Blocks:
     """Build the two stages for one lock on one site."""
 
@@ -251,6 +289,7 @@ class Blocks:
             self.torch(),
             self.horovod(),
             self.pip_packages(),
+            self.mpi_abi_soname(),
         ]
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
@@ -330,6 +369,18 @@ class Blocks:
                 env(PATH=f"/opt/mpi/bin:{VENV_PATH}"),
             ],
             runtime=[copy("/opt/mpi", "/opt/mpi", from_stage="build")],
+        )
+
+    def mpi_abi_soname(self) -> Parts:
+        """Bind model over an apt MPICH that the OS names otherwise (the lock's
+        ``mpi.options.abi_soname``, rule debian-mpich-soname): after every extension is built."""
+        mpi = self.lock.components["mpi"]
+        if "abi_soname" not in mpi.options:
+            return Parts()
+        data = rule("debian-mpich-soname").data
+        apt = apt_install(["patchelf"], self.site.build.apt_mirror, self.suite)
+        return mpich_abi_soname(
+            data["library"], data["abi_soname"], mpi.options["lib_dir"], list(data["unused"]), apt
         )
 
     def fabric(self) -> Parts:

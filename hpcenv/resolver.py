@@ -437,6 +437,18 @@ class Resolver:
         options = {"abi": families[name]["abi"]}
         if src == "source" and name == "mpich":
             options["configure"] = rule("cray-mpich-image-mpich").data["configure"]
+        soname = rule("debian-mpich-soname").data
+        if (host.model == "bind" and src == "apt" and name == "mpich"
+                and self.site.os in soname["os"] and self.site.arch in soname["lib_dir"]):  # fmt: skip
+            # The site replaces the ABI name; the image must load its MPI under that name.
+            options["abi_soname"] = f"{soname['abi_soname']} -> {soname['library']}"
+            options["lib_dir"] = soname["lib_dir"][self.site.arch]
+            reason += (
+                f"; {self.site.os} names it {soname['library']}: the image adds "
+                f"{soname['abi_soname']} and its programs load that name "
+                f"(rule {self.use('debian-mpich-soname')})"
+            )
+            picked.rules.append("debian-mpich-soname")
         self.choose(
             "mpi", picked, reason, src, version=version, implementation=name, options=options,
         )  # fmt: skip

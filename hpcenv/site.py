@@ -283,6 +283,18 @@ class Runtime(Strict):
     kind: Literal["apptainer", "singularity", "podman-hpc", "shifter", "podman", "pyxis"]
     binds: list[ShellPath] = Field(default=[], max_length=64)
     flags: list[ShellWord] = Field(default=[], max_length=64)
+    executable: ShellPath | None = Field(
+        default=None, description="the runtime's command where it is not `kind` on the PATH"
+    )
+
+    @model_validator(mode="after")
+    def _executable_kind(self) -> Runtime:
+        if self.executable and self.kind not in ("apptainer", "singularity"):
+            raise ValueError(
+                f"runtime.executable applies to the apptainer and singularity runtimes, "
+                f"not {self.kind}"
+            )
+        return self
 
 
 class SiteVariable(Strict):

@@ -11,7 +11,8 @@ loaded modules document (``MODULE_ENV``), nothing else. Everything else in the s
 directory that does not exist, or a quoting slip fails the run.
 
 :func:`rooted` moves every absolute path of a site (file systems, node-local storage, site
-variable defaults, runtime binds, host MPI paths) under the temporary root; paths that start
+variable defaults, runtime binds, host MPI paths) under the temporary root (a runtime command
+the site names by path becomes the stub of that name); paths that start
 with a variable (``$MEMBERWORK/...``, ``$PSCRATCH``) follow through the variables' values.
 """
 
@@ -74,8 +75,12 @@ def rooted(site: Site, root: Path) -> Site:
             "preload": [_root_path(p, root) for p in mpi.preload],
         }
     )
+    exe = site.runtime.executable  # the site's own runtime command: the stub of that name
     runtime = site.runtime.model_copy(
-        update={"binds": [_root_path(p, root) for p in site.runtime.binds]}
+        update={
+            "binds": [_root_path(p, root) for p in site.runtime.binds],
+            "executable": f"{root}/stub-bin/{exe.rsplit('/', 1)[-1]}" if exe else None,
+        }
     )
     return site.model_copy(
         update={

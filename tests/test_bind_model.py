@@ -37,6 +37,50 @@ def test_local_bind_injects_site_mpi_into_podman_ranks() -> None:
     assert script.index("bind model ABI mismatch") < script.index("\nsrun ")
 
 
+def test_local_bind_sif_injects_the_same_site_mpi_into_sif_ranks() -> None:
+    """The SIF variant: the site's own apptainer command, --bind of the same paths, the loader
+    path and the site's library list in Apptainer's words (as Frontier's scripts)."""
+    site = load_site("local-bind-sif")
+    inj = site_mpi(site)
+    assert inj is not None and inj == site_mpi(load_site("local-bind"))
+    script = render_job(site, _job(), "/scratch/x.sif")
+    launch = next(ln for ln in script.splitlines() if ln.startswith("srun "))
+    assert "--mpi=pmix /opt/site/apptainer/bin/apptainer exec " in launch
+    for path in inj.mounts:
+        assert f"--bind {path} " in launch
+    assert "/scratch/x.sif python3 x.py" in launch
+    assert "export APPTAINERENV_LD_LIBRARY_PATH=/opt/site/intel-mpi/lib" in script
+    assert f"export APPTAINER_CONTAINLIBS={','.join(inj.libs)}" in script
+    assert "/usr/lib/x86_64-linux-gnu/libmunge.so.2" in inj.libs
+    preflight = script.index("/opt/site/apptainer/bin/apptainer exec")
+    assert preflight < script.index("\nsrun ") and "bind model ABI mismatch" in script
+    control = render_job(site, _job(site_mpi=False), "/scratch/x.sif")
+    assert "--bind /opt/site/intel-mpi" not in control and "APPTAINERENV_LD_LIBRARY_PATH" not in control
+
+
+def test_the_local_bind_image_loads_its_mpich_under_the_abi_name() -> None:
+    """Debian's MPICH is libmpich.so.12; the site replaces libmpi.so.12, so the image for the
+    site adds that name and relinks Horovod to it (rule debian-mpich-soname), and the preflight
+    finds it through HPCENV_MPICH_ABI_LIB. Hybrid and source-MPICH images are left alone."""
+    from hpcenv.recipe import load_recipe
+    from hpcenv.render import render
+    from hpcenv.resolver import resolve
+
+    site = load_site("local-bind")
+    lock = resolve(site, load_recipe("horovod-cpu"))
+    mpi = lock.components["mpi"]
+    assert (mpi.implementation, mpi.source, mpi.version) == ("mpich", "apt", "4.0.2")
+    assert mpi.options["abi_soname"] == "libmpi.so.12 -> libmpich.so.12"
+    assert "debian-mpich-soname" in mpi.rules and "debian-mpich-soname" in lock.rules
+    docker = render(lock, site).dockerfile
+    assert "patchelf --remove-needed libmpichcxx.so.12 --replace-needed libmpich.so.12" in docker
+    assert 'ENV HPCENV_MPICH_ABI_LIB="/usr/lib/x86_64-linux-gnu"' in docker
+    assert docker.index("patchelf --remove") > docker.index("horovodrun --check-build")
+    for other in ("local", "frontier", "perlmutter"):
+        lock = resolve(load_site(other), load_recipe("horovod-cpu"))
+        assert "abi_soname" not in lock.components["mpi"].options, other
+
+
 def test_control_run_has_no_injection() -> None:
     script = render_job(load_site("local-bind"), _job(site_mpi=False), IMAGE)
     assert "/opt/site/intel-mpi:/opt/site/intel-mpi" not in script

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcenv.blocks import BLOCKS, Parts, Stage
+from hpcenv.blocks import BLOCKS, Parts, Stage, apt_install
 from hpcenv.render import _environment
 
 
@@ -30,7 +30,7 @@ def dockerfile(parts: Parts) -> str:
 
 
 def test_every_block_is_registered_and_documented() -> None:
-    assert set(BLOCKS) == {"mpich-source", "xpu-runtime", "aws-ofi-nccl"}
+    assert set(BLOCKS) == {"mpich-source", "xpu-runtime", "aws-ofi-nccl", "mpich-abi-soname"}
     for name, fn in BLOCKS.items():
         assert fn.__doc__ and "Example:" in fn.__doc__, name
 
@@ -108,12 +108,42 @@ CMD ["/bin/bash"]"""
     assert 'ENV NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/libnccl-net.so"' in cuda
 
 
+_ABI_SONAME_ARGS = ("libmpich.so.12", "libmpi.so.12", "/usr/lib/x86_64-linux-gnu",
+                    ["libmpichcxx.so.12"], apt_install(["patchelf"], None, None))  # fmt: skip
+
+
+def test_mpich_abi_soname_exact_text() -> None:
+    assert (
+        dockerfile(BLOCKS["mpich-abi-soname"](*_ABI_SONAME_ARGS))
+        == """\
+FROM base AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# MPI under its ABI name: libmpi.so.12 -> libmpich.so.12, extensions relinked
+RUN apt-get update && \\
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends patchelf && \\
+    rm -rf /var/lib/apt/lists/*
+RUN ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12 && \\
+    test -e /usr/lib/x86_64-linux-gnu/libmpi.so.12
+RUN files="$(grep -rl --include='*.so' 'libmpich.so.12' /opt/venv || true)" && \\
+    for f in $files; do case "$(nm -D --undefined-only "$f")" in *_ZN3MPI*) echo "hpcenv: $f calls the MPI C++ bindings" >&2; exit 1 ;; esac; patchelf --remove-needed libmpichcxx.so.12 --replace-needed libmpich.so.12 libmpi.so.12 "$f" && echo "hpcenv: $f now loads libmpi.so.12"; done && \\
+    for f in $files; do case "$(readelf -d "$f")" in *"[libmpich.so.12]"*|*"[libmpichcxx.so.12]"*) echo "hpcenv: $f still needs libmpich.so.12" >&2; exit 1 ;; esac; done
+
+FROM base AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12 && \\
+    test -e /usr/lib/x86_64-linux-gnu/libmpi.so.12
+ENV HPCENV_MPICH_ABI_LIB="/usr/lib/x86_64-linux-gnu"
+CMD ["/bin/bash"]"""
+    )
+
+
 @pytest.mark.parametrize(
     "name,args",
     [
         ("mpich-source", ("4.1.3", "--with-device=ch4:ofi", 2)),
         ("xpu-runtime", ("https://k/key", "https://r/ubuntu jammy unified", ["level-zero"])),
         ("aws-ofi-nccl", ("1.19.2", "rocm", 2)),
+        ("mpich-abi-soname", _ABI_SONAME_ARGS),
     ],
 )
 def test_block_passes_hadolint(name: str, args: tuple[object, ...], tmp_path: Path) -> None:

@@ -75,6 +75,17 @@ def test_render_bad_site_exits_2(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_runtime_executable_on_an_oci_runtime_exits_2(tmp_path: Path) -> None:
+    site = tmp_path / "s.yaml"
+    site.write_text("extends: local\nname: s\nruntime:\n  kind: podman\n  executable: /x/podman\n")
+    proc = hpcenv("render", "--site", str(site), "--recipe", "horovod-cpu", "--format", "lock")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: {site}:4: field 'runtime': runtime.executable applies to the apptainer and "
+        "singularity runtimes, not podman"
+    )
+
+
 def test_usage_error_exits_2() -> None:
     proc = hpcenv("resolve", "--no-such-option")
     assert proc.returncode == 2

@@ -120,7 +120,7 @@ class Apptainer(ContainerRuntime):
     env_prefix = "APPTAINERENV_"
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
-        argv = [self.kind, "exec", *site.runtime.flags]
+        argv = [_p(site.runtime.executable or self.kind), "exec", *site.runtime.flags]
         for path in _binds(site, ctx):
             argv += ["--bind", _p(path)]
         argv += ["--pwd", _p(ctx.workdir), _p(image)]
