@@ -348,3 +348,23 @@ def test_publish_copies_report_and_rewrites_plot_links(tmp_path: Path) -> None:
     assert "](bench-latest/allreduce_bandwidth.png)" in page.read_text()
     assert (tmp_path / "docs" / "bench-latest" / "allreduce_bandwidth.png").read_bytes() == b"png"
     assert (tmp_path / "docs" / "bench-latest" / "daal4py.naive.Dockerfile").is_file()
+
+
+def test_targets_table_says_met_or_missed_per_goal() -> None:
+    from hpcenv.bench.report import BenchReport, Headline, Section, goal_met, render_markdown
+
+    assert goal_met(">= 1.2", 1.2) and not goal_met(">= 1.2", 1.19)
+    assert goal_met("< 4", 3.9) and not goal_met("< 4", 4.0) and goal_met("<= 1.0", 1.0)
+    assert goal_met(">= 1.2", None) is None
+    with pytest.raises(ValueError):
+        goal_met("about 1.2", 1.0)
+    sec = Section("t", "T", headline=[
+        Headline("geomean (goal >= 1.2)", "", "1.16x", ">= 1.2", 1.16),
+        Headline("first step (goal < 4 s)", "", "3.1 s", "< 4", 3.1),
+        Headline("no goal", "", "1.0x"),
+    ])  # fmt: skip
+    md = render_markdown(BenchReport({"date": "d"}, [sec]))
+    targets = md.split("## Targets", 1)[1].split("## Headline", 1)[0]
+    assert "| geomean (goal >= 1.2) | >= 1.2 | 1.16 | MISSED |" in targets
+    assert "| first step (goal < 4 s) | < 4 | 3.1 | met |" in targets
+    assert "no goal" not in targets

@@ -126,11 +126,35 @@ class Table:
 
 @dataclass
 class Headline:
-    """One line of the headline table: what, the measured values, and the ratio that matters."""
+    """One line of the headline table: what, the measured values, and the ratio that matters.
+
+    With a ``goal`` (``">= 1.5"``, ``"<= 1.0"``, ``"< 4"``) and the ``value`` it applies to, the
+    line is also a target: the report's targets table says whether this run met it.
+    """
 
     measure: str
     values: str
     ratio: str
+    goal: str = ""
+    value: float | None = None
+
+    @property
+    def met(self) -> bool | None:
+        return goal_met(self.goal, self.value) if self.goal else None
+
+
+_GOAL_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+             "<": lambda a, b: a < b}  # fmt: skip
+
+
+def goal_met(goal: str, value: float | None) -> bool | None:
+    """Whether ``value`` meets ``goal`` (``">= 1.2"``); None when there is no value."""
+    op, _, bound = goal.strip().partition(" ")
+    if op not in _GOAL_OPS:
+        raise ValueError(f"bad goal {goal!r}: want '<op> <number>' with op in {list(_GOAL_OPS)}")
+    if value is None or not math.isfinite(value):
+        return None
+    return bool(_GOAL_OPS[op](value, float(bound)))
 
 
 @dataclass
@@ -211,6 +235,18 @@ def better_direction(measure: str) -> str:
     return f"{'higher' if higher else 'lower'} = {subject} better"
 
 
+def targets_table(report: BenchReport) -> str:
+    """Every headline with a goal: the goal, the value this run measured, met or missed."""
+    rows = []
+    for h in report.headline:
+        if not h.goal:
+            continue
+        met = h.met
+        rows.append([h.measure, h.goal, fmt_num(h.value),
+                     "met" if met else "MISSED" if met is False else "not measured"])  # fmt: skip
+    return markdown_table(["target", "goal", "this run", "result"], rows) if rows else ""
+
+
 def headline_table(report: BenchReport) -> str:
     rows = [[h.measure, h.values, h.ratio, better_direction(h.measure) if h.ratio else ""]
             for h in report.headline]  # fmt: skip
@@ -234,6 +270,10 @@ def render_markdown(report: BenchReport) -> str:
     )
     for note in meta.get("notes", []):
         lines += ["", f"- {note}"]
+    targets = targets_table(report)
+    if targets:
+        lines += ["", "## Targets", "", "The goals of the benchmark rows (issue 12), checked "
+                  "against this run's numbers.", "", targets.rstrip()]
     lines += ["", "## Headline", "", headline_table(report)]
     for section in report.sections:
         lines += [f"## {section.title}", "", f"_{section.seconds:.0f} s_", ""]

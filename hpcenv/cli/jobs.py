@@ -347,7 +347,7 @@ def register(app: typer.Typer) -> None:
             float, typer.Option("--budget", help="--measure: seconds before no new run starts")
         ] = 300,
         quick: Annotated[
-            bool, typer.Option("--quick", help="--measure: one round instead of two")
+            bool, typer.Option("--quick", help="--measure: one round instead of three")
         ] = False,
         if_stale: Annotated[
             bool,
