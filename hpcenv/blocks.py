@@ -265,6 +265,38 @@ def mpich_abi_soname(
     )
 
 
+@register("oneccl-pypi")
+def oneccl_pypi(
+    version: str, package: str, impi_rt: str, prefix: str, runtime_env: dict[str, str]
+) -> Parts:
+    """oneCCL from PyPI under its own prefix, for Horovod's CCL operations (``CCL_ROOT``).
+
+    Not in the venv: impi-rt (which carries the libfabric oneCCL's OFI transport loads, next
+    to ``libccl.so.1``) also installs Intel MPI's ``mpirun`` and ``libmpi.so.12``, which would
+    shadow the image MPI on the PATH. The step keeps the headers and ``libccl`` for the build
+    and drops the static libraries, Intel MPI's binaries and libraries, and the duplicate
+    ``libccl`` copies (wheels cannot hold links); the runtime stage takes ``lib`` only.
+    Example: ``oneccl_pypi("2021.16.2", "oneccl-cpu-devel==2021.16.2", "impi-rt==2021.16.*",
+    "/opt/oneccl", {"CCL_ATL_TRANSPORT": "ofi"})``.
+    """
+    lib = f"{prefix}/lib"
+    return Parts(
+        build=[
+            comment(f"oneCCL {version} from PyPI under {prefix} (CCL_ROOT for Horovod)"),
+            shell(
+                pip_install(package, *([impi_rt] if impi_rt else []), extra=f"--prefix {prefix} "),
+                f"rm -rf {prefix}/bin {prefix}/etc {prefix}/opt {prefix}/share {lib}/ccl "
+                f"{lib}/pkgconfig {lib}/mpi {lib}/libccl.a {lib}/libmpi*",
+                f"ln -sf libccl.so.1.0 {lib}/libccl.so.1",
+                f"ln -sf libccl.so.1 {lib}/libccl.so",
+                f"test -e {prefix}/include/oneapi/ccl.hpp",
+                f"test -e {lib}/libfabric.so.1",
+            ),
+        ],
+        runtime=[copy(lib, lib, from_stage="build"), env(**runtime_env)],
+    )
+
+
 class Blocks:
     """Build the two stages for one lock on one site."""
 
@@ -287,6 +319,7 @@ class Blocks:
             self.network_plugin(),
             self.python(),
             self.torch(),
+            self.oneccl(),
             self.horovod(),
             self.pip_packages(),
             self.mpi_abi_soname(),
@@ -512,11 +545,24 @@ class Blocks:
             ]
         )
 
+    def oneccl(self) -> Parts:
+        """oneCCL from PyPI (a recipe's ``oneccl``); torch-ccl's bundled one needs no step."""
+        ccl = self.lock.components.get("oneccl")
+        if not ccl or "prefix" not in ccl.options:
+            return Parts()
+        runtime_env = {k: v for k, v in ccl.options.items() if k.startswith("CCL_")}
+        return oneccl_pypi(
+            ccl.version, ccl.options["package"], ccl.options.get("impi_rt", ""),
+            ccl.options["prefix"], runtime_env,
+        )  # fmt: skip
+
     def horovod(self) -> Parts:
         hvd = self.lock.components.get("horovod")
         if not hvd:
             return Parts()
-        flags = {k: v for k, v in sorted(hvd.options.items()) if k.startswith("HOROVOD_")}
+        flags = {
+            k: v for k, v in sorted(hvd.options.items()) if k.startswith(("HOROVOD_", "CCL_"))
+        }
         env_words = " ".join(f"{k}={v}" for k, v in flags.items())
         src = f"/tmp/horovod-{hvd.version}"
         cmds = [
@@ -536,6 +582,11 @@ class Blocks:
             f"rm -rf {src} /tmp/horovod-{hvd.version}.tar.gz",
             f"{VENV}/bin/horovodrun --check-build",
         ]
+        if "CCL" in flags.values():
+            cmds.append(
+                f"{VENV}/bin/python -c "
+                + shlex.quote("import horovod.torch as h; assert h.ccl_built(), 'no CCL'")
+            )
         return Parts(
             build=[comment(f"Horovod {hvd.version}: {hvd.reason}"), shell(*cmds)],
         )
@@ -612,7 +663,12 @@ class Blocks:
     def import_check(self) -> str:
         mods = [m for n, m in (("torch", "torch"), ("horovod", "horovod.torch"), ("mpi4py", "mpi4py"),
                                ("daal4py", "daal4py")) if n in self.lock.components]  # fmt: skip
-        return "; ".join(f"import {m}" for m in mods) or "import sys"
+        lines = [f"import {m}" for m in mods] or ["import sys"]
+        hvd = self.lock.components.get("horovod")
+        if hvd and hvd.options.get("HOROVOD_CPU_OPERATIONS") == "CCL":
+            # the runtime stage resolves libccl.so.1 (Horovod's RUNPATH) and finds CCL built
+            lines.append("assert horovod.torch.ccl_built()")
+        return "; ".join(lines)
 
     def test_commands(self) -> list[str]:
         return [

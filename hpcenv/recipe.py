@@ -26,7 +26,7 @@ class Recipe(SafeModel):
     description: str = Field(max_length=1000)
     accelerator: Literal["none", "site", "intel"] = "none"
     components: dict[
-        Literal["torch", "horovod", "mpi4py", "daal4py", "torch-ccl", "ipex"],
+        Literal["torch", "horovod", "oneccl", "mpi4py", "daal4py", "torch-ccl", "ipex"],
         Literal["required", "optional"],
     ]
     horovod_operations: list[Literal["mpi", "gloo", "ccl", "nccl"]] = []

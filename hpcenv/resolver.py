@@ -239,6 +239,7 @@ class Resolver:
         self.decide_mpi()
         self.decide_fabric()
         self.decide_intel_stack(accel)
+        self.decide_oneccl_pypi()
         self.decide_horovod(accel)
         self.decide_network_plugin(accel)
         self.decide_mpi4py()
@@ -262,7 +263,7 @@ class Resolver:
         if self.site.mpi.fabric in ("ucx", "libfabric"):
             planned.add(self.site.mpi.fabric)
         planned |= {"cuda": {"cuda", "nccl"}, "rocm": {"rocm", "rccl"}}.get(accel, set())
-        if self.recipe.wants("torch-ccl"):
+        if self.recipe.wants("torch-ccl") or self.recipe.wants("oneccl"):
             planned.add("oneccl")
         if self.site.network_plugin and accel in ("cuda", "rocm"):
             planned.add("net-plugin")
@@ -504,6 +505,40 @@ class Resolver:
                 "bundled with torch-ccl",
             )  # fmt: skip
 
+    def decide_oneccl_pypi(self) -> None:
+        """oneCCL itself from PyPI (``oneccl-cpu-devel``), for a recipe that wants it and gets
+        none bundled with torch-ccl: the newest release whose wheels work alone (rule
+        oneccl-pypi) and that Horovod's CCL operations build with (rule horovod-oneccl)."""
+        if not self.recipe.wants("oneccl") or "oneccl" in self.components:
+            return
+        self.facts["oneccl.from"] = Fact("oneccl.from", "pypi", f"recipe {self.recipe.name}")
+        # look ahead to Horovod only for releases tried here; a pin's conflict is reported once,
+        # where Horovod is decided
+        ahead = self.recipe.requires("horovod") and "oneccl" not in self.pins
+        later = {"horovod": releases("horovod")} if ahead else {}
+        picked = self.decide(
+            "oneccl", releases("oneccl", "pypi"), later=later,
+            required=self.recipe.requires("oneccl"),
+        )  # fmt: skip
+        if picked is None:
+            return
+        install = kb()["install"]["oneccl_pypi"]
+        impi = rule("oneccl-pypi").data["impi_rt"].get(picked.value, "")
+        options = {
+            "package": f"{install['package']}=={picked.value}",
+            "prefix": install["prefix"],
+            **{k: str(v) for k, v in install["runtime_env"].items()},
+        }
+        if impi:
+            options["impi_rt"] = f"impi-rt=={impi}"
+        reason = self.pin_reason(
+            "oneccl",
+            "newest oneCCL on PyPI whose wheels work alone and that Horovod's CCL operations "
+            f"build with; installed under {install['prefix']} (not the venv: impi-rt's mpirun "
+            "would shadow the image MPI's); ATL over OFI with impi-rt's libfabric",
+        )
+        self.choose("oneccl", picked, reason, f"pip ({install['package']}, --prefix)", options=options)
+
     def decide_horovod(self, accel: str) -> None:
         if not self.recipe.wants("horovod"):
             return
@@ -526,7 +561,15 @@ class Resolver:
             self.use("horovod-ccl")
             picked.rules.append("horovod-ccl")
             options["HOROVOD_CPU_OPERATIONS"] = "CCL"
-            if "gloo" in ops:
+            oneccl = self.components["oneccl"]
+            if "prefix" in oneccl.options:
+                options["CCL_ROOT"] = oneccl.options["prefix"]
+                notes.append(
+                    f"CPU operations on oneCCL {oneccl.version} by default; "
+                    f"HOROVOD_CPU_OPERATIONS={'|'.join(o.upper() for o in ops if o != 'nccl')} "
+                    "picks one at run time"
+                )
+            elif "gloo" in ops:
                 ops.remove("gloo")
                 notes.append("Gloo off with CCL, as upstream's oneCCL image does")
         if "gloo" in ops:

@@ -30,7 +30,9 @@ def dockerfile(parts: Parts) -> str:
 
 
 def test_every_block_is_registered_and_documented() -> None:
-    assert set(BLOCKS) == {"mpich-source", "xpu-runtime", "aws-ofi-nccl", "mpich-abi-soname"}
+    assert set(BLOCKS) == {
+        "mpich-source", "xpu-runtime", "aws-ofi-nccl", "mpich-abi-soname", "oneccl-pypi"
+    }
     for name, fn in BLOCKS.items():
         assert fn.__doc__ and "Example:" in fn.__doc__, name
 
@@ -137,9 +139,40 @@ CMD ["/bin/bash"]"""
     )
 
 
+ONECCL_ARGS = (
+    "2021.16.2", "oneccl-cpu-devel==2021.16.2", "impi-rt==2021.16.*", "/opt/oneccl",
+    {"CCL_ATL_TRANSPORT": "ofi"},
+)  # fmt: skip
+
+
+def test_oneccl_pypi_exact_text() -> None:
+    """Own prefix (impi-rt's mpirun off the PATH), devel-only and Intel MPI parts dropped in
+    the same layer, libccl copies turned into links, runtime gets lib/ and the OFI transport."""
+    assert (
+        dockerfile(BLOCKS["oneccl-pypi"](*ONECCL_ARGS))
+        == """\
+FROM base AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# oneCCL 2021.16.2 from PyPI under /opt/oneccl (CCL_ROOT for Horovod)
+RUN /opt/venv/bin/pip install --no-cache-dir --prefix /opt/oneccl oneccl-cpu-devel==2021.16.2 'impi-rt==2021.16.*' && \\
+    rm -rf /opt/oneccl/bin /opt/oneccl/etc /opt/oneccl/opt /opt/oneccl/share /opt/oneccl/lib/ccl /opt/oneccl/lib/pkgconfig /opt/oneccl/lib/mpi /opt/oneccl/lib/libccl.a /opt/oneccl/lib/libmpi* && \\
+    ln -sf libccl.so.1.0 /opt/oneccl/lib/libccl.so.1 && \\
+    ln -sf libccl.so.1 /opt/oneccl/lib/libccl.so && \\
+    test -e /opt/oneccl/include/oneapi/ccl.hpp && \\
+    test -e /opt/oneccl/lib/libfabric.so.1
+
+FROM base AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=build /opt/oneccl/lib /opt/oneccl/lib
+ENV CCL_ATL_TRANSPORT="ofi"
+CMD ["/bin/bash"]"""
+    )
+
+
 @pytest.mark.parametrize(
     "name,args",
     [
+        ("oneccl-pypi", ONECCL_ARGS),
         ("mpich-source", ("4.1.3", "--with-device=ch4:ofi", 2)),
         ("xpu-runtime", ("https://k/key", "https://r/ubuntu jammy unified", ["level-zero"])),
         ("aws-ofi-nccl", ("1.19.2", "rocm", 2)),

@@ -33,7 +33,7 @@ def test_sites_validate_and_schema(runner: CliRunner, tmp_path: Path) -> None:
 
 def test_recipes(runner: CliRunner) -> None:
     names = {r["name"] for r in json.loads(run(runner, "recipes", "--json").stdout)}
-    assert names == {"horovod-cpu", "horovod-gpu", "torch-ccl", "torch-gpu", "daal4py"}
+    assert names == {"horovod-cpu", "horovod-ccl", "horovod-gpu", "torch-ccl", "torch-gpu", "daal4py"}
 
 
 def test_resolve_json_shape(runner: CliRunner) -> None:

@@ -64,6 +64,15 @@ def test_resolve_conflict_exits_2() -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_resolve_refused_oneccl_exits_2() -> None:
+    """A PyPI oneCCL whose wheels cannot work alone: one line naming the missing piece."""
+    proc = hpcenv("resolve", "--site", "local", "--recipe", "horovod-ccl", "--set", "oneccl=2022.0.0")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: conflict between oneccl 2022.0.0 (--set) and arch")
+    assert "libccl.so.2" in proc.stderr and "rule oneccl-pypi" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_render_bad_site_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nbogus: 1\n")

@@ -115,6 +115,47 @@ def test_torch_ccl_absent_for_new_torch_is_reasoned() -> None:
     assert_rule(msg, "torch-ccl-torch", "torch 2.13.0")
 
 
+# oneCCL from PyPI for Horovod's CCL operations (recipe horovod-ccl)
+def test_oneccl_pypi_pass() -> None:
+    """Newest PyPI oneCCL whose wheels work alone; the newer ones lost with their rules; the
+    horovod-cpu layers are kept (no oneccl there) and Gloo stays built for run-time choice."""
+    lk = lock("local", "horovod-ccl")
+    ccl, hvd = lk.components["oneccl"], lk.components["horovod"]
+    assert ccl.version == "2021.16.2" and ccl.rules == ["oneccl-pypi"]
+    assert set(ccl.rejected) == {"2022.2.0", "2022.0.0", "2021.17.2"}
+    assert all("oneccl-pypi" in why for why in ccl.rejected.values())
+    assert ccl.options == {
+        "package": "oneccl-cpu-devel==2021.16.2", "impi_rt": "impi-rt==2021.16.*",
+        "prefix": "/opt/oneccl", "CCL_ATL_TRANSPORT": "ofi",
+    }  # fmt: skip
+    assert hvd.options["HOROVOD_CPU_OPERATIONS"] == "CCL" and hvd.options["CCL_ROOT"] == "/opt/oneccl"
+    assert hvd.options["HOROVOD_WITH_GLOO"] == "1" and hvd.options["operations"] == "mpi,gloo,ccl"
+    assert "horovod-oneccl" in hvd.rules and "horovod-ccl" in hvd.rules
+    assert "oneccl" not in lock("local", "horovod-cpu").components
+
+
+def test_oneccl_pypi_conflict() -> None:
+    msg = conflict("local", "horovod-ccl", "oneccl=2022.2.0")
+    assert_rule(msg, "oneccl-pypi", "oneccl 2022.2.0 (--set)", "libfabric>=2.6", "libccl.so.2")
+    msg = conflict("local", "horovod-ccl", "oneccl=2021.17.2")
+    assert_rule(msg, "oneccl-pypi", "__intel_cpu_features_init_x")
+    msg = conflict("summit", "horovod-ccl")
+    assert_rule(msg, "oneccl-pypi", "arch ppc64le", "x86_64 only")
+
+
+def test_horovod_oneccl_conflict() -> None:
+    """An unknown oneCCL allowed with '!' passes the wheel rule but not the build table."""
+    msg = conflict("local", "horovod-ccl", "oneccl=2021.13.1!")
+    assert_rule(msg, "horovod-oneccl", "oneccl 2021.13.1 (--set)", "0.28.1", "2021.16.2")
+    assert msg.count("\n") == 0, msg  # one conflict, one line
+
+
+def test_horovod_oneccl_pass_older_pin() -> None:
+    lk = lock("local", "horovod-ccl", "oneccl=2021.14.1")
+    assert lk.components["oneccl"].options["impi_rt"] == "impi-rt==2021.14.*"
+    assert "pinned by --set" in lk.components["oneccl"].reason
+
+
 # Horovod <-> torch (C++17)
 def test_horovod_cxx17_pass() -> None:
     new = lock("local", "horovod-cpu").components["horovod"]

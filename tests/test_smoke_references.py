@@ -116,3 +116,19 @@ def test_missing_component_reads_the_lock() -> None:
     assert "without gloo" in (missing_component(lock, "horovod", "gloo") or "")
     assert missing_component(lock, "horovod", "mpi") is None
     json.dumps(lock)
+
+
+def test_ccl_checks_follow_the_lock() -> None:
+    """The horovod-cpu image (no oneCCL on torch 2.13) skips the CCL checks, with the lock's
+    reason; the horovod-ccl image runs them. Locks as the resolver writes them."""
+    from hpcenv.recipe import load_recipe
+    from hpcenv.resolver import resolve
+
+    site = load_site("local")
+    cpu = resolve(site, load_recipe("horovod-cpu")).to_dict()
+    ccl = resolve(site, load_recipe("horovod-ccl")).to_dict()
+    why = missing_component(cpu, "horovod", "ccl") or ""
+    assert "horovod-cpu image for local built horovod without ccl (operations: mpi,gloo)" in why
+    assert missing_component(ccl, "horovod", "ccl") is None
+    assert missing_component(ccl, "horovod", "gloo") is None
+    assert missing_component(ccl, "horovod", "mpi") is None

@@ -158,9 +158,23 @@ def test_placement_env_is_a_hook_for_later_layers() -> None:
 
 
 def test_default_ccl_workers_leave_a_compute_core() -> None:
-    """torch-ccl on a 2-core node: the default 4 workers would leave no compute core."""
-    t = tune(load_site("local"), recipe="torch-ccl")
-    assert t.ccl_workers == 0 and t.omp_threads == 1 and "CCL_WORKER_COUNT" not in t.env
+    """2 cores per rank: the default 4 workers would leave no compute core, so 1 worker."""
+    t = tune(_site(1, 4), nodes=1, ranks_per_node=2, recipe="torch-ccl")
+    assert (t.cores_per_rank, t.ccl_workers, t.omp_threads) == (2, 1, 1)
+    assert t.compute_cores == ((0,), (2,)) and t.worker_cores == ((1,), (3,))
+    assert t.env["CCL_WORKER_COUNT"] == "1" and t.env["CCL_WORKER_AFFINITY"] == "1,3"
     assert any("not the default 4" in r for r in t.reasons)
+
+
+def test_one_core_per_rank_ccl_worker_shares_the_rank_core() -> None:
+    """1 core per rank (local): oneCCL's one worker is pinned to each rank's own core, not
+    left to its default affinity (every rank's worker on the node's last core)."""
+    for recipe in ("torch-ccl", "horovod-ccl"):
+        t = tune(load_site("local"), recipe=recipe)
+        assert (t.cores_per_rank, t.ccl_workers, t.omp_threads) == (1, 1, 1)
+        assert t.compute_cores == ((0,), (1,)) and t.worker_cores == ((0,), (1,))
+        assert t.env["CCL_WORKER_COUNT"] == "1" and t.env["CCL_WORKER_AFFINITY"] == "0,1"
+        assert not t.oversubscribed and any("shares the rank's core" in r for r in t.reasons)
+    assert "CCL_WORKER_COUNT" not in tune(load_site("local"), recipe="horovod-cpu").env
     with pytest.raises(ConfigError, match="no core"):  # asked for explicitly: still refused
         tune(load_site("local"), recipe="torch-ccl", ccl_workers=4)

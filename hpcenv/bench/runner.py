@@ -94,6 +94,7 @@ def cli_section(ctx: BenchContext) -> Section:
 
 def _sections() -> dict[str, SectionFn]:
     from hpcenv.bench.buildcost import build_section, full_build_section
+    from hpcenv.bench.ccl import ccl_section
     from hpcenv.bench.comm import (
         allreduce_section,
         likeforlike_section,
@@ -112,6 +113,7 @@ def _sections() -> dict[str, SectionFn]:
         "tuning": tuning_section,
         "likeforlike": likeforlike_section,
         "mnist": mnist_section,
+        "ccl": ccl_section,
         "kmeans": kmeans_section,
         "two-node": two_node_section,
         "cli": cli_section,
@@ -120,8 +122,8 @@ def _sections() -> dict[str, SectionFn]:
     }
 
 
-SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "kmeans",
-                 "two-node", "cli", "build")  # fmt: skip
+SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "ccl",
+                 "kmeans", "two-node", "cli", "build")  # fmt: skip
 EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
 
 

@@ -2,7 +2,8 @@
 
 Run over MPI: ``mpirun -np 2 python allreduce_horovod.py``; over Gloo:
 ``horovodrun -np 2 -H localhost:2 --gloo python allreduce_horovod.py``. The JSON on rank 0 says
-which controller and CPU operations Horovod actually used.
+which controller Horovod used; with ``--ops-timeline PATH`` also which operations ran the exact
+checks (Horovod's timeline: ``CCL_ALLREDUCE``, ``MPI_ALLREDUCE``, ``GLOO_ALLREDUCE``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from _bench import (
     sweep_parser,
     timed_reps,
 )
+from _hvd_ops import OpsProbe, enable_dynamic_timeline
 
 
 def controller() -> str:
@@ -87,33 +89,45 @@ def sweep(sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = sweep_parser(__doc__, factor=16, max_iters=100)
+    ap.add_argument("--ops-timeline", default="", help="record the exact checks' operations here")
     args = ap.parse_args()
+    if args.ops_timeline:
+        enable_dynamic_timeline()
     hvd.init()
     require_peers(hvd.size(), args.allow_single_rank)
     torch.set_num_threads(1)
+    probe = OpsProbe(hvd, args.ops_timeline) if args.ops_timeline else None
+    if probe:
+        probe.start()
     exact = exact_checks(args.exact_n)
+    if probe:
+        probe.stop()
     rows = sweep(message_sizes(args.min_bytes, args.max_bytes, args.factor), args.max_iters)
+    doc: dict[str, Any] = {}
     if hvd.rank() == 0:
-        emit(
-            {
-                "check": "allreduce_horovod",
-                "flavor": f"horovod-{controller()}",
-                "controller": controller(),
-                "requested": {
-                    k: os.environ.get(k)
-                    for k in ("HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS")
-                    if os.environ.get(k)
-                },
-                "built": {"mpi": hvd.mpi_built(), "gloo": hvd.gloo_built()},
-                "world_size": hvd.size(),
-                "horovod": horovod.__version__,
-                "torch": torch.__version__,
-                "exact": exact,
-                "sweep": rows,
-                "platform": platform_info(),
-            }
-        )
+        doc = {
+            "check": "allreduce_horovod",
+            "flavor": f"horovod-{controller()}",
+            "controller": controller(),
+            "requested": {
+                k: os.environ.get(k)
+                for k in ("HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS")
+                if os.environ.get(k)
+            },
+            "built": {"mpi": hvd.mpi_built(), "gloo": hvd.gloo_built(), "ccl": hvd.ccl_built()},
+            "world_size": hvd.size(),
+            "horovod": horovod.__version__,
+            "torch": torch.__version__,
+            "exact": exact,
+            "sweep": rows,
+            "platform": platform_info(),
+        }
+    rank = hvd.rank()
     hvd.shutdown()
+    if rank == 0:
+        if probe:
+            doc["ops_seen"] = probe.seen()
+        emit(doc)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import horovod.torch as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from _bench import emit, platform_info  # noqa: E402
+from _hvd_ops import OpsProbe, enable_dynamic_timeline  # noqa: E402
 from _idx import read_idx  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -71,8 +72,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.01, help="per rank; scaled by hvd.size()")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="0: cores / local ranks")
+    ap.add_argument("--ops-timeline", default="", help="record the first epoch's operations here")
     args = ap.parse_args()
 
+    if args.ops_timeline:
+        enable_dynamic_timeline()
     hvd.init()
     t_init = time.time()
     rank, size = hvd.rank(), hvd.size()
@@ -95,6 +99,9 @@ def main() -> None:
 
     losses = []
     t_first_step = 0.0
+    probe = OpsProbe(hvd, args.ops_timeline) if args.ops_timeline else None
+    if probe:
+        probe.start()
     t0 = time.perf_counter()
     for epoch in range(args.epochs):
         net.train()
@@ -112,6 +119,8 @@ def main() -> None:
             if not t_first_step:
                 t_first_step = time.time()
         losses.append(float(hvd.allreduce(torch.tensor(total / steps), name=f"loss.{epoch}")))
+        if probe and epoch == 0:
+            probe.stop()
     train_s = float(hvd.allreduce(torch.tensor(time.perf_counter() - t0), op=hvd.Max, name="t"))
 
     net.eval()
@@ -137,37 +146,41 @@ def main() -> None:
     startup["from_launcher"] = "HPCENV_LAUNCH_T0" in os.environ
     initial_all = hvd.allgather_object(initial["sha256"])
 
+    doc: dict[str, Any] = {}
     if rank == 0:
-        emit(
-            {
-                "check": "mnist_horovod",
-                "world_size": size,
-                "controller": "gloo" if hvd.gloo_enabled() else "mpi",
-                "horovod": horovod.__version__,
-                "torch": torch.__version__,
-                "threads_per_rank": threads,
-                "train_samples": len(x),
-                "test_samples": int(counts[1]),
-                "samples_per_rank": [
-                    shard(len(x), r, size).stop - shard(len(x), r, size).start for r in range(size)
-                ],
-                "epochs": args.epochs,
-                "steps_per_epoch": steps,
-                "batch_size_per_rank": args.batch_size,
-                "lr": args.lr * size,
-                "epoch_loss": losses,
-                "train_seconds": train_s,
-                "samples_per_second": steps * args.batch_size * size * args.epochs / train_s,
-                "correct": int(counts[0]),
-                "test_accuracy": int(counts[0]) / int(counts[1]),
-                "initial_param_sha256": initial_all,
-                "param_checksums": checksums,
-                "param_max_spread": float(spread.max()),
-                "startup_seconds": startup,
-                "platform": platform_info(),
-            }
-        )
+        doc = {
+            "check": "mnist_horovod",
+            "world_size": size,
+            "controller": "gloo" if hvd.gloo_enabled() else "mpi",
+            "horovod": horovod.__version__,
+            "torch": torch.__version__,
+            "threads_per_rank": threads,
+            "train_samples": len(x),
+            "test_samples": int(counts[1]),
+            "samples_per_rank": [
+                shard(len(x), r, size).stop - shard(len(x), r, size).start for r in range(size)
+            ],
+            "epochs": args.epochs,
+            "steps_per_epoch": steps,
+            "batch_size_per_rank": args.batch_size,
+            "lr": args.lr * size,
+            "epoch_loss": losses,
+            "train_seconds": train_s,
+            "samples_per_second": steps * args.batch_size * size * args.epochs / train_s,
+            "correct": int(counts[0]),
+            "test_accuracy": int(counts[0]) / int(counts[1]),
+            "initial_param_sha256": initial_all,
+            "param_checksums": checksums,
+            "param_max_spread": float(spread.max()),
+            "startup_seconds": startup,
+            "platform": platform_info(),
+            "cpu_operations": os.environ.get("HOROVOD_CPU_OPERATIONS", "(build default)"),
+        }
     hvd.shutdown()
+    if rank == 0:
+        if probe:
+            doc["ops_seen"] = probe.seen()
+        emit(doc)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
             else:
                 from hpcenv.smoke.runner import launch_settings
 
-                launch = launch_settings(site_obj, image)
+                launch = launch_settings(site_obj, image, recipe=recipe or SMOKE_RECIPE)
                 typer.echo(launch.note, err=True)  # stderr: stdout may carry --json
         report = run_smoke(
             image, results, data_dir=data_dir, extra_volumes=volume or [],

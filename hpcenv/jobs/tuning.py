@@ -15,7 +15,8 @@ region, Aurora's cores 0 and 52) are never given to a rank. Each local rank gets
 sockets. With oneCCL, the last ``ccl_workers`` cores of each domain run the CCL workers and are
 kept out of the compute threads' domain: ``OMP_NUM_THREADS``, the ``I_MPI_PIN_DOMAIN`` masks and
 PALS ``--cpu-bind list:`` cover only the compute cores, and ``CCL_WORKER_AFFINITY`` lists exactly
-the worker cores.
+the worker cores. With one core per rank, the one worker oneCCL always runs is pinned to
+the rank's own core (its default would put every rank's worker on the node's last core).
 """
 
 from __future__ import annotations
@@ -184,8 +185,17 @@ def tune(
         raise ConfigError("cores per rank must be at least 1")
     if per_socket_ranks and per_socket_ranks * cores_per_rank > per_socket:
         per_socket_ranks = None  # an explicit cores_per_rank that does not fit a socket
-    if ccl_workers is None and workers and workers >= cores_per_rank:
-        # The default must leave a compute core: fewer workers (none: oneCCL's own default).
+    shared_worker = False
+    if ccl_workers is None and workers and workers >= cores_per_rank == 1:
+        # oneCCL always runs a worker; left to CCL_WORKER_AFFINITY=auto, every rank's worker
+        # lands on the node's last core. One worker per rank on the rank's own core instead.
+        reasons.append(
+            "1 core per rank: one oneCCL worker shares the rank's core (oneCCL always runs "
+            "one; its default affinity puts every rank's worker on the node's last core)"
+        )
+        workers, shared_worker = 1, True
+    elif ccl_workers is None and workers and workers >= cores_per_rank:
+        # The default must leave a compute core: fewer workers.
         reasons.append(
             f"{cores_per_rank} core(s) per rank leave room for {max(0, cores_per_rank - 1)} "
             f"oneCCL worker(s), not the default {workers}"
@@ -200,7 +210,7 @@ def tune(
             + (f", {len(node.reserved_cores)} reserved" if node.reserved_cores else "")
             + ")"
         )
-    if workers >= cores_per_rank:
+    if workers >= cores_per_rank and not shared_worker:
         problems.append(
             f"{workers} CCL workers leave no core of a rank's {cores_per_rank} for compute threads"
         )
@@ -226,7 +236,9 @@ def tune(
         else:  # forced: workers share the rank's cores (oneCCL needs one core per worker)
             worker.append(tuple(domain[j % cores_per_rank] for j in range(workers)))
     omp = max(1, cores_per_rank - workers)
-    if workers:
+    if shared_worker:
+        reasons.append(f"OMP_NUM_THREADS={omp}: the compute thread and the worker share a core")
+    elif workers:
         reasons.append(
             f"{workers} oneCCL worker(s) per rank on the last cores of its domain "
             f"-> OMP_NUM_THREADS={omp}; compute and worker cores are disjoint"

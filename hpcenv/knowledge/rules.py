@@ -269,3 +269,19 @@ def _torch_arch(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
         f"no {arch} build of torch {torch} (PyPI has none; Open-CE provides "
         f"{', '.join(builds) or 'none'})"
     )
+
+
+@code_rule("oneccl-pypi")
+def _oneccl_pypi(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
+    """oneCCL from PyPI: x86_64 wheels only, and only releases whose wheels work on their own
+    (the refused ones name the missing piece)."""
+    oneccl, arch = facts["oneccl"], facts["arch"].value
+    if arch not in rule.data["archs"]:
+        return False, f"oneCCL wheels on PyPI exist for {', '.join(rule.data['archs'])} only"
+    refused = rule.data["refused"].get(oneccl.value)
+    if refused:
+        return False, refused
+    if oneccl.value in rule.data["impi_rt"] or oneccl.forced:
+        return True, ""
+    known = ", ".join(rule.data["impi_rt"])
+    return False, f"oneCCL {oneccl.value} from PyPI was not checked; usable: {known}"

@@ -74,6 +74,8 @@ def figures(tests: Iterable[TestResult]) -> dict[str, Figure]:
                 out[f"allreduce.{flavor}.time_8B"] = Figure(lat, "us", "lower")
         if "step_ms" in m:
             out["mnist_horovod.step_ms"] = Figure(float(m["step_ms"]), "ms", "lower")
+        if "step_ms_ccl" in m:
+            out["mnist_horovod_ccl.step_ms"] = Figure(float(m["step_ms_ccl"]), "ms", "lower")
         for key in ("spmd_ms_per_iteration", "batch_ms_per_iteration"):
             if key in m:
                 out[f"kmeans.{key}"] = Figure(float(m[key]), "ms", "lower")

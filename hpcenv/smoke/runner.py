@@ -245,7 +245,9 @@ def _compare(report: SmokeReport, references: Mapping[str, Any], started: dateti
     report.files["history"] = str(path)
 
 
-def launch_settings(site: Any, image: str, ranks: int = 2) -> LaunchSettings:
+def launch_settings(
+    site: Any, image: str, ranks: int = 2, recipe: str | None = None
+) -> LaunchSettings:
     """hpcenv's default launch of ``ranks`` ranks on one node of ``site`` in ``image``: the
     placement's mpirun flags and environment, the site's ``tuning:`` and the measured tuning in
     force for this image digest and layout (a stale or foreign file is ignored, with the reason
@@ -253,7 +255,8 @@ def launch_settings(site: Any, image: str, ranks: int = 2) -> LaunchSettings:
     from hpcenv.jobs.tuning import tune
     from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment, lookup
 
-    placement = tune(site, 1, ranks, force=True)
+    # the recipe shapes the placement: a CCL recipe gets oneCCL workers (CCL_WORKER_*)
+    placement = tune(site, 1, ranks, recipe=recipe, force=True)
     from hpcenv.jobs.launchers import Mpirun
 
     flags = shlex.join(Mpirun().flags(site, placement)[2:])  # without "-np N"

@@ -1,5 +1,6 @@
-"""Allreduce in every flavour the image offers: mpi4py (Open MPI), Horovod over MPI and over
-Gloo, torch.distributed gloo. Each asserts exact sums and records a bandwidth sweep."""
+"""Allreduce in every flavour the image offers: mpi4py (Open MPI), Horovod over MPI, over Gloo
+and over oneCCL, torch.distributed gloo. Each asserts exact sums and records a bandwidth sweep.
+Horovod over CCL also proves, from Horovod's own timeline, that CCL ran the exact checks."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class Flavor:
     factor: int
     controller: str | None = None
     needs: tuple[str, str | None] = ("mpi4py", None)
+    ops_seen: str | None = None  # the operation Horovod's timeline must show (and no other)
 
 
 FLAVORS = [
@@ -47,9 +49,20 @@ FLAVORS = [
         ("horovod", "gloo"),
     ),
     Flavor(
+        "horovod-ccl",
+        "allreduce_horovod.py",
+        lambda t: t.mpirun,
+        {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "ccl"},
+        16,
+        "mpi",
+        ("horovod", "ccl"),
+        "CCL_ALLREDUCE",
+    ),
+    Flavor(
         "torch-gloo", "allreduce_torch_gloo.py", lambda t: t.torchrun, {}, 4, None, ("torch", None)
     ),
 ]
+OPS_TIMELINE = "/tmp/hpcenv-horovod-ops.json"
 
 
 @pytest.mark.parametrize("flavor", FLAVORS, ids=[f.name for f in FLAVORS])
@@ -61,7 +74,7 @@ def test_allreduce(
     requires: Callable[..., None],
 ) -> None:
     requires(*flavor.needs)
-    sizes = (
+    sizes: tuple[str, ...] = (
         "--min-bytes",
         str(SMALLEST),
         "--max-bytes",
@@ -69,9 +82,16 @@ def test_allreduce(
         "--factor",
         str(flavor.factor),
     )
+    if flavor.ops_seen:
+        sizes += ("--ops-timeline", OPS_TIMELINE)
     doc = run_check(flavor.launcher(target), flavor.script, *sizes, env=flavor.env)
     if flavor.controller is not None:
         assert doc["controller"] == flavor.controller, doc.get("requested")
+    if flavor.ops_seen:
+        ccl_env = {k: v for k, v in target.launch_env.items() if k.startswith("CCL_")}
+        record(ops_seen=doc["ops_seen"], ccl_env=ccl_env)
+        allreduces = [op for op in doc["ops_seen"] if op.endswith("_ALLREDUCE")]
+        assert allreduces == [flavor.ops_seen], doc["ops_seen"]
     assert_exact(doc, target.ranks)
     rows = assert_sweep(doc, SMALLEST, LARGEST)
     record(flavor=flavor.name, **sweep_summary(rows), sweep=rows)

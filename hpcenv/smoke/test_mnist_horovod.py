@@ -1,4 +1,5 @@
-"""Data-parallel MNIST with Horovod over MPI: held-out accuracy and identical parameters."""
+"""Data-parallel MNIST with Horovod over MPI (and over oneCCL where the image built it):
+held-out accuracy and identical parameters."""
 
 from __future__ import annotations
 
@@ -44,4 +45,37 @@ def test_mnist_horovod(
     assert sorted(c["rank"] for c in sums) == list(range(target.ranks))
     assert len({c["sha256"] for c in sums}) == 1, sums
     assert len({c["sum"] for c in sums}) == 1
+    assert doc["param_max_spread"] == 0.0
+
+
+def test_mnist_horovod_ccl(
+    host: Any,
+    target: Target,
+    run_check: Callable[..., dict[str, Any]],
+    record: Callable[..., None],
+    requires: Callable[..., None],
+) -> None:
+    """The same training with Horovod's CPU operations on oneCCL, CCL's workers placed by
+    hpcenv (``CCL_WORKER_COUNT``/``CCL_WORKER_AFFINITY`` from the launch environment); the
+    first epoch's timeline must show CCL allreduces and no other."""
+    requires("horovod", "ccl")
+    doc = run_check(
+        target.mpirun, "mnist_horovod.py", target.mnist_dir,
+        "--ops-timeline", "/tmp/hpcenv-mnist-ops.json",
+        env={"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "ccl"},
+    )  # fmt: skip
+    ccl_env = {k: v for k, v in target.launch_env.items() if k.startswith("CCL_")}
+    record(
+        accuracy=doc["test_accuracy"],
+        ops_seen=doc["ops_seen"],
+        ccl_env=ccl_env,
+        step_ms_ccl=round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3),
+    )
+    assert doc["world_size"] == target.ranks and doc["cpu_operations"] == "ccl"
+    allreduces = [op for op in doc["ops_seen"] if op.endswith("_ALLREDUCE")]
+    assert allreduces == ["CCL_ALLREDUCE"], doc["ops_seen"]
+    assert doc["test_accuracy"] >= MIN_ACCURACY
+    assert doc["epoch_loss"][-1] < doc["epoch_loss"][0]
+    assert len(set(doc["initial_param_sha256"])) == 1
+    assert len({c["sha256"] for c in doc["param_checksums"]}) == 1
     assert doc["param_max_spread"] == 0.0
