@@ -23,14 +23,14 @@ FLAVORS = {  # name -> (launcher kind, environment)
     "mpi": ("mpirun", {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}),
     "gloo": ("horovodrun", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}),
 }
-# Why CCL can trail on this machine (reported with the ratio when it is below 1): two ranks on
-# two cores, so oneCCL's worker thread shares its rank's only core with the rank's own thread
-# and Horovod's background thread, and oneCCL's ATL moves data through libfabric's shm/tcp
-# provider, where Open MPI's vader BTL copies through shared memory directly.
+# Why CCL trails on this machine, as measured on 2026-11-22 (2 ranks, one node): oneCCL's OFI
+# transport runs on a network provider of impi-rt's libfabric 2.1.0 over loopback
+# (CCL_LOG_LEVEL=debug: "has_shm 0", also with CCL_ATL_SHM=1; FI_PROVIDER=shm makes the ranks
+# exit), while Open MPI's vader BTL copies through shared memory. Reported with the ratio.
 BELOW_ONE = (
-    "2 ranks on 2 cores: oneCCL's worker shares its rank's core with the rank and Horovod's "
-    "background thread, and its OFI transport (libfabric shm/tcp) adds a copy that Open MPI's "
-    "shared-memory BTL avoids"
+    "oneCCL's OFI transport goes through libfabric's network provider over loopback (no shm "
+    "provider: 'has_shm 0' in CCL_LOG_LEVEL=debug, also with CCL_ATL_SHM=1), Open MPI through "
+    "shared memory"
 )
 
 
