@@ -1,7 +1,8 @@
 """Fixtures that start and stop the real services job tests use: a one-node Slurm, a loopback
 sshd, and the two rehearsal sites: the two-node Slurm in network namespaces (``local-2node``,
-scripts/slurm-2node-up.sh / -down.sh) and the site MPI of ``local-bind`` (Intel MPI in
-/opt/site/intel-mpi, scripts/site-mpi-setup.sh).
+scripts/slurm-2node-up.sh / -down.sh), the site MPI of ``local-bind`` (Intel MPI in
+/opt/site/intel-mpi, scripts/site-mpi-setup.sh) and the SIF sites' ``apptainer`` command
+(/opt/site/apptainer, scripts/site-apptainer-setup.sh).
 
 Both run the project's scripts (scripts/slurm-up.sh, scripts/sshd-up.sh), which keep every file
 under ``$HPCENV_STATE`` (default /var/tmp/hpcenv-services). A service that was already running
@@ -130,6 +131,22 @@ def site_mpi_prefix() -> Path:
         if proc.returncode != 0:
             pytest.fail(f"site-mpi-setup.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return prefix
+
+
+@pytest.fixture(scope="session")
+def site_apptainer() -> Path:
+    """The rehearsal sites' ``apptainer`` command (/opt/site/apptainer/bin/apptainer, installed
+    by scripts/site-apptainer-setup.sh; local-bind-sif and local-2node-sif name it in
+    ``runtime.executable``) and the helper image it runs, ready."""
+    from hpcenv.apptainer import Apptainer
+    from hpcenv.site import load_site
+
+    exe = Path(str(load_site("local-2node-sif").runtime.executable))
+    proc = _script("site-apptainer-setup.sh")
+    if proc.returncode != 0 or not exe.is_file():
+        pytest.fail(f"site-apptainer-setup.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    Apptainer().ensure_helper()
+    return exe
 
 
 @pytest.fixture(scope="session")

@@ -181,3 +181,16 @@ def test_empty_or_out_of_range_options_exit_2(args: list[str], message: str) -> 
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "podman" not in proc.stderr
+
+
+def test_submit_of_a_missing_sif_exits_2_before_submitting(tmp_path: Path) -> None:
+    """An Apptainer site given a SIF path that is not there stops before anything is submitted
+    (no scheduler is asked: the local-2node rehearsal need not run)."""
+    missing = tmp_path / "nowhere" / "horovod-cpu-local.sif"
+    proc = hpcenv("submit", "--site", "local-2node-sif", "--image", str(missing), "--nodes", "2",
+                  "--workdir", str(tmp_path), "--", "true")  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: SIF {missing} not found; build it first (hpcenv build --site ... --format sif) "
+        "or pass --image / --no-container"
+    ]

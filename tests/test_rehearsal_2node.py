@@ -4,9 +4,13 @@ munged are shared. The session fixture ``two_node`` starts it with scripts/slurm
 stops it with scripts/slurm-2node-down.sh (nothing left behind, checked at the end).
 
 What runs: ``hpcenv submit --site local-2node --nodes 2 --stage-in --stage-out`` (the installed
-CLI, as a process) with Horovod MNIST in the local image on both nodes; the faults: a node's slurmd
-killed mid-job, a node whose staged copy is corrupted, a job array with one failing task.
-Kept lean for CI: 2 ranks (one per node), one epoch, MNIST's 4,000/1,000 split.
+CLI, as a process) with an exact allreduce and Horovod MNIST on both nodes, once with the ranks in
+the local podman image (site ``local-2node``) and once in the local site's SIF (site
+``local-2node-sif``: the job script every Apptainer site gets, ``srun --mpi=pmix apptainer exec``;
+the nodes' ``apptainer`` is hpcenv's helper container, a rehearsal-only stand-in, see the site
+file); the faults: a node's slurmd killed mid-job, a node whose staged copy is corrupted, a job
+array with one failing task. Kept lean for CI: 2 ranks (one per node), one epoch, MNIST's
+4,000/1,000 split.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,22 +133,79 @@ def mnist() -> Iterator[Path]:
     shutil.rmtree(out, ignore_errors=True)
 
 
-def _workdir(tmp_path: Path) -> Path:
+def _workdir(tmp_path: Path, script: str = "train_two_node.py") -> Path:
     wd = tmp_path / "work"
     wd.mkdir()
-    shutil.copy(DATA / "train_two_node.py", wd)
+    shutil.copy(DATA / script, wd)
     return wd
 
 
+def _real_sif() -> Path:
+    from hpcenv.paths import cache_dir
+
+    return cache_dir() / "sif" / "horovod-cpu-local.sif"
+
+
+SIF = _real_sif()  # the real cache (`make smoke-test` builds it), before the private-cache fixture
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where the ranks run: the site, the image, and what a rank reports as its container."""
+
+    site: str
+    image: str
+    container: str
+
+
+@pytest.fixture(params=["podman", pytest.param("sif", marks=pytest.mark.apptainer)])
+def ranks_in(request: pytest.FixtureRequest) -> Ranks:
+    """The local podman image on ``local-2node``, or the local site's SIF on ``local-2node-sif``."""
+    if request.param == "podman":
+        return Ranks("local-2node", request.getfixturevalue("local_image"), "podman")
+    if not SIF.is_file():
+        pytest.skip(f"{SIF} not built: `make smoke-test` builds it (hpcenv build --format sif)")
+    request.getfixturevalue("site_apptainer")  # the nodes' `apptainer` command is installed
+    return Ranks("local-2node-sif", str(SIF), str(SIF))
+
+
+def _assert_tcp_between_nodes(log: str) -> None:
+    """Between the nodes Open MPI used TCP over the veth link (shown in the log)."""
+    assert re.search(r"\[node1:\d+\] mca: bml: Using tcp btl for send to \S+ on node node2", log)
+    assert re.search(r"\[node2:\d+\] mca: bml: Using tcp btl for send to \S+ on node node1", log)
+    assert re.search(r"btl: ?tcp: .*10\.251\.77\.1[12]", log), "TCP over the veth addresses"
+
+
+def test_allreduce_is_exact_on_both_nodes_over_tcp(
+    two_node: TwoNodeInfo, ranks_in: Ranks, shared: Path
+) -> None:
+    wd = _workdir(shared, "mpi_identity.py")
+    proc = _cli(
+        "submit", "--site", ranks_in.site, "--image", ranks_in.image, "--name",
+        f"ar2n-{uuid.uuid4().hex[:6]}", "--nodes", "2", "--ranks-per-node", "1", "--workdir",
+        str(wd), "--wait", "--timeout", "300", "--json", "--", "/opt/venv/bin/python3",
+        "{workdir}/mpi_identity.py",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = _cli("logs", json.loads(proc.stdout)["job_id"]).stdout
+    ranks = sorted(_lines(log, "mpi-identity"), key=lambda r: r["rank"])
+    assert [(r["rank"], r["host"]) for r in ranks] == [(0, "node1"), (1, "node2")], log
+    for r in ranks:  # rank r sent r+1: the exact sum 3.0 arrived on both nodes
+        assert r["size"] == 2 and r["allreduce"] == 3.0 and r["allreduce_exact"], r
+        assert r["container"] == ranks_in.container, r  # in the image, not on the host
+        assert r["library"].startswith("Open MPI v4.1"), r
+    _assert_tcp_between_nodes(log)
+
+
 def test_horovod_mnist_across_two_nodes_with_per_node_staging(
-    two_node: TwoNodeInfo, local_image: str, mnist: Path, shared: Path
+    two_node: TwoNodeInfo, ranks_in: Ranks, mnist: Path, shared: Path
 ) -> None:
     tmp_path = shared
     wd = _workdir(tmp_path)
     name = f"mnist2n-{uuid.uuid4().hex[:6]}"
     results = tmp_path / "project" / "results"
     proc = _cli(
-        "submit", "--site", "local-2node", "--image", local_image, "--name", name,
+        "submit", "--site", ranks_in.site, "--image", ranks_in.image, "--name", name,
         "--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd),
         "--stage-in", str(mnist), "--stage-out", str(results), "--wait", "--timeout", "500",
         "--json", "--", "/opt/venv/bin/python3", "{workdir}/train_two_node.py", "{data}",
@@ -161,6 +223,7 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     ranks = sorted(_lines(log, "rank-on"), key=lambda r: r["rank"])
     assert [r["host"] for r in ranks] == ["node1", "node2"], log
     for r in ranks:
+        assert r["container"] == ranks_in.container, r
         assert r["data"].startswith(f"{two_node.node_local}/{name}-"), r
         assert "train-images-idx3-ubyte" in r["files"], r
     for node in two_node.nodes:  # each node's per-job copy is removed when the job ends
@@ -169,16 +232,13 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     assert not list(Path(two_node.node_local).glob(f"{name}*"))  # never on the host's /tmp
     # Horovod trained across both: identical parameters on every rank.
     result = _lines(log, "mnist-result")[0]
-    print(f"mnist across 2 nodes: train {result['train_seconds']:.1f} s, "
+    print(f"mnist across 2 nodes ({ranks_in.site}): train {result['train_seconds']:.1f} s, "
           f"accuracy {result['test_accuracy']:.3f}, job {sub['status'].get('raw', {}).get('RunTime')}")
     assert result["world_size"] == 2 and result["controller"] == "mpi"
     sums = {c["sha256"] for c in result["param_checksums"]}
     assert len(sums) == 1 and result["param_max_spread"] == 0.0
     assert result["test_accuracy"] > 0.5
-    # Between the nodes Open MPI used TCP over the veth link (shown in the log).
-    assert re.search(r"\[node1:\d+\] mca: bml: Using tcp btl for send to \S+ on node node2", log)
-    assert re.search(r"\[node2:\d+\] mca: bml: Using tcp btl for send to \S+ on node node1", log)
-    assert re.search(r"btl: ?tcp: .*10\.251\.77\.1[12]", log), "TCP over the veth addresses"
+    _assert_tcp_between_nodes(log)
     # Stage-out: atomic, verified, nothing left beside it.
     assert json.loads((results / "mnist.json").read_text())["world_size"] == 2
     assert (results / ".hpcenv-manifest").is_file()

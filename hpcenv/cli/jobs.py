@@ -63,12 +63,21 @@ def _record(job_id: str, site: str | None, on: str | None = None) -> tuple[Submi
 
 
 def _check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:
-    """Fail early when the local podman runtime lacks the image, or when its MPI cannot take
+    """Fail early when the local podman runtime lacks the image, when a SIF named by its path
+    (apptainer/singularity, on this machine) is not there, or when the image's MPI cannot take
     the site's injected MPI (bind model; ``force`` leaves that to the job's preflight)."""
+    from hpcenv.errors import ConfigError, EnvironmentProblem
+
+    if site.runtime.kind in ("apptainer", "singularity"):
+        if image.startswith("/") and "$" not in image and not Path(image).is_file():
+            raise EnvironmentProblem(
+                f"SIF {image} not found; build it first (hpcenv build --site ... --format sif) "
+                "or pass --image / --no-container"
+            )
+        return
     if site.runtime.kind != "podman":
         return
     from hpcenv.engines import get_engine
-    from hpcenv.errors import ConfigError, EnvironmentProblem
     from hpcenv.jobs.bindmodel import image_mismatch
 
     engine = get_engine("podman")

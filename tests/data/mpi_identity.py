@@ -1,12 +1,13 @@
 """Which MPI does each rank really run? One JSON line per rank.
 
 ``MPI_Get_library_version()``, the MPI libraries mapped into the process (from /proc/self/maps),
-the host name, and an allreduce of known values (rank r contributes r+1; the exact sum is
-size*(size+1)/2), so a test can tell the site MPI from the image's and a working job from N
-unconnected copies.
+the host name, the image it runs in (the SIF apptainer names, or "podman"), and an allreduce of
+known values (rank r contributes r+1; the exact sum is size*(size+1)/2), so a test can tell the
+site MPI from the image's and a working job from N unconnected copies.
 """
 
 import json
+import os
 import socket
 
 import numpy as np
@@ -25,6 +26,8 @@ print(
             "rank": comm.rank,
             "size": comm.size,
             "host": socket.gethostname(),
+            "container": os.environ.get("APPTAINER_CONTAINER")
+            or ("podman" if os.path.exists("/run/.containerenv") else None),
             "library": MPI.Get_library_version().splitlines()[0].strip(),
             "maps": libs,
             "allreduce": float(recv[0]),

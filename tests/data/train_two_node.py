@@ -1,7 +1,8 @@
 """Horovod MNIST across the rehearsal's nodes: the image's own check, plus where each rank ran.
 
 Run per rank: ``python train_two_node.py DATA OUTPUT [--epochs N]``. Every rank prints
-``rank-on {"rank", "host", "data"}`` (host = the node's UTS name); rank 0 writes the check's JSON
+``rank-on {"rank", "host", "data", "container"}`` (host = the node's UTS name; container = the SIF
+apptainer runs, or "podman"); rank 0 writes the check's JSON
 result (per-rank parameter checksums, accuracy) to OUTPUT/mnist.json and prints it.
 """
 
@@ -19,8 +20,11 @@ import mnist_horovod  # noqa: E402
 data, output, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
 hvd.init()
 files = sorted(os.listdir(data))
+# Which image the rank runs in: the SIF apptainer names, or a podman container.
+container = os.environ.get("APPTAINER_CONTAINER") or (
+    "podman" if os.path.exists("/run/.containerenv") else None)  # fmt: skip
 print("rank-on " + json.dumps({"rank": hvd.rank(), "host": socket.gethostname(), "data": data,
-                               "files": files}), flush=True)  # fmt: skip
+                               "files": files, "container": container}), flush=True)  # fmt: skip
 sys.argv = [sys.argv[0], data, *rest]
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
