@@ -204,22 +204,6 @@ def bind_image() -> str:
     return "localhost/hpcenv/horovod-cpu:local-bind"
 
 
-@pytest.fixture(scope="session")
-def site_apptainer() -> Path:
-    """The local-bind-sif site's apptainer command (scripts/site-apptainer-setup.sh) and the
-    helper image it runs."""
-    from hpcenv.apptainer import Apptainer
-    from hpcenv.site import load_site
-
-    exe = Path(str(load_site("local-bind-sif").runtime.executable))
-    proc = subprocess.run(["bash", str(Path(__file__).parent.parent / "scripts" /
-                                       "site-apptainer-setup.sh")],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert proc.returncode == 0 and exe.is_file(), proc.stdout + proc.stderr
-    Apptainer().ensure_helper()
-    return exe
-
-
 @pytest.fixture
 def bind_site(request: pytest.FixtureRequest, bind_image: str) -> str:
     """Each bind site with its image ready: the podman tag, or the SIF that `hpcenv build
