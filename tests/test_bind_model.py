@@ -81,6 +81,24 @@ def test_the_local_bind_image_loads_its_mpich_under_the_abi_name() -> None:
         assert "abi_soname" not in lock.components["mpi"].options, other
 
 
+def test_aurora_image_loads_ubuntu_mpich_under_the_abi_name() -> None:
+    """Aurora's image carries Ubuntu 22.04's apt MPICH (libmpich12 4.0-3: libmpich.so.12, no
+    libmpi.so.12 per packages.ubuntu.com's file list); Aurora's MPICH replaces libmpi.so.12 at
+    run time, so the image must add that name as on local-bind, or the preflight stops the job."""
+    from hpcenv.recipe import load_recipe
+    from hpcenv.render import render
+    from hpcenv.resolver import resolve
+
+    site = load_site("aurora")
+    for recipe in ("horovod-cpu", "daal4py"):
+        lock = resolve(site, load_recipe(recipe))
+        mpi = lock.components["mpi"]
+        assert (mpi.implementation, mpi.source) == ("mpich", "apt"), recipe
+        assert mpi.options["abi_soname"] == "libmpi.so.12 -> libmpich.so.12", recipe
+        docker = render(lock, site).dockerfile
+        assert "ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12" in docker, recipe
+
+
 def test_control_run_has_no_injection() -> None:
     script = render_job(load_site("local-bind"), _job(site_mpi=False), IMAGE)
     assert "/opt/site/intel-mpi:/opt/site/intel-mpi" not in script
