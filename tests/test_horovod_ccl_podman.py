@@ -2,8 +2,9 @@
 podman, then the smoke suite's CCL checks run in it under hpcenv's placement.
 
 The image shares horovod-cpu's layers up to torch (``make smoke-test`` builds those first), so a
-fresh machine builds only oneCCL (PyPI), Horovod and the Python packages here: about 6 minutes
-on 2 cores, seconds when cached.
+fresh machine builds only oneCCL (PyPI), Horovod and the Python packages here. Measured on this
+2-core machine (2026-11-22): 284 s with those layers new (oneCCL 8 s, Horovod 216 s), 22 s
+when all cached; the CCL checks then take about 40 s.
 """
 
 from __future__ import annotations

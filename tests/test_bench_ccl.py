@@ -1,0 +1,95 @@
+"""Bench section ``ccl`` (Horovod over CCL vs MPI vs Gloo) without podman: the container and
+``podman image exists`` are faked; the real run is ``hpcenv bench --section ccl``."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hpcenv.bench.ccl as ccl
+from hpcenv.bench.context import BenchConfig, BenchContext
+from hpcenv.bench.runner import SECTION_NAMES
+from hpcenv.bench.shells import Result
+from hpcenv.jobs.tuning import tune
+from hpcenv.site import load_site
+
+SIZE = 64 << 20
+
+
+def _ctx(tmp_path: Path) -> BenchContext:
+    site = load_site("local")
+    cfg = BenchConfig(out=tmp_path, sections=("ccl",))
+    return BenchContext(cfg=cfg, image="x", echo=lambda line: None, site=site,
+                        tuning=tune(site, 1, 2))  # fmt: skip
+
+
+def _exists(rc: int) -> Any:
+    return lambda *args, check=True: subprocess.CompletedProcess(args, rc, "", "")
+
+
+class FakeContainer:
+    """Answers each flavour's allreduce_horovod.py run with a canned document."""
+
+    bw = {"ccl": 0.9, "mpi": 1.0, "gloo": 0.5}
+    calls: list[tuple[str, dict[str, str]]] = []
+
+    def __init__(self, image: str, volumes: list[str]) -> None:
+        self.image = image
+
+    def __enter__(self) -> FakeContainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, command: str, env: dict[str, str], timeout: float) -> Result:
+        self.calls.append((command, env))
+        name = env["HOROVOD_CPU_OPERATIONS"]
+        doc = {"sweep": [{"bytes": SIZE, "busbw_GBps": self.bw[name], "mismatches": 0}],
+               "exact": [{"mismatches": 0}], "built": {"ccl": True}}  # fmt: skip
+        return Result("image", command, env, 0, "", "", 1.0, doc)
+
+
+def test_ccl_is_a_bench_section() -> None:
+    assert "ccl" in SECTION_NAMES
+
+
+def test_not_built_is_reported_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ccl, "podman", _exists(1))
+    sec = ccl.ccl_section(_ctx(tmp_path))
+    assert sec.error is None and "hpcenv build --site local --recipe horovod-ccl" in sec.text[0]
+    assert sec.headline[0].values == "not measured (image not built)"
+
+
+def test_ratio_reason_and_placement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ccl, "podman", _exists(0))
+    monkeypatch.setattr(ccl, "Container", FakeContainer)
+    FakeContainer.calls = []
+    sec = ccl.ccl_section(_ctx(tmp_path))
+    head = sec.headline[0]
+    assert head.ratio == "0.90x" and "below 1: oneCCL's OFI transport" in head.values
+    assert "Gloo 0.5" in head.values and "CCL / Gloo 1.80x" in head.values
+    assert len(FakeContainer.calls) == 9  # 3 interleaved rounds x 3 flavours
+    for command, env in FakeContainer.calls:
+        assert env["CCL_WORKER_COUNT"] == "1" and env["CCL_WORKER_AFFINITY"] == "0,1"
+        if env["HOROVOD_CPU_OPERATIONS"] == "gloo":
+            assert command.startswith("horovodrun -np 2 -H localhost:2 --gloo bash -c ")
+        else:
+            assert command.startswith("mpirun -np 2 --map-by ppr:2:socket:pe=1 --bind-to core")
+
+
+def test_wrong_results_fail_the_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Wrong(FakeContainer):
+        def run(self, command: str, env: dict[str, str], timeout: float) -> Result:
+            res = super().run(command, env, timeout)
+            assert res.doc is not None
+            res.doc["exact"] = [{"mismatches": 3}]
+            return res
+
+    monkeypatch.setattr(ccl, "podman", _exists(0))
+    monkeypatch.setattr(ccl, "Container", Wrong)
+    with pytest.raises(RuntimeError, match="3 wrong results"):
+        ccl.ccl_section(_ctx(tmp_path))
