@@ -66,18 +66,29 @@ def test_choose_needs_margin_and_verify_drops_losers() -> None:
 
 
 def test_transport_needs_a_gain_over_all_sizes_and_no_slow_size() -> None:
-    default = {8: 1.0, 128: 1.0, 8192: 1.0, 1 << 26: 2.0}
     cands = {
-        "eager": {8: 1.0, 128: 0.98, 8192: 1.8, 1 << 26: 2.0},  # geomean 1.16, worst 0.98
-        "ucx": {8: 0.97, 128: 0.85, 8192: 2.5, 1 << 26: 2.0},  # faster on the mean, 128 B slow
-        "flat": {8: 1.0, 128: 1.0, 8192: 1.05, 1 << 26: 2.0},  # 1.2 % better: noise
+        "eager": {8: 1.0, 128: 0.98, 8192: 1.8, 1 << 26: 1.0},  # geomean 1.16, worst 0.98
+        "ucx": {8: 0.97, 128: 0.85, 8192: 2.5, 1 << 26: 1.0},  # faster on the mean, 128 B slow
+        "flat": {8: 1.0, 128: 1.0, 8192: 1.05, 1 << 26: 1.0},  # 1.2 % better: noise
     }
-    chosen, stats = measure.choose_transport(default, cands)
+    chosen, stats = measure.choose_transport(cands)
     assert chosen == "eager"
     assert stats["ucx"]["geomean"] > stats["eager"]["geomean"] and not stats["ucx"]["qualified"]
     assert stats["ucx"]["worst_bytes"] == 128 and stats["ucx"]["worst_ratio"] == pytest.approx(0.85)
     assert not stats["flat"]["qualified"]
-    assert measure.choose_transport(default, {"flat": cands["flat"]})[0] is None
+    assert measure.choose_transport({"flat": cands["flat"]})[0] is None
+
+
+def test_paired_ratios_take_the_median_round_so_one_lucky_default_run_does_not_veto() -> None:
+    def sweep(bw64: float, bw8k: float) -> list[dict[str, float]]:
+        return [{"bytes": 8192, "busbw_GBps": bw8k}, {"bytes": 1 << 26, "busbw_GBps": bw64}]
+
+    default = [sweep(1.0, 1.0), sweep(2.0, 1.0), sweep(1.0, 1.0)]  # round 2: a lucky 64 MiB
+    cand = [sweep(1.0, 1.8), sweep(1.05, 1.8), sweep(1.0, 1.7)]
+    ratios = measure.paired_ratios(default, cand)
+    assert ratios == {8192: pytest.approx(1.8), 1 << 26: pytest.approx(1.0)}
+    # best-of per size would have said 64 MiB 1.05 / 2.0 = 0.53x and vetoed it
+    assert measure.choose_transport({"eager": ratios})[0] == "eager"
 
 
 def test_measured_env_may_carry_lower_case_mca_names_but_no_shell() -> None:

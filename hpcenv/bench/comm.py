@@ -397,8 +397,9 @@ def _transport_table(m: Any) -> Table:
         f"The measured tuning's transport stage ({m.date[:16]}): busbw GB/s and vs Open MPI's "
         "defaults, same launch and placement",
         ["size", "Open MPI's defaults", *names], rows,
-        f"Chosen: {chosen} (best geometric mean among the candidates with no size below "
-        "0.95x; the coll_tuned sweep below runs on top of it).")  # fmt: skip
+        f"Chosen: {chosen}. Cells: best busbw of the rounds; the choice uses, per size, the "
+        "median over rounds of each round's candidate / default ratio (geomean >= 1.03x and no "
+        "size below 0.95x); the coll_tuned sweep below runs on top of it.")  # fmt: skip
 
 
 def likeforlike_section(ctx: BenchContext) -> Section:

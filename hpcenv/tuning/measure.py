@@ -165,21 +165,39 @@ def to_rules(choice: Mapping[int, tuple[int, int]]) -> list[Rule]:
     return [Rule(min_bytes=s, algorithm=a, segsize=g) for s, (a, g) in sorted(choice.items())]
 
 
+def paired_ratios(default_runs: list[list[dict[str, Any]]],
+                  cand_runs: list[list[dict[str, Any]]]) -> dict[int, float]:  # fmt: skip
+    """Per size, the median over rounds of candidate / default busbw, each round's candidate
+    against the default run of the same round (they ran back to back). One disturbed run (or
+    one lucky default run) moves a best-of comparison at that size; it cannot move the median
+    of three rounds."""
+    import statistics
+
+    per: dict[int, list[float]] = {}
+    for d_rows, c_rows in zip(default_runs, cand_runs, strict=False):
+        d = {int(r["bytes"]): float(r["busbw_GBps"]) for r in d_rows}
+        for r in c_rows:
+            size = int(r["bytes"])
+            if d.get(size, 0.0) > 0:
+                per.setdefault(size, []).append(float(r["busbw_GBps"]) / d[size])
+    return {s: statistics.median(v) for s, v in sorted(per.items())}
+
+
 def choose_transport(
-    default: Mapping[int, float], candidates: Mapping[str, Mapping[int, float]],
+    candidates: Mapping[str, Mapping[int, float]],
     gain: float = TRANSPORT_GAIN, floor: float = KEEP_WITHIN,
 ) -> tuple[str | None, dict[str, dict[str, Any]]]:  # fmt: skip
-    """The transport with the best geometric mean of busbw / default over the sizes, among those
-    at least ``gain`` better on that mean and nowhere below ``floor`` of the default (a job runs
-    one transport for every message size, so one slow size vetoes it). None: keep the defaults.
-    Also returns, per candidate, its geomean, its worst size and ratio, and whether it qualified.
+    """The transport with the best geometric mean of busbw / default over the sizes (``candidates``
+    are per-size ratios to the default, :func:`paired_ratios`), among those at least ``gain``
+    better on that mean and nowhere below ``floor`` of the default (a job runs one transport
+    for every message size, so one slow size vetoes it). None: keep the defaults. Also returns,
+    per candidate, its geomean, its worst size and ratio, and whether it qualified.
     """
     import math
 
     stats: dict[str, dict[str, Any]] = {}
     best, best_g = None, 0.0
-    for name, bws in candidates.items():
-        ratios = {s: bws.get(s, 0.0) / b for s, b in default.items() if b > 0}
+    for name, ratios in candidates.items():
         if not ratios or min(ratios.values()) <= 0:
             stats[name] = {"geomean": 0.0, "qualified": False}
             continue
@@ -281,7 +299,8 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
                     f" 8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)")  # fmt: skip
     default = best_per_size(runs[labels[0]])
     cands = {label: best_per_size(r) for label, r in runs.items() if label != labels[0] and r}
-    chosen, stats = choose_transport(default, cands)
+    chosen, stats = choose_transport(
+        {label: paired_ratios(runs[labels[0]], runs[label]) for label in cands})
     reasons = []
     for label, st in stats.items():
         if not st.get("worst_bytes"):
@@ -289,7 +308,8 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
         verdict = "chosen" if label == chosen else "not chosen"
         reasons.append(
             f"transport {label}: geomean busbw {st['geomean']:.2f}x Open MPI's defaults over "
-            f"{len(default)} sizes, worst {_fmt(st['worst_bytes'])} at {st['worst_ratio']:.2f}x "
+            f"{len(default)} sizes (median of the rounds' paired ratios), worst "
+            f"{_fmt(st['worst_bytes'])} at {st['worst_ratio']:.2f}x "
             f"-> {verdict} (needs >= {TRANSPORT_GAIN:.2f}x and no size below {KEEP_WITHIN:.2f}x)")
     if chosen is None:
         reasons.append("transport: Open MPI's defaults kept")
