@@ -450,6 +450,30 @@ def check_site_mpi(host: Host) -> Check:
     return Check("rehearsal", name, "ok", f"Intel MPI {version} in {SITE_MPI_PREFIX}")
 
 
+SITE_APPTAINER = (
+    Path(os.environ.get("HPCENV_SITE_APPTAINER_PREFIX", "/opt/site/apptainer")) / "bin" / "apptainer"
+)
+
+
+def check_site_apptainer(host: Host) -> Check:
+    """The SIF rehearsal sites' ``apptainer`` command (``local-bind-sif``, ``local-2node-sif``:
+    Apptainer in hpcenv's helper container): installed, and the helper image it runs present."""
+    from hpcenv.apptainer import HELPER_TAG
+
+    name = "rehearsal sites' apptainer"
+    fix = "scripts/site-apptainer-setup.sh (make host does it)"
+    if not os.access(SITE_APPTAINER, os.X_OK):
+        return Check("rehearsal", name, "missing", f"{SITE_APPTAINER} not found", fix)
+    podman = host.which("podman")
+    if podman is None:
+        return Check("rehearsal", name, "missing", "podman not found on PATH (it runs the helper)",
+                     _apt("podman", "runc"))  # fmt: skip
+    if host.run([podman, "image", "exists", HELPER_TAG], timeout=30).rc != 0:
+        return Check("rehearsal", name, "missing", f"helper image {HELPER_TAG} not built",
+                     "hpcenv apptainer version (builds it)")  # fmt: skip
+    return Check("rehearsal", name, "ok", f"{SITE_APPTAINER} runs Apptainer in {HELPER_TAG}")
+
+
 def check_two_node(host: Host) -> Check:
     """Can the ``local-2node`` rehearsal (two Slurm nodes in network namespaces) run here?
 
@@ -529,6 +553,7 @@ CHECKS: tuple[Callable[[Host], Check], ...] = (
     check_debootstrap,
     check_shellcheck,
     check_site_mpi,
+    check_site_apptainer,
     check_two_node,
 )
 

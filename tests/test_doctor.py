@@ -136,3 +136,20 @@ def test_site_runtime_checks(tmp_path):
     assert doctor.check_site_runtime(host, "podman-hpc").status == "ok"
     _script(tmp_path, "srun", 'echo "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH"')
     assert doctor.check_site_runtime(host, "pyxis").status == "ok"
+
+
+def test_site_apptainer_check_says_what_is_missing(tmp_path, monkeypatch):
+    """local-bind-sif's apptainer command: not installed, or installed on a host without podman
+    to run its helper; each with the fix."""
+    exe = tmp_path / "site" / "bin" / "apptainer"
+    monkeypatch.setattr(doctor, "SITE_APPTAINER", exe)
+    host = doctor.Host(path=str(tmp_path / "empty"))
+    check = doctor.check_site_apptainer(host)
+    assert (check.status, check.why) == ("missing", f"{exe} not found")
+    assert check.fix == "scripts/site-apptainer-setup.sh (make host does it)"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    check = doctor.check_site_apptainer(host)
+    assert check.status == "missing" and "podman not found" in check.why
+    assert "apt-get install podman runc" in check.fix

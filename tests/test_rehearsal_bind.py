@@ -204,14 +204,19 @@ def bind_image() -> str:
     return "localhost/hpcenv/horovod-cpu:local-bind"
 
 
+@pytest.fixture(scope="session")
+def bind_sif(bind_image: str, site_apptainer: Path) -> None:
+    """The SIF that `hpcenv build --site local-bind-sif` (its default format: sif) converts from
+    the same build stage and delivers to the site's image path."""
+    _build("--site", "local-bind-sif")
+
+
 @pytest.fixture
 def bind_site(request: pytest.FixtureRequest, bind_image: str) -> str:
-    """Each bind site with its image ready: the podman tag, or the SIF that `hpcenv build
-    --site local-bind-sif` converts from the same build and delivers to the site's image path."""
+    """Each bind site with its image ready: the podman tag, or the SIF."""
     site: str = request.param
     if site == "local-bind-sif":
-        request.getfixturevalue("site_apptainer")
-        _build("--site", site)  # the site's default format: sif
+        request.getfixturevalue("bind_sif")
     return site
 
 
