@@ -45,6 +45,7 @@ smoke-test: install        ## build the local image (podman + SIF), measure its 
 	$(HPCENV) smoke --site $(SITE) --sif oci --results $(RESULTS)/smoke-sif
 
 bench: install             ## benchmarks: Markdown report, PNG plots and JSON under results/bench
+	$(HPCENV) build --site $(SITE) --recipe horovod-ccl --format oci  # section ccl; ~5 min cold
 	$(HPCENV) bench --site $(SITE) --out $(RESULTS)/bench
 
 clean:

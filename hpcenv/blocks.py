@@ -582,7 +582,7 @@ class Blocks:
             f"rm -rf {src} /tmp/horovod-{hvd.version}.tar.gz",
             f"{VENV}/bin/horovodrun --check-build",
         ]
-        if "CCL" in flags.values():
+        if flags.get("HOROVOD_CPU_OPERATIONS") == "CCL":
             cmds.append(
                 f"{VENV}/bin/python -c "
                 + shlex.quote("import horovod.torch as h; assert h.ccl_built(), 'no CCL'")

@@ -50,7 +50,10 @@ class FakeContainer:
         name = env["HOROVOD_CPU_OPERATIONS"]
         doc = {"sweep": [{"bytes": SIZE, "busbw_GBps": self.bw[name], "mismatches": 0}],
                "exact": [{"mismatches": 0}], "built": {"ccl": True}}  # fmt: skip
-        return Result("image", command, env, 0, "", "", 1.0, doc)
+        log = ""
+        if env.get("CCL_LOG_LEVEL") == "debug":  # the transport probe
+            log = "|CCL_INFO| libfabric version: 2.1.0-impi\n|CCL_DEBUG| select nic: has_shm 0\n"
+        return Result("image", command, env, 0, log, "", 1.0, doc)
 
 
 def test_ccl_is_a_bench_section() -> None:
@@ -70,9 +73,11 @@ def test_ratio_reason_and_placement(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     FakeContainer.calls = []
     sec = ccl.ccl_section(_ctx(tmp_path))
     head = sec.headline[0]
-    assert head.ratio == "0.90x" and "below 1: oneCCL's OFI transport" in head.values
+    assert head.ratio == "0.90x" and "below 1: oneCCL's OFI transport ran without" in head.values
+    assert "has_shm 0" in head.values and "libfabric 2.1.0-impi" in head.values
     assert "Gloo 0.5" in head.values and "CCL / Gloo 1.80x" in head.values
-    assert len(FakeContainer.calls) == 9  # 3 interleaved rounds x 3 flavours
+    assert len(FakeContainer.calls) == 10  # 3 interleaved rounds x 3 flavours + the probe
+    assert sec.data["transport_probe"]["has_shm"] == ["0"]
     for command, env in FakeContainer.calls:
         assert env["CCL_WORKER_COUNT"] == "1" and env["CCL_WORKER_AFFINITY"] == "0,1"
         if env["HOROVOD_CPU_OPERATIONS"] == "gloo":
@@ -93,3 +98,27 @@ def test_wrong_results_fail_the_section(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(ccl, "Container", Wrong)
     with pytest.raises(RuntimeError, match="3 wrong results"):
         ccl.ccl_section(_ctx(tmp_path))
+
+
+def test_no_cause_claimed_without_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Quiet(FakeContainer):
+        def run(self, command: str, env: dict[str, str], timeout: float) -> Result:
+            res = super().run(command, env, timeout)
+            res.stdout = ""
+            return res
+
+    monkeypatch.setattr(ccl, "podman", _exists(0))
+    monkeypatch.setattr(ccl, "Container", Quiet)
+    head = ccl.ccl_section(_ctx(tmp_path)).headline[0]
+    assert "below 1: cause not identified in this run" in head.values, head.values
+
+
+def test_no_probe_when_ccl_is_not_slower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Fast(FakeContainer):
+        bw = {"ccl": 1.2, "mpi": 1.0, "gloo": 0.5}
+
+    monkeypatch.setattr(ccl, "podman", _exists(0))
+    monkeypatch.setattr(ccl, "Container", Fast)
+    Fast.calls = []
+    head = ccl.ccl_section(_ctx(tmp_path)).headline[0]
+    assert head.ratio == "1.20x" and "below 1" not in head.values and len(Fast.calls) == 9

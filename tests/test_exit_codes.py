@@ -68,7 +68,9 @@ def test_resolve_refused_oneccl_exits_2() -> None:
     """A PyPI oneCCL whose wheels cannot work alone: one line naming the missing piece."""
     proc = hpcenv("resolve", "--site", "local", "--recipe", "horovod-ccl", "--set", "oneccl=2022.0.0")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("error: conflict between oneccl 2022.0.0 (--set) and arch")
+    assert proc.stderr.startswith(
+        "error: conflict between oneccl 2022.0.0 (--set) and oneccl.from pypi (recipe horovod-ccl)"
+    )
     assert "libccl.so.2" in proc.stderr and "rule oneccl-pypi" in proc.stderr
     assert "Traceback" not in proc.stderr
 

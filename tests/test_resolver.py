@@ -121,7 +121,7 @@ def test_oneccl_pypi_pass() -> None:
     horovod-cpu layers are kept (no oneccl there) and Gloo stays built for run-time choice."""
     lk = lock("local", "horovod-ccl")
     ccl, hvd = lk.components["oneccl"], lk.components["horovod"]
-    assert ccl.version == "2021.16.2" and ccl.rules == ["oneccl-pypi"]
+    assert ccl.version == "2021.16.2" and set(ccl.rules) == {"oneccl-pypi", "oneccl-pypi-arch"}
     assert set(ccl.rejected) == {"2022.2.0", "2022.0.0", "2021.17.2"}
     assert all("oneccl-pypi" in why for why in ccl.rejected.values())
     assert ccl.options == {
@@ -137,10 +137,11 @@ def test_oneccl_pypi_pass() -> None:
 def test_oneccl_pypi_conflict() -> None:
     msg = conflict("local", "horovod-ccl", "oneccl=2022.2.0")
     assert_rule(msg, "oneccl-pypi", "oneccl 2022.2.0 (--set)", "libfabric>=2.6", "libccl.so.2")
+    assert "and arch" not in msg and "and oneccl.from pypi (recipe horovod-ccl)" in msg
     msg = conflict("local", "horovod-ccl", "oneccl=2021.17.2")
     assert_rule(msg, "oneccl-pypi", "__intel_cpu_features_init_x")
     msg = conflict("summit", "horovod-ccl")
-    assert_rule(msg, "oneccl-pypi", "arch ppc64le", "x86_64 only")
+    assert_rule(msg, "oneccl-pypi-arch", "arch ppc64le", "x86_64 only")
 
 
 def test_horovod_oneccl_conflict() -> None:

@@ -9,29 +9,43 @@ alone with ``hpcenv bench --site local --section ccl``.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
 from hpcenv.bench.context import HOST_CHECKS, IMAGE_CHECKS, NP, BenchContext, MiB
 from hpcenv.bench.report import Headline, Section, Table, fmt_num, fmt_ratio, ratio
 from hpcenv.bench.shells import Container, podman
+from hpcenv.smoke._target import HOROVOD_OPS_ENV, ccl_env
 
 RECIPE = "horovod-ccl"
 SIZE = 64 * MiB
-FLAVORS = {  # name -> (launcher kind, environment)
-    "ccl": ("mpirun", {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "ccl"}),
-    "mpi": ("mpirun", {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}),
-    "gloo": ("horovodrun", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}),
-}
-# Why CCL trails on this machine, as measured on 2026-11-22 (2 ranks, one node): oneCCL's OFI
-# transport runs on a network provider of impi-rt's libfabric 2.1.0 over loopback
-# (CCL_LOG_LEVEL=debug: "has_shm 0", also with CCL_ATL_SHM=1; FI_PROVIDER=shm makes the ranks
-# exit), while Open MPI's vader BTL copies through shared memory. Reported with the ratio.
-BELOW_ONE = (
-    "oneCCL's OFI transport goes through libfabric's network provider over loopback (no shm "
-    "provider: 'has_shm 0' in CCL_LOG_LEVEL=debug, also with CCL_ATL_SHM=1), Open MPI through "
-    "shared memory"
-)
+FLAVORS = {"ccl": "mpirun", "mpi": "mpirun", "gloo": "horovodrun"}  # name -> launcher
+HAS_SHM = re.compile(r"has_shm (\d)")
+LIBFABRIC = re.compile(r"libfabric version: (\S+)")
+
+
+def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    """Why CCL trails MPI, as this run's evidence shows: one tiny allreduce with
+    ``CCL_LOG_LEVEL=debug`` says whether oneCCL's OFI transport had a shared-memory provider
+    (``has_shm``) and which libfabric it loaded. On this machine (2026-11-22) it had none:
+    libfabric's network provider over loopback, also with ``CCL_ATL_SHM=1``, while Open MPI's
+    vader BTL copies through shared memory."""
+    res = run(f"{launch} python3 {IMAGE_CHECKS}/allreduce_horovod.py --min-bytes 8 "
+              "--max-bytes 8 --exact-n 10", env | HOROVOD_OPS_ENV["ccl"] | {"CCL_LOG_LEVEL": "debug"},
+              300)  # fmt: skip
+    text = res.stdout + res.stderr
+    shm = sorted(set(HAS_SHM.findall(text)))
+    fabric = LIBFABRIC.search(text)
+    probe = {"has_shm": shm, "libfabric": fabric.group(1) if fabric else None, "rc": res.returncode}
+    if shm == ["0"]:
+        return (
+            "oneCCL's OFI transport ran without a shared-memory provider in this run (has_shm 0 "
+            f"in CCL_LOG_LEVEL=debug, libfabric {probe['libfabric'] or '?'}): a network provider "
+            "over loopback, where Open MPI copies through shared memory"
+        ), probe
+    return "cause not identified in this run (oneCCL's debug log shows has_shm " + (
+        ",".join(shm) or "nothing") + ")", probe
 
 
 def ccl_section(ctx: BenchContext) -> Section:
@@ -57,11 +71,11 @@ def ccl_section(ctx: BenchContext) -> Section:
     runs: list[dict[str, Any]] = []
     with Container(image, [f"{HOST_CHECKS}:{IMAGE_CHECKS}:ro"]) as ctr:
         for i in range(rounds):  # interleaved, so a busy moment hits every flavour alike
-            for name, (kind, flavor_env) in FLAVORS.items():
+            for name, kind in FLAVORS.items():
                 program = f"python3 {IMAGE_CHECKS}/allreduce_horovod.py {args}"
                 if kind == "horovodrun":  # one argument: horovodrun parses the program's options
                     program = f"bash -c {shlex.quote(program)}"
-                res = ctr.run(f"{launchers[kind]} {program}", env | flavor_env, 600)
+                res = ctr.run(f"{launchers[kind]} {program}", env | HOROVOD_OPS_ENV[name], 600)
                 doc = res.require_doc()
                 row = doc["sweep"][-1]
                 bad = row["mismatches"] + sum(e["mismatches"] for e in doc["exact"])
@@ -73,15 +87,19 @@ def ccl_section(ctx: BenchContext) -> Section:
                 best[name] = max(best.get(name, 0.0), bw)
                 runs.append(res.summary() | {"flavor": name, "round": i + 1, "busbw_GBps": bw})
                 ctx.say(sec.key, f"#{i + 1} horovod-{name}: {bw:.3g} GB/s ({res.seconds:.1f} s)")
-    sec.data = {"image": image, "best_busbw_GBps": best, "runs": runs, "env": env}
-    vs_mpi, vs_gloo = ratio(best["ccl"], best["mpi"]), ratio(best["ccl"], best["gloo"])
+        vs_mpi, vs_gloo = ratio(best["ccl"], best["mpi"]), ratio(best["ccl"], best["gloo"])
+        note, probe = "", dict[str, Any]()
+        if vs_mpi is not None and vs_mpi < 1:
+            cause, probe = transport_cause(ctr.run, mpirun, env)
+            note = f"below 1: {cause}"
+    sec.data = {"image": image, "best_busbw_GBps": best, "runs": runs, "env": env,
+                "transport_probe": probe}  # fmt: skip
     sec.text.append(
         f"`allreduce_horovod.py` at 64 MiB (float32, Sum, out of place), best busbw of {rounds} "
         f"interleaved round(s), in one container of {image}; launch: `{mpirun}` with "
-        + ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("CCL_"))
+        + ", ".join(f"{k}={v}" for k, v in sorted(ccl_env(env).items()))
         + " (hpcenv's placement for the recipe); Gloo through `horovodrun --gloo`."
     )
-    note = "" if vs_mpi is None or vs_mpi >= 1 else f"below 1: {BELOW_ONE}"
     sec.tables.append(Table("", ["Horovod CPU operations", "busbw GB/s", "CCL / this"], [
         [f"{name.upper()}", fmt_num(best[name]), fmt_ratio(ratio(best["ccl"], best[name]))]
         for name in FLAVORS

@@ -38,6 +38,7 @@ from hpcenv.bench.report import (
 )
 from hpcenv.bench.shells import Result
 from hpcenv.plots import plot_sweeps
+from hpcenv.smoke._target import HOROVOD_OPS_ENV
 
 # Open MPI 4.1 coll_tuned allreduce algorithms (ompi_info --param coll tuned --level 9).
 ALLREDUCE_ALGORITHMS = {
@@ -49,8 +50,8 @@ ALLREDUCE_ALGORITHMS = {
     5: "segmented ring",
     6: "rabenseifner",
 }
-HOROVOD_MPI_ENV = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
-HOROVOD_GLOO_ENV = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+HOROVOD_MPI_ENV = HOROVOD_OPS_ENV["mpi"]
+HOROVOD_GLOO_ENV = HOROVOD_OPS_ENV["gloo"]
 RULES_NAME = "allreduce.rules"  # hpcenv.tuning.apply.RULES_NAME: the measured tuning's rules
 
 

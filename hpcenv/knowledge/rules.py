@@ -273,11 +273,9 @@ def _torch_arch(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
 
 @code_rule("oneccl-pypi")
 def _oneccl_pypi(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
-    """oneCCL from PyPI: x86_64 wheels only, and only releases whose wheels work on their own
-    (the refused ones name the missing piece)."""
-    oneccl, arch = facts["oneccl"], facts["arch"].value
-    if arch not in rule.data["archs"]:
-        return False, f"oneCCL wheels on PyPI exist for {', '.join(rule.data['archs'])} only"
+    """oneCCL from PyPI: only releases whose wheels work on their own (a refused one names the
+    missing piece)."""
+    oneccl = facts["oneccl"]
     refused = rule.data["refused"].get(oneccl.value)
     if refused:
         return False, refused

@@ -14,6 +14,18 @@ from typing import Any
 OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 IMAGE_LOCK = "/opt/hpcenv/stack.lock.json"  # the lock every hpcenv image carries
 
+# Horovod's controller and CPU operations per flavour, one table for the smoke checks and the
+# bench (Horovod 0.28.1 reads both at ``hvd.init()``; the operations must be built in).
+HOROVOD_OPS_ENV: dict[str, dict[str, str]] = {
+    op: {"HOROVOD_CONTROLLER": "gloo" if op == "gloo" else "mpi", "HOROVOD_CPU_OPERATIONS": op}
+    for op in ("mpi", "gloo", "ccl")
+}
+
+
+def ccl_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The oneCCL settings (``CCL_*``) of a launch environment."""
+    return {k: v for k, v in env.items() if k.startswith("CCL_")}
+
 
 def missing_component(
     lock: Mapping[str, Any] | None, component: str, operation: str | None = None

