@@ -23,7 +23,8 @@ from hpcenv.site import load_site
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["munge-up.sh", "site-mpi-setup.sh", "slurm-2node-up.sh", "slurm-2node-down.sh",
-           "slurm-up.sh", "slurm-down.sh", "slurm-common.sh"]  # fmt: skip
+           "slurm-up.sh", "slurm-down.sh", "slurm-common.sh", "site-apptainer",
+           "site-apptainer-setup.sh"]  # fmt: skip
 
 
 def test_two_node_site_names_its_own_cluster_for_every_command() -> None:
