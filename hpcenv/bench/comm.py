@@ -473,8 +473,8 @@ def likeforlike_section(ctx: BenchContext) -> Section:
     if copy_bw and nbytes == 64 * MiB:
         name = max(largest, key=lambda k: largest[k] or 0.0)
         sec.headline.append(Headline(
-            f"Physical limit: best 64 MiB allreduce of this run ({name}) / numpy copy of 64 MiB "
-            "(goal >= 0.35)", f"{fmt_num(largest[name])} vs {fmt_num(copy_bw)} GB/s",
+            "Physical limit: best 64 MiB allreduce of this run / numpy copy of 64 MiB "
+            "(goal >= 0.35)", f"{name}: {fmt_num(largest[name])} vs {fmt_num(copy_bw)} GB/s",
             fmt_ratio(ratio(largest[name], copy_bw), 3), ">= 0.35",
             ratio(largest[name], copy_bw)))  # fmt: skip
     return sec
