@@ -384,3 +384,56 @@ def wait_quiet(sub: Any, t: LocalTransport) -> Any:
         return wait(sub, t, timeout=180)
     except JobError:
         return status(sub, t)
+
+
+def _rank_containers() -> dict[str, str]:
+    """Running containers whose process lives in a rehearsal node's network namespace:
+    container id -> node (the SIF ranks' helper containers, or podman ranks)."""
+    from hpcenv.engines import engine_env
+
+    env = engine_env()
+    ps = subprocess.run(["podman", "ps", "-q", "--no-trunc"], capture_output=True, text=True,
+                        env=env, timeout=60)  # fmt: skip
+    found = {}
+    for cid in ps.stdout.split():
+        pid = subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}", cid],
+                             capture_output=True, text=True, env=env, timeout=60).stdout.strip()  # fmt: skip
+        node = subprocess.run(["ip", "netns", "identify", pid], capture_output=True, text=True,
+                              timeout=30).stdout.strip() if pid.isdigit() else ""  # fmt: skip
+        if node in ("node1", "node2"):
+            found[cid] = node
+    return found
+
+
+def test_teardown_with_sif_ranks_running_leaves_nothing(
+    two_node: TwoNodeInfo, site_apptainer: Path, shared: Path
+) -> None:
+    """scripts/slurm-2node-down.sh while SIF ranks run: every rank's helper container goes with
+    the nodes (nothing left in podman), as do the namespaces; the rehearsal then starts again."""
+    from hpcenv.engines import engine_env
+
+    if not SIF.is_file():
+        pytest.skip(f"{SIF} not built: `make smoke-test` builds it (hpcenv build --format sif)")
+    wd = shared / "work"
+    wd.mkdir()
+    proc = _cli("submit", "--site", "local-2node-sif", "--image", str(SIF), "--nodes", "2",
+                "--ranks-per-node", "1", "--workdir", str(wd), "--json", "--", "sleep", "300")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    scripts = Path(__file__).parents[1] / "scripts"
+    try:
+        end = time.monotonic() + 120
+        while sorted((ranks := _rank_containers()).values()) != ["node1", "node2"]:
+            assert time.monotonic() < end, f"SIF ranks not running on both nodes: {ranks}"
+            time.sleep(1)
+        down = subprocess.run(["bash", str(scripts / "slurm-2node-down.sh")], capture_output=True,
+                              text=True, timeout=180)  # fmt: skip
+        assert down.returncode == 0, down.stderr
+        left = subprocess.run(["podman", "ps", "-a", "-q", "--no-trunc"], capture_output=True,
+                              text=True, env=engine_env(), timeout=60).stdout.split()  # fmt: skip
+        assert not set(ranks) & set(left), f"rank containers left behind: {set(ranks) & set(left)}"
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not {"node1", "node2"} & set(netns.split()), netns
+    finally:
+        up = subprocess.run(["bash", str(scripts / "slurm-2node-up.sh")], capture_output=True,
+                            text=True, timeout=180)  # fmt: skip
+        assert up.returncode == 0, up.stderr
