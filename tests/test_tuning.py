@@ -91,6 +91,31 @@ def test_paired_ratios_take_the_median_round_so_one_lucky_default_run_does_not_v
     assert measure.choose_transport({"eager": ratios})[0] == "eager"
 
 
+def test_a_transport_the_image_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:
+    """An Open MPI image built without UCX: the UCX candidate's run fails; the sweep goes on
+    with the others and says why UCX was not chosen (it used to abort the whole measure)."""
+    from hpcenv.bench.shells import Result
+
+    def run(line: str, env: Any, timeout: float) -> Result:
+        if env.get("OMPI_MCA_pml") == "ucx":
+            return Result("image", line, dict(env), 1, "", "pml ucx: component not found", 0.1)
+        gain = 2.0 if env.get("OMPI_MCA_btl_vader_eager_limit") else 1.0
+        sweep = [{"bytes": b, "busbw_GBps": gain, "time_us": 1.0, "mismatches": 0}
+                 for b in (8, 8192, 1 << 26)]  # fmt: skip
+        return Result("image", line, dict(env), 0, "", "", 0.1, {"sweep": sweep})
+
+    lines: list[str] = []
+    sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lines.append)
+    plan = measure.Plan(mpi="openmpi", transports=[
+        ("UCX over shared memory", {"OMPI_MCA_pml": "ucx"}),
+        ("eager", {"OMPI_MCA_btl_vader_eager_limit": "32768"})])  # fmt: skip
+    env, _, measured, reasons = measure.measure_transport(sw, plan, {}, rounds=2)
+    assert env == {"OMPI_MCA_btl_vader_eager_limit": "32768"}
+    assert "pml ucx: component not found" in measured["unavailable"]["UCX over shared memory"]
+    assert any(r.startswith("transport UCX over shared memory: not available") for r in reasons)
+    assert sum("not available here" in line for line in lines) == 1  # tried once, not per round
+
+
 def test_measured_env_may_carry_lower_case_mca_names_but_no_shell() -> None:
     t = sample(env={"OMPI_MCA_btl_vader_eager_limit": "32768"})
     assert apply.environment(t, "/w/r")["OMPI_MCA_btl_vader_eager_limit"] == "32768"

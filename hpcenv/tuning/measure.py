@@ -286,14 +286,25 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
     labels = ["Open MPI's defaults", *(name for name, _ in p.transports)]
     envs = {"Open MPI's defaults": {}, **dict(p.transports)}
     runs: dict[str, list[list[dict[str, Any]]]] = {label: [] for label in labels}
+    unavailable: dict[str, str] = {}  # a candidate this image cannot run (no UCX, wrong sums)
     total, n = rounds * len(labels), 0
     for r in range(rounds):
         for label in labels:
+            if label in unavailable:
+                continue
             if label != labels[0] and sw.over_budget(f"round {r + 1} transport {label}"):
                 continue
             n += 1
             t = time.monotonic()
-            rows = sw.sweep_mpi(dict(base_env) | envs[label], f"transport: {label}")
+            try:
+                rows = sw.sweep_mpi(dict(base_env) | envs[label], f"transport: {label}")
+            except HpcenvError as err:
+                if label == labels[0]:
+                    raise
+                unavailable[label] = str(err)
+                runs[label] = []
+                sw.echo(f"  [{n}/{total}] transport {label}: not available here ({err})")
+                continue
             runs[label].append(rows)
             sw.echo(f"  [{n}/{total}] transport {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s,"
                     f" 8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)")  # fmt: skip
@@ -311,10 +322,13 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
             f"{len(default)} sizes (median of the rounds' paired ratios), worst "
             f"{_fmt(st['worst_bytes'])} at {st['worst_ratio']:.2f}x "
             f"-> {verdict} (needs >= {TRANSPORT_GAIN:.2f}x and no size below {KEEP_WITHIN:.2f}x)")
+    reasons += [f"transport {label}: not available in this image, not chosen ({why})"
+                for label, why in unavailable.items()]  # fmt: skip
     if chosen is None:
         reasons.append("transport: Open MPI's defaults kept")
     measurements = {
         "default_busbw": {str(k): v for k, v in default.items()},
+        "unavailable": unavailable,
         "candidates": {label: {"env": envs[label], "busbw": {str(k): v for k, v in bws.items()}}
                        | {k: v for k, v in stats[label].items()} for label, bws in cands.items()},
         "chosen": chosen,
