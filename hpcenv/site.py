@@ -287,14 +287,15 @@ class Runtime(Strict):
         default=None, description="the runtime's command where it is not `kind` on the PATH"
     )
 
-    @model_validator(mode="after")
-    def _executable_kind(self) -> Runtime:
-        if self.executable and self.kind not in ("apptainer", "singularity"):
+    @field_validator("executable")
+    @classmethod
+    def _executable_kind(cls, value: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind")  # validated before, in field order; absent when invalid
+        if value and kind and kind not in ("apptainer", "singularity"):
             raise ValueError(
-                f"runtime.executable applies to the apptainer and singularity runtimes, "
-                f"not {self.kind}"
+                f"runtime.executable applies to the apptainer and singularity runtimes, not {kind}"
             )
-        return self
+        return value
 
 
 class SiteVariable(Strict):

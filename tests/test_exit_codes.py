@@ -92,8 +92,8 @@ def test_runtime_executable_on_an_oci_runtime_exits_2(tmp_path: Path) -> None:
     proc = hpcenv("render", "--site", str(site), "--recipe", "horovod-cpu", "--format", "lock")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (
-        f"error: {site}:4: field 'runtime': runtime.executable applies to the apptainer and "
-        "singularity runtimes, not podman"
+        f"error: {site}:5: field 'runtime.executable': runtime.executable applies to the "
+        "apptainer and singularity runtimes, not podman"
     )
 
 
