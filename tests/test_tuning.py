@@ -65,18 +65,40 @@ def test_choose_needs_margin_and_verify_drops_losers() -> None:
     assert measure.to_rules({8: (0, 0), 16: (0, 0)}) == []
 
 
+def _rounds(per_size: dict[int, float], n: int = 5) -> dict[int, list[float]]:
+    return {s: [r] * n for s, r in per_size.items()}
+
+
 def test_transport_needs_a_gain_over_all_sizes_and_no_slow_size() -> None:
     cands = {
-        "eager": {8: 1.0, 128: 0.98, 8192: 1.8, 1 << 26: 1.0},  # geomean 1.16, worst 0.98
-        "ucx": {8: 0.97, 128: 0.85, 8192: 2.5, 1 << 26: 1.0},  # faster on the mean, 128 B slow
-        "flat": {8: 1.0, 128: 1.0, 8192: 1.05, 1 << 26: 1.0},  # 1.2 % better: noise
+        "eager": _rounds({8: 1.0, 128: 0.98, 8192: 1.8, 1 << 26: 1.0}),  # geomean 1.16
+        "ucx": _rounds({8: 0.97, 128: 0.85, 8192: 2.5, 1 << 26: 1.0}),  # 128 B slow every round
+        "flat": _rounds({8: 1.0, 128: 1.0, 8192: 1.05, 1 << 26: 1.0}),  # 1.2 % better: noise
     }
     chosen, stats = measure.choose_transport(cands)
     assert chosen == "eager"
     assert stats["ucx"]["geomean"] > stats["eager"]["geomean"] and not stats["ucx"]["qualified"]
     assert stats["ucx"]["worst_bytes"] == 128 and stats["ucx"]["worst_ratio"] == pytest.approx(0.85)
+    assert stats["ucx"]["slow_sizes"] == [128] and stats["ucx"]["worst_rounds_slower"] == 5
     assert not stats["flat"]["qualified"]
     assert measure.choose_transport({"flat": cands["flat"]})[0] is None
+
+
+def test_a_loss_vetoes_a_transport_only_when_it_is_consistent() -> None:
+    """Measured here (8 rounds, 2026-11-22): UCX at 32 B was slower than Open MPI's defaults in
+    every round (0.87-0.97x); the vader eager limit, which cannot change a 32 B message, read
+    0.89-1.04x. A median below 0.95 alone would veto both now and then; a live 5-round measure
+    also saw UCX faster once at 32 B, so "slower in every round" would have let it through."""
+    ucx_32 = [0.88, 0.94, 0.91, 0.90, 0.89, 0.97, 0.94, 1.01]  # faster once: still 7 of 8
+    eager_32 = [0.93, 0.98, 0.89, 1.04, 0.92, 1.01, 0.90, 0.94]  # median 0.935, 6 of 8 slower
+    assert measure.consistently_slower(ucx_32) and not measure.consistently_slower(eager_32)
+    assert not measure.consistently_slower([0.97, 0.96, 0.99])  # slower each time, within 5 %
+    assert measure.consistently_slower([0.9, 0.92, 1.01, 0.9, 0.91])  # 4 of 5
+    assert not measure.consistently_slower([0.9, 0.92, 1.01, 1.02, 0.91])  # 3 of 5
+    chosen, stats = measure.choose_transport({
+        "ucx": {32: ucx_32, 8192: [2.1] * 8}, "eager": {32: eager_32, 8192: [1.7] * 8}})
+    assert chosen == "eager" and stats["ucx"]["slow_sizes"] == [32]
+    assert stats["eager"]["worst_ratio"] < 0.95 and stats["eager"]["qualified"]
 
 
 def test_paired_ratios_take_the_median_round_so_one_lucky_default_run_does_not_veto() -> None:
@@ -88,7 +110,9 @@ def test_paired_ratios_take_the_median_round_so_one_lucky_default_run_does_not_v
     ratios = measure.paired_ratios(default, cand)
     assert ratios == {8192: pytest.approx(1.8), 1 << 26: pytest.approx(1.0)}
     # best-of per size would have said 64 MiB 1.05 / 2.0 = 0.53x and vetoed it
-    assert measure.choose_transport({"eager": ratios})[0] == "eager"
+    rounds = measure.paired_ratio_rounds(default, cand)
+    assert rounds[1 << 26] == pytest.approx([1.0, 0.525, 1.0])
+    assert measure.choose_transport({"eager": rounds})[0] == "eager"
 
 
 def test_a_transport_the_image_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:
