@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hpcenv.errors import ConfigError
+from hpcenv.errors import ConfigError, HpcenvError
 from hpcenv.jobs import JobSpec, prepare
 from hpcenv.site import load_site
 from hpcenv.tuning import apply, measure
@@ -138,6 +138,54 @@ def test_a_transport_the_image_cannot_run_is_reported_not_fatal(tmp_path: Path) 
     assert "pml ucx: component not found" in measured["unavailable"]["UCX over shared memory"]
     assert any(r.startswith("transport UCX over shared memory: not available") for r in reasons)
     assert sum("not available here" in line for line in lines) == 1  # tried once, not per round
+
+
+def test_transport_rounds_rotate_pair_by_round_and_stop_when_the_budget_is_spent(
+    tmp_path: Path,
+) -> None:
+    """Each round starts with another configuration; UCX, slower at 8 B in every round, is
+    vetoed there; once the budget is spent no further round starts (not even the defaults)."""
+    from hpcenv.bench.shells import Result
+
+    order: list[str] = []
+
+    def run(line: str, env: Any, timeout: float) -> Result:
+        name = "ucx" if env.get("OMPI_MCA_pml") == "ucx" else (
+            "eager" if env.get("OMPI_MCA_btl_vader_eager_limit") else "default")  # fmt: skip
+        order.append(name)
+        small = {"ucx": 0.9, "eager": 1.0, "default": 1.0}[name]
+        big = {"ucx": 2.0, "eager": 1.5, "default": 1.0}[name]
+        sweep = [{"bytes": 8, "busbw_GBps": small, "time_us": 1.0, "mismatches": 0},
+                 {"bytes": 8192, "busbw_GBps": big, "time_us": 1.0, "mismatches": 0}]  # fmt: skip
+        return Result("image", line, dict(env), 0, "", "", 0.1, {"sweep": sweep, "exact": []})
+
+    plan = measure.Plan(mpi="openmpi", transports=[
+        ("ucx", {"OMPI_MCA_pml": "ucx"}), ("eager", {"OMPI_MCA_btl_vader_eager_limit": "32768"})])
+    sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lambda _: None)
+    env, default_runs, measured, _ = measure.measure_transport(sw, plan, {}, rounds=3)
+    assert order == ["default", "ucx", "eager", "ucx", "eager", "default",
+                     "eager", "default", "ucx"]  # fmt: skip
+    assert env == {"OMPI_MCA_btl_vader_eager_limit": "32768"} and len(default_runs) == 3
+    assert measured["candidates"]["ucx"]["slow_sizes"] == [8]
+
+    order.clear()
+    spent = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 0, lambda _: None)
+    measure.measure_transport(spent, plan, {}, rounds=8)
+    assert order == ["default"]  # round 1's candidates and rounds 2-8 are skipped
+    assert any("transport rounds 2-8" in s for s in spent.skipped)
+
+
+def test_a_wrong_exact_sum_stops_the_sweep(tmp_path: Path) -> None:
+    from hpcenv.bench.shells import Result
+
+    def run(line: str, env: Any, timeout: float) -> Result:
+        doc = {"sweep": [{"bytes": 8, "busbw_GBps": 1.0, "time_us": 1.0, "mismatches": 0}],
+               "exact": [{"dtype": "int64", "n": 1000003, "mismatches": 3}]}  # fmt: skip
+        return Result("image", line, dict(env), 0, "", "", 0.1, doc)
+
+    sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lambda _: None)
+    with pytest.raises(HpcenvError, match="3 wrong allreduce results"):
+        sw.sweep_mpi({}, "defaults")
 
 
 def test_measured_env_may_carry_lower_case_mca_names_but_no_shell() -> None:

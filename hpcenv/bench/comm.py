@@ -285,6 +285,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     """hpcenv's default launch (placement + measured tuning) vs a naive launch, interleaved."""
     sec = Section("tuning", "Launch tuning: hpcenv's default launch vs a naive launch")
     args = _sweep_args(ctx, 4)
+    rounds = 1 if ctx.quick else TUNING_ROUNDS
     m = ctx.measured
     sec.text.append(
         f"Naive: `{NAIVE_MPIRUN}`, no environment. hpcenv launch: `{ctx.hpcenv_mpirun}` with "
@@ -296,15 +297,16 @@ def tuning_section(ctx: BenchContext) -> Section:
         + (", ".join(f"`{k}={v}`" for k, v in ctx.hpcenv_env.items() if k not in ctx.launch_env)
            or "nothing (no candidate beat Open MPI's own decisions)" if m is not None
            else "none (no image digest)")
-        + f". The three run interleaved in {TUNING_ROUNDS} rounds, each round starting with a "
-        "different one. Ratios are per round (each variant against the naive run of its own "
-        "round) and the table gives their median; a size counts as a real loss only when the "
-        "median is below 0.95 and hpcenv was slower in at least 80 % of the rounds (a sign "
-        "test: 7 of 8 rounds happen by noise alone with probability 3.5 %), the rule `hpcenv "
-        "tune --measure` applies to transports. Paired runs of one configuration differ here "
-        "by 4-15 % per size between runs, more than the 5 % the floor allows."
+        + f". The three run interleaved in {rounds} round(s), the order rotating (round r starts "
+        "with variant r mod 3). Ratios are per round (each variant against the naive run of its "
+        "own round) and the table gives their median; a size counts as a real loss only when "
+        "the median is below 0.95 and hpcenv was slower in at least 80 % of the rounds (per "
+        "size, 7 or more of 8 rounds happen by noise alone with probability 3.5 %), the rule "
+        "`hpcenv tune --measure` applies to transports; with fewer than 3 rounds that row is "
+        "not judged. Two launches that move small messages the same way (the 'launch / naive' "
+        "column: only the binding differs) differ here by 4-15 % per size between paired runs, "
+        "more than the 5 % the floor allows, so the lowest of the 13 medians is shown, not judged."
     )  # fmt: skip
-    rounds = 1 if ctx.quick else TUNING_ROUNDS
     variants = [("naive", NAIVE_MPIRUN, {}),
                 ("hpcenv launch, no measured tuning", ctx.hpcenv_mpirun, ctx.launch_env),
                 ("hpcenv default", ctx.hpcenv_mpirun, ctx.hpcenv_env)]  # fmt: skip
@@ -382,18 +384,21 @@ def tuning_section(ctx: BenchContext) -> Section:
         f"Tuning: geomean allreduce busbw over {len(sizes)} sizes, hpcenv default / naive, "
         "medians of the rounds (goal >= 1.2)", "", fmt_ratio(gm), ">= 1.2", gm))  # fmt: skip
     if worst is not None:
+        # The floor's target is the consistent-loss row: the lowest of 13 noisy medians sits
+        # below 1 even between launches that move small messages alike (the 'launch / naive'
+        # column: only the binding differs), so it is shown, not judged.
         slower = per_round["hpcenv default"][worst]
         sec.headline.append(Headline(
             "Tuning: allreduce busbw at the size hpcenv gains least, hpcenv default / naive, "
-            "median of the rounds (goal >= 0.95)",
+            "median of the rounds (shown; the floor is judged on the next row)",
             f"{fmt_bytes(worst)}; slower in {sum(r < 1.0 for r in slower)}/{len(slower)} rounds",
-            fmt_ratio(per_size[worst]), ">= 0.95", per_size[worst]))  # fmt: skip
+            fmt_ratio(per_size[worst])))  # fmt: skip
         losses = [s for s, v in per_round["hpcenv default"].items() if consistently_slower(v)]
         sec.headline.append(Headline(
-            "Tuning: sizes where hpcenv default is consistently slower than naive by more than "
-            "5 % (median below 0.95 and slower in 80 % of the rounds; goal: none)",
-            ", ".join(map(fmt_bytes, losses)) or "none", str(len(losses)), "<= 0",
-            float(len(losses))))  # fmt: skip
+            "Tuning: sizes where hpcenv default is slower than naive by more than 5 %, "
+            "consistently (median of the rounds below 0.95 and slower in at least 80 % of them; "
+            "goal: none)", ", ".join(map(fmt_bytes, losses)) or "none", str(len(losses)),
+            "<= 0", float(len(losses)) if rounds >= 3 else None))  # fmt: skip
     hp_big = med["hpcenv launch, no measured tuning"].get(big)
     sec.headline.append(Headline(
         f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv launch without measured tuning / naive",
@@ -424,11 +429,15 @@ def _transport_table(m: Any) -> Table:
         "defaults, same launch and placement",
         ["size", "Open MPI's defaults", *names], rows,
         f"Chosen: {chosen}. Cells: best busbw of the rounds; the choice uses, per size, the "
-        "median over rounds of each round's candidate / default ratio: geomean >= 1.03x and no "
-        "size consistently below 0.95x (median below it and slower in 80 % of the rounds; "
-        + "; ".join(f"{n}: {', '.join(map(fmt_bytes, tm['candidates'][n]['slow_sizes'])) or 'none'}"
-                    for n in names if "slow_sizes" in tm["candidates"][n])
-        + "); the coll_tuned sweep below runs on top of it.")  # fmt: skip
+        "median over rounds of each round's candidate / default ratio: " + (
+            "geomean >= 1.03x and no size consistently below 0.95x (median below it and slower "
+            "in at least 80 % of the rounds; consistently slower: " + "; ".join(
+                f"{n}: {', '.join(map(fmt_bytes, tm['candidates'][n]['slow_sizes'])) or 'none'}"
+                for n in names) + ")"
+            if all("slow_sizes" in tm["candidates"][n] for n in names)
+            else "geomean >= 1.03x and no size below 0.95x (a tuning file measured before "
+                 "hpcenv judged losses by their consistency)")
+        + "; the coll_tuned sweep below runs on top of it.")  # fmt: skip
 
 
 def likeforlike_section(ctx: BenchContext) -> Section:
@@ -583,7 +592,7 @@ def mnist_section(ctx: BenchContext) -> Section:
     sec.data |= {"sequence": runs, "step_ms": step_ms, "paired_vs_hpcenv": pairs}
     sec.text.append(
         f"`mnist_horovod.py` (small CNN, batch 32 per rank, {NP} ranks, Horovod over MPI, "
-        f"{epochs} epoch on the 4,000 staged MNIST training images); step time = train time / "
+        f"{epochs} epoch(s) on the 4,000 staged MNIST training images); step time = train time / "
         "steps. Every variant ran right between two runs of the hpcenv launch, and its ratio is "
         "taken against the mean of those two neighbours, so slow drifts of the machine's load "
         "cancel; a variant that ran more than once gives the median of its ratios. Naive: "
@@ -631,11 +640,11 @@ def mnist_section(ctx: BenchContext) -> Section:
             f"imports {fmt_num(med['imports'])} s, hvd.init {fmt_num(med['hvd_init'])} s",
             f"{fmt_num(med['first_step_from_launch'])} s", "< 4",
             float(med["first_step_from_launch"])))  # fmt: skip
-    hp_ms = sum(step_ms["hpcenv"]) / len(step_ms["hpcenv"])
-    naive_ms = sum(step_ms["naive"]) / len(step_ms["naive"])
+    hp_ms = statistics.median(step_ms["hpcenv"])
+    naive_ms = statistics.median(step_ms["naive"])
     sec.headline.append(Headline(
         "Tuning: Horovod MNIST step time, naive / adjacent hpcenv-launch runs (speed-up)",
-        f"{fmt_num(naive_ms)} vs {fmt_num(hp_ms)} ms/step (means)",
+        f"{fmt_num(naive_ms)} vs {fmt_num(hp_ms)} ms/step (medians)",
         fmt_ratio(paired.get("naive"))))  # fmt: skip
     one = pairs.get("naive launch, 1 thread/rank")
     if one:

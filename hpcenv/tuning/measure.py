@@ -22,7 +22,9 @@ on a sign test (:func:`consistently_slower`). The whole sweep stops starting new
 from __future__ import annotations
 
 import json
+import math
 import shlex
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,14 +45,16 @@ LOCK_IN_IMAGE = "/opt/hpcenv/stack.lock.json"
 MARGIN = 1.10
 KEEP_WITHIN = 0.95
 TRANSPORT_GAIN = 1.03  # geomean over all sizes: a smaller gain than MARGIN, but at every size
-# Paired runs of the same configuration on this 2-core machine differ per size by an
-# interquartile range of 4-15 % (8 rounds of Open MPI's defaults vs a naive launch, 8 B..2 KiB,
-# 2026-11-22), so a median of 3 rounds reads a candidate that cannot touch a size (the vader
-# eager limit below 4 KiB) as "5 % slower" there now and then, and once let UCX pass with a
-# real 7-10 % loss at 32-128 B. Eight rounds (a sweep takes ~2 s), and a loss must also be a
-# consistent one (:func:`consistently_slower`).
+# Two launches that move small messages the same way (Open MPI's defaults bound to cores vs a
+# naive unbound launch) differ per size by an interquartile range of 4-15 % between paired runs
+# on this 2-core machine (8 rounds, 8 B..2 KiB, 2026-11-22), so a median of 3 rounds reads a
+# candidate that cannot touch a size (the vader eager limit below 4 KiB) as "5 % slower" there
+# now and then, and once let UCX pass with a real 7-10 % loss at 8-128 B. Eight rounds (a sweep
+# takes ~2 s), and a loss must also be a consistent one (:func:`consistently_slower`).
 TRANSPORT_ROUNDS = 8
-CONSISTENT_SHARE = 0.8  # of the rounds: 7 of 8, 4 of 5, 3 of 3
+# Of the rounds, per size: 7 or more of 8 (noise alone: 9/256 = 3.5 %), 4 of 5 (19 %), 3 of 3
+# (12.5 %): fewer rounds (--quick, a spent budget) make the sign test much weaker.
+CONSISTENT_SHARE = 0.8
 HOROVOD_MARGIN = 1.10
 MiB = 1 << 20
 
@@ -179,7 +183,8 @@ def to_rules(choice: Mapping[int, tuple[int, int]]) -> list[Rule]:
 def paired_ratio_rounds(default_runs: list[list[dict[str, Any]]],
                         cand_runs: list[list[dict[str, Any]]]) -> dict[int, list[float]]:  # fmt: skip
     """Per size, candidate / default busbw of every round, each round's candidate against the
-    default run of the same round (they ran back to back)."""
+    default run of the same round (the k-th run of each; a budget cut only drops later rounds,
+    so the k-th runs stay in the same round)."""
     per: dict[int, list[float]] = {}
     for d_rows, c_rows in zip(default_runs, cand_runs, strict=False):
         d = {int(r["bytes"]): float(r["busbw_GBps"]) for r in d_rows}
@@ -194,20 +199,17 @@ def paired_ratios(default_runs: list[list[dict[str, Any]]],
                   cand_runs: list[list[dict[str, Any]]]) -> dict[int, float]:  # fmt: skip
     """Per size, the median over rounds of :func:`paired_ratio_rounds`. One disturbed run (or
     one lucky default run) moves a best-of comparison at that size; it cannot move the median
-    of three rounds."""
-    import statistics
-
+    of three or more rounds."""
     return {s: statistics.median(v) for s, v in paired_ratio_rounds(default_runs, cand_runs).items()}
 
 
 def consistently_slower(ratios: Sequence[float], floor: float = KEEP_WITHIN) -> bool:
     """A real loss at one size, not noise: the median of the rounds' ratios is below ``floor``
     and the candidate was slower than the default in at least ``CONSISTENT_SHARE`` of the
-    rounds (a sign test: in 7 or more of 8 rounds, noise alone does that with probability
-    9/256, 3.5 %). UCX at 32 B (8 rounds here, 2026-11-22): slower in 8 of 8, median 0.91."""
-    import math
-    import statistics
-
+    rounds (a sign test per size: in 7 or more of 8 rounds, noise alone does that with
+    probability 9/256, 3.5 %; over 13 sizes the sign part alone would flag some size of an
+    identical configuration up to 37 % of the time, which is why the median must also be below
+    ``floor``). UCX at 32 B (8 rounds here, 2026-11-22): slower in 8 of 8, median 0.91."""
     if not ratios:
         return False
     slower = sum(r < 1.0 for r in ratios)
@@ -226,9 +228,6 @@ def choose_transport(
     candidate, its geomean, its worst size and median ratio there, the consistently slow
     sizes, and whether it qualified.
     """
-    import math
-    import statistics
-
     stats: dict[str, dict[str, Any]] = {}
     best, best_g = None, 0.0
     for name, rounds in candidates.items():
@@ -299,7 +298,8 @@ class Sweep:
         # bench's sweep read 8/8, 2026-11-22)
         args = f"--min-bytes 8 --max-bytes {64 * MiB} --factor 4"
         doc = self.check("allreduce_mpi.py", args, env, label)
-        bad = sum(int(r["mismatches"]) for r in doc["sweep"])
+        bad = sum(int(r["mismatches"]) for r in doc["sweep"]) + sum(
+            int(e.get("mismatches", 0)) for e in doc.get("exact", []))
         if bad:
             raise HpcenvError(f"tune: {label}: {bad} wrong allreduce results")
         return list(doc["sweep"])
@@ -328,7 +328,9 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
     unavailable: dict[str, str] = {}  # a candidate this image cannot run (no UCX, wrong sums)
     total, n = rounds * len(labels), 0
     for r in range(rounds):
-        # each round starts with a different configuration: no one always runs first
+        if r and sw.over_budget(f"transport rounds {r + 1}-{rounds}"):
+            break  # the defaults alone would pair with nothing
+        # the order rotates: round r starts with label r (mod the labels); none always runs first
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
             if label in unavailable:
                 continue
@@ -530,6 +532,9 @@ def measure(
         echo("Open MPI transports, allreduce 8 B..64 MiB:")
         transport, default_runs, tm, why = measure_transport(
             sw, p, base_env, 1 if quick else TRANSPORT_ROUNDS)
+        # the coll_tuned stage adds `rounds` default runs of its own: keep the default's best-of
+        # as deep as each candidate's plus those (6 vs 3), not 11 vs 3
+        default_runs = default_runs[-rounds:]
         measurements["transport"] = tm
         reasons += why
     else:
