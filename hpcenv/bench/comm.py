@@ -40,7 +40,16 @@ from hpcenv.bench.report import (
 from hpcenv.bench.shells import Result
 from hpcenv.plots import plot_sweeps
 from hpcenv.smoke._target import HOROVOD_OPS_ENV
-from hpcenv.tuning.measure import consistently_slower, paired_ratio_rounds
+from hpcenv.tuning.apply import RULES_NAME
+from hpcenv.tuning.measure import (
+    CONSISTENT_SHARE,
+    KEEP_WITHIN,
+    TRANSPORT_GAIN,
+    consistently_slower,
+    medians,
+    paired_ratio_rounds,
+    rounds_slower,
+)
 
 # Open MPI 4.1 coll_tuned allreduce algorithms (ompi_info --param coll tuned --level 9).
 ALLREDUCE_ALGORITHMS = {
@@ -54,7 +63,6 @@ ALLREDUCE_ALGORITHMS = {
 }
 HOROVOD_MPI_ENV = HOROVOD_OPS_ENV["mpi"]
 HOROVOD_GLOO_ENV = HOROVOD_OPS_ENV["gloo"]
-RULES_NAME = "allreduce.rules"  # hpcenv.tuning.apply.RULES_NAME: the measured tuning's rules
 TUNING_ROUNDS = 8  # naive / launch / default sweeps, interleaved (see tuning_section's text)
 
 
@@ -300,12 +308,14 @@ def tuning_section(ctx: BenchContext) -> Section:
         + f". The three run interleaved in {rounds} round(s), the order rotating (round r starts "
         "with variant r mod 3). Ratios are per round (each variant against the naive run of its "
         "own round) and the table gives their median; a size counts as a real loss only when "
-        "the median is below 0.95 and hpcenv was slower in at least 80 % of the rounds (per "
+        f"the median is below {KEEP_WITHIN} and hpcenv was slower in at least "
+        f"{CONSISTENT_SHARE:.0%} of the rounds (per "
         "size, 7 or more of 8 rounds happen by noise alone with probability 3.5 %), the rule "
         "`hpcenv tune --measure` applies to transports; with fewer than 3 rounds that row is "
         "not judged. Two launches that move small messages the same way (the 'launch / naive' "
         "column: only the binding differs) differ here by 4-15 % per size between paired runs, "
-        "more than the 5 % the floor allows, so the lowest of the 13 medians is shown, not judged."
+        f"more than the {1 - KEEP_WITHIN:.0%} the floor allows, so the lowest of the medians is "
+        "shown, not judged."
     )  # fmt: skip
     variants = [("naive", NAIVE_MPIRUN, {}),
                 ("hpcenv launch, no measured tuning", ctx.hpcenv_mpirun, ctx.launch_env),
@@ -323,7 +333,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     sizes = sorted({r["bytes"] for r in naive})
     per_round = {name: paired_ratio_rounds(runs["naive"], runs[name])
                  for name in ("hpcenv launch, no measured tuning", "hpcenv default")}  # fmt: skip
-    med = {name: {s: statistics.median(v) for s, v in pr.items()} for name, pr in per_round.items()}
+    med = {name: medians(pr) for name, pr in per_round.items()}
     sec.data["paired_vs_naive"] = per_round
     rows: list[list[str]] = []
     for size in sizes:
@@ -332,7 +342,7 @@ def tuning_section(ctx: BenchContext) -> Section:
                      fmt_num(at_size(tuned, size)),
                      fmt_ratio(med["hpcenv launch, no measured tuning"].get(size)),
                      fmt_ratio(med["hpcenv default"].get(size)),
-                     f"{sum(r < 1.0 for r in tuned_r)}/{len(tuned_r)}"])  # fmt: skip
+                     f"{rounds_slower(tuned_r)}/{len(tuned_r)}"])  # fmt: skip
     rules = m.rules_text() if m is not None else None
     sec.tables.append(Table(
         "mpi4py allreduce bus bandwidth (GB/s, best of the rounds) in the image, and the "
@@ -391,13 +401,13 @@ def tuning_section(ctx: BenchContext) -> Section:
         sec.headline.append(Headline(
             "Tuning: allreduce busbw at the size hpcenv gains least, hpcenv default / naive, "
             "median of the rounds (shown; the floor is judged on the next row)",
-            f"{fmt_bytes(worst)}; slower in {sum(r < 1.0 for r in slower)}/{len(slower)} rounds",
+            f"{fmt_bytes(worst)}; slower in {rounds_slower(slower)}/{len(slower)} rounds",
             fmt_ratio(per_size[worst])))  # fmt: skip
         losses = [s for s, v in per_round["hpcenv default"].items() if consistently_slower(v)]
         sec.headline.append(Headline(
-            "Tuning: sizes where hpcenv default is slower than naive by more than 5 %, "
-            "consistently (median of the rounds below 0.95 and slower in at least 80 % of them; "
-            "goal: none)", ", ".join(map(fmt_bytes, losses)) or "none", str(len(losses)),
+            f"Tuning: sizes where hpcenv default is slower than naive by more than "
+            f"{1 - KEEP_WITHIN:.0%}, consistently (median of the rounds below {KEEP_WITHIN} and "
+            f"slower in at least {CONSISTENT_SHARE:.0%} of them; goal: none)", ", ".join(map(fmt_bytes, losses)) or "none", str(len(losses)),
             "<= 0", float(len(losses)) if rounds >= 3 else None))  # fmt: skip
     hp_big = med["hpcenv launch, no measured tuning"].get(big)
     sec.headline.append(Headline(
@@ -430,13 +440,14 @@ def _transport_table(m: Any) -> Table:
         ["size", "Open MPI's defaults", *names], rows,
         f"Chosen: {chosen}. Cells: best busbw of the rounds; the choice uses, per size, the "
         "median over rounds of each round's candidate / default ratio: " + (
-            "geomean >= 1.03x and no size consistently below 0.95x (median below it and slower "
-            "in at least 80 % of the rounds; consistently slower: " + "; ".join(
+            f"geomean >= {TRANSPORT_GAIN}x and no size consistently below {KEEP_WITHIN}x (median "
+            f"below it and slower in at least {CONSISTENT_SHARE:.0%} of the rounds; consistently "
+            "slower: " + "; ".join(
                 f"{n}: {', '.join(map(fmt_bytes, tm['candidates'][n]['slow_sizes'])) or 'none'}"
                 for n in names) + ")"
             if all("slow_sizes" in tm["candidates"][n] for n in names)
-            else "geomean >= 1.03x and no size below 0.95x (a tuning file measured before "
-                 "hpcenv judged losses by their consistency)")
+            else f"geomean >= {TRANSPORT_GAIN}x and no size below {KEEP_WITHIN}x (a tuning file "
+                 "measured before hpcenv judged losses by their consistency)")
         + "; the coll_tuned sweep below runs on top of it.")  # fmt: skip
 
 

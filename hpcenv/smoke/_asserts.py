@@ -1,4 +1,4 @@
-"""Assertions shared by the allreduce smoke tests (expected values computed here, not trusted)."""
+"""Assertions shared by the smoke tests (expected values computed here, not trusted)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,9 @@ def sweep_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
         "peak_busbw_GBps": round(max(r["busbw_GBps"] for r in rows), 3),
         "busbw_largest_GBps": round(rows[-1]["busbw_GBps"], 3),
     }
+
+
+def allreduce_ops(doc: dict[str, Any]) -> list[str]:
+    """The allreduce operations Horovod's timeline shows (``CCL_ALLREDUCE``, ...), from a check
+    run with ``--ops-timeline``."""
+    return [op for op in doc["ops_seen"] if op.endswith("_ALLREDUCE")]

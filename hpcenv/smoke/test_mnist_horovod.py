@@ -7,9 +7,23 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from hpcenv.smoke._asserts import allreduce_ops
 from hpcenv.smoke._target import HOROVOD_OPS_ENV, Target, ccl_env
 
 MIN_ACCURACY = 0.90
+
+
+def step_ms(doc: dict[str, Any]) -> float:
+    """Milliseconds per training step of a ``mnist_horovod.py`` run."""
+    return round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3)
+
+
+def assert_ranks_trained_alike(doc: dict[str, Any]) -> None:
+    """Ranks start from different seeds: the broadcast must make them equal, training keep them
+    so (the same initial parameters everywhere, the same final checksum, no spread)."""
+    assert len(set(doc["initial_param_sha256"])) == 1
+    assert len({c["sha256"] for c in doc["param_checksums"]}) == 1, doc["param_checksums"]
+    assert doc["param_max_spread"] == 0.0
 
 
 def test_mnist_horovod(
@@ -30,7 +44,7 @@ def test_mnist_horovod(
         final_loss=round(doc["epoch_loss"][-1], 4),
         epoch_loss=doc["epoch_loss"],
         param_checksums=doc["param_checksums"],
-        step_ms=round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3),
+        step_ms=step_ms(doc),
     )
     assert doc["world_size"] == target.ranks
     assert doc["train_samples"] == manifest["split"]["train"]
@@ -39,13 +53,10 @@ def test_mnist_horovod(
     assert doc["test_accuracy"] == doc["correct"] / doc["test_samples"]
     assert doc["test_accuracy"] >= MIN_ACCURACY
     assert doc["epoch_loss"][-1] < doc["epoch_loss"][0]
-    # ranks start from different seeds: the broadcast must make them equal, training keep them so
-    assert len(set(doc["initial_param_sha256"])) == 1
+    assert_ranks_trained_alike(doc)
     sums = doc["param_checksums"]
     assert sorted(c["rank"] for c in sums) == list(range(target.ranks))
-    assert len({c["sha256"] for c in sums}) == 1, sums
     assert len({c["sum"] for c in sums}) == 1
-    assert doc["param_max_spread"] == 0.0
 
 
 def test_mnist_horovod_ccl(
@@ -70,13 +81,10 @@ def test_mnist_horovod_ccl(
         accuracy=doc["test_accuracy"],
         ops_seen=proof["ops_seen"],
         ccl_env=ccl_env(target.launch_env),
-        step_ms_ccl=round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3),
+        step_ms_ccl=step_ms(doc),
     )
     assert doc["world_size"] == target.ranks
-    allreduces = [op for op in proof["ops_seen"] if op.endswith("_ALLREDUCE")]
-    assert allreduces == ["CCL_ALLREDUCE"], proof["ops_seen"]
+    assert allreduce_ops(proof) == ["CCL_ALLREDUCE"], proof["ops_seen"]
     assert doc["test_accuracy"] >= MIN_ACCURACY
     assert doc["epoch_loss"][-1] < doc["epoch_loss"][0]
-    assert len(set(doc["initial_param_sha256"])) == 1
-    assert len({c["sha256"] for c in doc["param_checksums"]}) == 1
-    assert doc["param_max_spread"] == 0.0
+    assert_ranks_trained_alike(doc)

@@ -195,12 +195,16 @@ def paired_ratio_rounds(default_runs: list[list[dict[str, Any]]],
     return dict(sorted(per.items()))
 
 
-def paired_ratios(default_runs: list[list[dict[str, Any]]],
-                  cand_runs: list[list[dict[str, Any]]]) -> dict[int, float]:  # fmt: skip
-    """Per size, the median over rounds of :func:`paired_ratio_rounds`. One disturbed run (or
-    one lucky default run) moves a best-of comparison at that size; it cannot move the median
-    of three or more rounds."""
-    return {s: statistics.median(v) for s, v in paired_ratio_rounds(default_runs, cand_runs).items()}
+def medians(rounds: Mapping[int, Sequence[float]]) -> dict[int, float]:
+    """Per size, the median of the rounds' ratios (:func:`paired_ratio_rounds`). One disturbed
+    run (or one lucky default run) moves a best-of comparison at that size; it cannot move the
+    median of three or more rounds."""
+    return {s: statistics.median(v) for s, v in rounds.items() if v}
+
+
+def rounds_slower(ratios: Sequence[float]) -> int:
+    """In how many rounds the candidate was slower than what it was paired with."""
+    return sum(r < 1.0 for r in ratios)
 
 
 def consistently_slower(ratios: Sequence[float], floor: float = KEEP_WITHIN) -> bool:
@@ -212,8 +216,8 @@ def consistently_slower(ratios: Sequence[float], floor: float = KEEP_WITHIN) -> 
     ``floor``). UCX at 32 B (8 rounds here, 2026-11-22): slower in 8 of 8, median 0.91."""
     if not ratios:
         return False
-    slower = sum(r < 1.0 for r in ratios)
-    return statistics.median(ratios) < floor and slower >= math.ceil(CONSISTENT_SHARE * len(ratios))
+    return (statistics.median(ratios) < floor
+            and rounds_slower(ratios) >= math.ceil(CONSISTENT_SHARE * len(ratios)))  # fmt: skip
 
 
 def choose_transport(
@@ -231,7 +235,7 @@ def choose_transport(
     stats: dict[str, dict[str, Any]] = {}
     best, best_g = None, 0.0
     for name, rounds in candidates.items():
-        ratios = {s: statistics.median(v) for s, v in rounds.items() if v}
+        ratios = medians(rounds)
         if not ratios or min(ratios.values()) <= 0:
             stats[name] = {"geomean": 0.0, "qualified": False}
             continue
@@ -240,7 +244,7 @@ def choose_transport(
         slow = [s for s, v in rounds.items() if consistently_slower(v, floor)]
         ok = g >= gain and not slow
         stats[name] = {"geomean": g, "worst_bytes": worst, "worst_ratio": ratios[worst],
-                       "worst_rounds_slower": sum(r < 1.0 for r in rounds[worst]),
+                       "worst_rounds_slower": rounds_slower(rounds[worst]),
                        "rounds": len(rounds[worst]), "slow_sizes": slow, "qualified": ok}  # fmt: skip
         if ok and g > best_g:
             best, best_g = name, g
