@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcenv.jobs.bindmodel import ABI_MISMATCH_EXIT, preflight_script, site_mpi
-from hpcenv.jobs.render import render_job
+from hpcenv.jobs.bindmodel import ABI_MISMATCH_EXIT, SiteMpi, preflight_args, site_mpi
+from hpcenv.jobs.render import render_job, step_script
+from hpcenv.jobs.shell import join
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.site import load_site
 
@@ -135,12 +136,19 @@ def _fake_image(tmp_path: Path, *sonames: str) -> dict[str, str]:
     return {"HPCENV_MPICH_ABI_LIB": str(lib), "PATH": f"{bin_dir}:/usr/bin:/bin"}
 
 
+def _preflight(inj: SiteMpi, root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The shipped preflight step, run as the job runs it (its arguments expanded by a shell),
+    with the site MPI root moved to ``root``."""
+    step = root.parent / "bind-preflight.sh"
+    step.write_text(step_script("bind_preflight") + "\n")
+    line = f"sh {step} " + join(preflight_args(inj)).replace(inj.root, str(root))
+    return subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, env=env)
+
+
 def test_preflight_accepts_a_same_abi_image(tmp_path: Path, site_root: Path) -> None:
     inj = site_mpi(load_site("local-bind"))
     assert inj is not None
-    script = preflight_script(inj).replace(inj.root, str(site_root))
-    env = _fake_image(tmp_path, "libmpi.so.12")
-    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    proc = _preflight(inj, site_root, _fake_image(tmp_path, "libmpi.so.12"))
     assert proc.returncode == 0, proc.stderr
     assert "replaces the image's" in proc.stdout and "libmpi.so.12" in proc.stdout
 
@@ -148,9 +156,7 @@ def test_preflight_accepts_a_same_abi_image(tmp_path: Path, site_root: Path) -> 
 def test_preflight_names_both_libraries_on_abi_mismatch(tmp_path: Path, site_root: Path) -> None:
     inj = site_mpi(load_site("local-bind"))
     assert inj is not None
-    script = preflight_script(inj).replace(inj.root, str(site_root))
-    env = _fake_image(tmp_path, "libmpi.so.40")
-    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    proc = _preflight(inj, site_root, _fake_image(tmp_path, "libmpi.so.40"))
     assert proc.returncode == ABI_MISMATCH_EXIT
     msg = proc.stderr
     assert "ABI mismatch" in msg and "intel-mpi@2021.18.1" in msg
@@ -209,10 +215,9 @@ def test_preflight_finds_frontier_libmpi_through_cray_ld_library_path(tmp_path: 
     (abi / "libmpi.so.12").write_bytes(b"")
     env = _fake_image(tmp_path, "libmpi.so.12")
     env |= {"CRAY_MPICH_ROOTDIR": str(root), "CRAY_LD_LIBRARY_PATH": f"{tmp_path}/none:{abi}"}
-    script = preflight_script(inj).replace(inj.root, str(root))
-    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    proc = _preflight(inj, root, env)
     assert proc.returncode == 0, proc.stderr
     assert f"{abi}/libmpi.so.12 (mpich ABI) replaces the image's" in proc.stdout
     env["CRAY_LD_LIBRARY_PATH"] = f"{tmp_path}/none"  # module not loaded / bind missing
-    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    proc = _preflight(inj, root, env)
     assert proc.returncode == 1 and "libmpi.so.12 (cray-mpich@" in proc.stderr

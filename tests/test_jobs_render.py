@@ -27,6 +27,7 @@ from hpcenv.jobs import (
 )
 from hpcenv.jobs.containers import get_runtime
 from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.render import plan_job, render_plan
 from hpcenv.jobs.spec import ArraySpec, Stitch
 from hpcenv.site import Site, load_site, site_names
 
@@ -92,7 +93,7 @@ def test_every_runtime_on_slurm(kind: str, tmp_path: Path) -> None:
     expected = {
         "apptainer": 'apptainer exec --bind "/data/$USER"',
         "singularity": 'singularity exec --bind "/data/$USER"',
-        "podman": "--network=host --ipc=host --pid=host",
+        "podman": 'bash "$HPCENV_STEPS/podman-rank.sh" "--volume=/data/$USER:/data/$USER"',
         "podman-hpc": 'podman-hpc run --rm "--volume=/data/$USER:/data/$USER"',
         "shifter": "shifter --image=docker:localhost/hpcenv/horovod-cpu:local",
         "pyxis": "--container-image=localhost/hpcenv/horovod-cpu:local",
@@ -102,12 +103,34 @@ def test_every_runtime_on_slurm(kind: str, tmp_path: Path) -> None:
 
 
 def test_podman_rank_recipe(tmp_path: Path) -> None:
-    script = render_job(load_site("local"), JobSpec(name="t", command=["python3", "x.py"],
-                        ranks_per_node=2), image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
-    run = next(ln for ln in script.splitlines() if ln.startswith("srun "))
-    for flag in ('--user "$(id -u):$(id -g)"', '--env "PMIX_*"', '--env "SLURM_*"',
-                 '"--volume=$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR"', "--env=OMP_NUM_THREADS"):  # fmt: skip
-        assert flag in run
+    """The per-rank podman wrapper is a step file of the job; run for real with a podman that
+    prints its argv, it adds the PMIx store and the flags every rank needs."""
+    plan = plan_job(load_site("local"), JobSpec(name="t", command=["python3", "x.py"],
+                    ranks_per_node=2), image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    launch = plan.launch
+    assert launch is not None and launch.prefix[:2] == ("bash", "$HPCENV_STEPS/podman-rank.sh")
+    assert "--env=OMP_NUM_THREADS" in launch.prefix
+    assert launch.prefix[-1] == "localhost/hpcenv/horovod-cpu:local"
+    step = next(f for f in plan.files if f.name == "podman-rank.sh")
+    (tmp_path / "podman-rank.sh").write_text(step.text + "\n")
+    fake = tmp_path / "bin" / "podman"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "PMIX_SERVER_TMPDIR": "/run/pmix-7"}
+    proc = subprocess.run(["bash", str(tmp_path / "podman-rank.sh"), "--workdir=/w", "img", "id"],
+                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    argv = proc.stdout.splitlines()
+    assert argv[:5] == ["run", "--rm", "--network=host", "--ipc=host", "--pid=host"]
+    assert argv[5:7] == ["--user", f"{os.getuid()}:{os.getgid()}"]
+    for name in ("PMIX_*", "SLURM_*", "OMPI_*", "HPCENV_*"):
+        assert ["--env", name] in [argv[i : i + 2] for i in range(len(argv) - 1)]
+    assert argv[-4:] == ["--volume=/run/pmix-7:/run/pmix-7", "--workdir=/w", "img", "id"]
+    env.pop("PMIX_SERVER_TMPDIR")  # no PMIx server (mpirun inside the allocation): no store
+    proc = subprocess.run(["bash", str(tmp_path / "podman-rank.sh"), "img", "id"],
+                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    assert not any(a.startswith("--volume") for a in proc.stdout.splitlines())
+    script = render_plan(plan)
     assert re.search(r'^export CONTAINERS_CONF="\$\{CONTAINERS_CONF:-/\S+containers.conf\}"$',
                      script, re.M)  # fmt: skip
 
@@ -194,10 +217,13 @@ def test_perlmutter_preflight_looks_where_podman_hpc_puts_cray_mpich() -> None:
     /opt/cray is not in the container, so a preflight looking there stops every job."""
     site = load_site("perlmutter")
     script = render_job(site, full_job(site), image="docker:x")
-    pre = next(ln for ln in script.splitlines() if "sh -c 'soname=" in ln)
+    pre = next(ln for ln in script.splitlines() if 'sh "$HPCENV_STEPS/bind-preflight.sh"' in ln)
     assert pre.startswith("podman-hpc run --rm --gpu --mpi --nccl ")
-    assert "root=/opt/udiImage/modules/mpich; " in pre
-    assert "path=/opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep; " in pre
+    plan = plan_job(site, full_job(site), image="docker:x")
+    step = next(s for s in plan.steps if s.kind == "preflight")
+    tail = list(step.argv[step.argv.index("$HPCENV_STEPS/bind-preflight.sh") + 1 :])
+    assert tail[:3] == ["libmpi.so.12", "/opt/udiImage/modules/mpich",
+                        "/opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep"]  # fmt: skip
     assert "/opt/cray" not in script
 
 
@@ -315,7 +341,10 @@ def test_cli_dry_run_summit_renders_bsub_jsrun_with_nvme(runner: CliRunner, tmp_
     res = runner.invoke(app, ["submit", "--site", "summit", "-r", "horovod-gpu", "--dry-run",
                               "-A", "stf007", "--json", "--", "true"])  # fmt: skip
     data = json.loads(res.stdout)
-    assert data["scheduler"] == "lsf" and data["tuning"]["ranks_per_node"] == 6
+    assert data["scheduler"] == "lsf" and data["placement"]["ranks_per_node"] == 6
+    plan = data["plan"]
+    assert plan["launch"]["launcher"] == "jsrun" and plan["launch"]["command"] == ["true"]
+    assert [s["kind"] for s in plan["steps"]] == ["preflight", "launch"]
 
 
 def test_cli_submit_needs_an_image_choice(runner: CliRunner) -> None:

@@ -19,7 +19,9 @@ def test_launcher_names_are_one_list() -> None:
 
 
 def test_a_new_launcher_is_one_class() -> None:
-    """Flux's ``flux run``, written against the placement alone (not registered)."""
+    """Flux's ``flux run``, written against the placement alone and registered: a site that
+    names it gets its launch line from the one builder, nothing else edited."""
+    from hpcenv.jobs.launchers import LAUNCHERS, launch_argv, register_launcher
 
     class FluxRun(Launcher):
         name = "flux"
@@ -31,9 +33,38 @@ def test_a_new_launcher_is_one_class() -> None:
         def per_node(self, nodes: int) -> list[str]:
             return ["flux", "run", "-N", str(nodes), "--tasks-per-node=1"]
 
+    register_launcher(FluxRun)
+    try:
+        site = load_site("frontier")
+        p = tune(site, nodes=2)
+        # frontier's launcher_flags belong to srun: a launcher the site does not use gets none
+        assert launch_argv(site, p, launcher="flux") == [
+            "flux", "run", "-N", "2", "-n", "16", "-c", "7", "-g", "1"
+        ]  # fmt: skip
+        flux_site = site.model_copy(update={"scheduler": site.scheduler.model_copy(
+            update={"launcher": "flux", "launcher_flags": ["--exclusive"]})})  # fmt: skip
+        assert launch_argv(flux_site, p)[-1] == "--exclusive"
+    finally:
+        LAUNCHERS.pop("flux")
+
+
+def test_site_launcher_flags_only_reach_the_site_launcher() -> None:
+    """The bug this fixes: mpirun got srun's --cpu-bind on Perlmutter and jsrun's --smpiargs on
+    Summit."""
+    from hpcenv.jobs.launchers import launch_argv
+
+    for name in ("perlmutter", "summit", "frontier"):
+        site = load_site(name)
+        p = tune(site, nodes=1)
+        own = launch_argv(site, p)
+        assert own[0] == site.scheduler.launcher
+        for flag in site.scheduler.launcher_flags:
+            assert flag in own
+        mpirun = launch_argv(site, p, launcher="mpirun")
+        assert not set(site.scheduler.launcher_flags) & set(mpirun), (name, mpirun)
+
+
+def test_frontier_ranks_leave_the_low_noise_core() -> None:
     site = load_site("frontier")
     p = tune(site, nodes=2)
-    assert FluxRun().command(site, p) == [
-        "flux", "run", "-N", "2", "-n", "16", "-c", "7", "-g", "1", *site.scheduler.launcher_flags
-    ]  # fmt: skip
     assert core_ranges(p.compute_cores[0]) == "1-7"

@@ -141,8 +141,9 @@ SIF = _sif()  # the real cache (make smoke-test builds it), before the private-c
 def test_site_mpi_replaces_the_image_mpi_in_sif_ranks(site_mpi_prefix: Path, wd: Path) -> None:
     from hpcenv.apptainer import Apptainer
     from hpcenv.engines import engine_env
-    from hpcenv.jobs.bindmodel import preflight_script, site_mpi
+    from hpcenv.jobs.bindmodel import preflight_args, site_mpi
     from hpcenv.jobs.containers import RunContext, get_runtime
+    from hpcenv.jobs.render import step_script
     from hpcenv.site import Runtime, load_site
 
     if not SIF.is_file():
@@ -162,7 +163,9 @@ def test_site_mpi_replaces_the_image_mpi_in_sif_ranks(site_mpi_prefix: Path, wd:
     app = Apptainer()
     app.ensure_helper()
     prefix = shlex.join(cl.prefix)
-    script = (f"{prefix} sh -c {shlex.quote(preflight_script(inj))} && "
+    step = wd / "bind-preflight.sh"  # the job's step file, in a folder the ranks see
+    step.write_text(step_script("bind_preflight") + "\n")
+    script = (f"{prefix} sh {step} {shlex.join(preflight_args(inj))} && "
               f"{inj.root}/bin/mpiexec.hydra -n 2 {prefix} {PY} {wd}/mpi_identity.py")  # fmt: skip
     argv = app.helper_command(["bash", "-c", script], paths=[Path(p) for p in inj.mounts]
                               + [SIF.parent, wd], extra=flags)  # fmt: skip

@@ -238,8 +238,8 @@ def test_job_script_writes_rules_and_exports_them(tmp_path: Path) -> None:
     plain = prepare(site, job).script
     assert "allreduce.rules" not in plain
     script = prepare(site, job, measured=sample()).script
-    assert "cat >\"$HPCENV_STEPS/allreduce.rules\" <<'HPCENV_TUNING'" in script
-    assert "0 0 0 0\n33554432 2 0 0\nHPCENV_TUNING" in script
+    assert "cat >\"$HPCENV_STEPS/allreduce.rules\" <<'HPCENV_ALLREDUCE'" in script
+    assert "0 0 0 0\n33554432 2 0 0\nHPCENV_ALLREDUCE" in script
     assert ('export OMPI_MCA_coll_tuned_dynamic_rules_filename="$HPCENV_STEPS/allreduce.rules"'
             in script)  # fmt: skip
     assert "export OMPI_MCA_coll_tuned_use_dynamic_rules=1" in script

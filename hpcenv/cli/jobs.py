@@ -243,8 +243,8 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             if as_json:
                 out = {"site": s.name, "scheduler": rendered.scheduler.name, "image": rendered.image,
-                       "workdir": rendered.workdir, "tuning": rendered.tuning.to_dict(),
-                       "script": rendered.script}  # fmt: skip
+                       "workdir": rendered.workdir, "placement": rendered.placement.to_dict(),
+                       "plan": rendered.plan.to_dict(), "script": rendered.script}  # fmt: skip
                 typer.echo(json.dumps(out, indent=2))
             else:
                 typer.echo(rendered.script, nl=False)

@@ -10,7 +10,7 @@ rehearsal):
 - podman/podman-hpc: ``--volume`` of the same paths and ``--env LD_LIBRARY_PATH=...`` (NERSC
   podman-hpc's ``--mpi`` module, NERSC/podman-hpc etc/modules.d/mpich.yaml, read 2026-11-22).
 
-Before the ranks start, the job runs :func:`preflight_script` once inside the image with the
+Before the ranks start, the job runs its preflight step (``bind-preflight.sh``) once inside the image with the
 injection applied: it checks that the site library is visible there and that the image carries an
 MPI with the same soname (the one being replaced). An image whose MPI is of the other ABI family
 (Open MPI's ``libmpi.so.40`` under an MPICH-ABI site MPI) stops the job with a message naming both
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcenv.jobs.shell import Expand
 from hpcenv.knowledge import kb
 from hpcenv.site import Site
 
@@ -75,50 +76,21 @@ def site_mpi(site: Site) -> SiteMpi | None:
     )
 
 
-def preflight_script(inj: SiteMpi) -> str:
-    """A POSIX sh script, run inside the image with the injection applied, that prints which
-    image library the site MPI replaces, or names both libraries and exits
-    :data:`ABI_MISMATCH_EXIT` when the image's MPI cannot be replaced by it."""
+def preflight_args(inj: SiteMpi) -> list[str]:
+    """The preflight step's arguments (``templates/jobs/bind_preflight.sh.j2``): soname, MPI
+    root, injected loader path, spec, ABI, the mismatch exit status, then :func:`known_abis`.
+    Values that name variables (``$MPI_ROOT``, ``$CRAY_LD_LIBRARY_PATH``) expand in the job."""
+    args = [inj.soname, inj.root, inj.ld_library_path, inj.spec, inj.abi, str(ABI_MISMATCH_EXIT)]
+    return [Expand(a) if "$" in a else a for a in args] + known_abis()
+
+
+def known_abis() -> list[str]:
+    """``SONAME=ABI`` for every MPI ABI family hpcenv knows (``libmpi.so.12=mpich``, ...): the
+    trailing arguments of the bind-model preflight step (``templates/jobs/bind_preflight.sh.j2``),
+    which runs once inside the image with the injection applied, prints which image library the
+    site MPI replaces, or names both libraries and exits :data:`ABI_MISMATCH_EXIT`."""
     families = [f for f in kb()["mpi_families"].values() if isinstance(f, dict)]
-    # libmpi.so.12 -> mpich ABI, libmpi.so.40 -> openmpi ABI, ...
-    sonames = {str(f["soname"]): f"{f['abi']} ABI" for f in families}
-    known = " ".join(sorted(sonames))
-    labels = " ".join(f"{s}) echo '{a}' ;;" for s, a in sorted(sonames.items()))
-    return "\n".join(
-        [
-            # The site library is the first $soname on the injected loader path, which may name
-            # variables the site's modules set (Frontier: $CRAY_LD_LIBRARY_PATH holds
-            # cray-mpich-abi's lib-abi-mpich); they expand here, inside the container.
-            f"soname={inj.soname}; root={inj.root}; path={inj.ld_library_path}; site=",
-            'IFS=:; for d in $path; do [ -e "$d/$soname" ] && { site=$d/$soname; break; }; done; '
-            "unset IFS",
-            f'[ -n "$site" ] || {{ echo "hpcenv: bind model: site MPI library $soname '
-            f'({inj.spec}) is not visible in the container on $path (bind mount missing)" >&2; '
-            "exit 1; }",
-            'abi_of() { case "$1" in ' + labels + " *) echo 'unknown ABI' ;; esac; }",
-            # The image's own MPI libraries: the loader cache plus the MPICH-ABI side runtime.
-            "found=$( { ldconfig -p 2>/dev/null | awk '{print $NF}'; "
-            'ls -d ${HPCENV_MPICH_ABI_LIB:+"$HPCENV_MPICH_ABI_LIB"/libmpi.so*} 2>/dev/null; } '
-            '| grep -v "^$root/" | sort -u)',
-            'same=""; other=""',
-            "for lib in $found; do",
-            "  base=${lib##*/}",
-            f'  for s in {known}; do [ "$base" = "$s" ] || continue',
-            '    if [ "$s" = "$soname" ]; then same="$same $lib"; '
-            'else other="$other $lib ($s, $(abi_of "$s"))"; fi',
-            "  done",
-            "done",
-            'if [ -n "$same" ]; then',
-            f'  echo "hpcenv: bind model: site MPI {inj.spec} $site ({inj.abi} ABI) replaces '
-            "the image's$same\"",
-            "  exit 0",
-            "fi",
-            f'echo "hpcenv: bind model ABI mismatch: site MPI {inj.spec} provides $site '
-            f"({inj.soname}, {inj.abi} ABI) but the image's MPI is${{other:- not found}}; "
-            'a program linked against the image MPI cannot use the site MPI" >&2',
-            f"exit {ABI_MISMATCH_EXIT}",
-        ]
-    )
+    return sorted({f"{f['soname']}={f['abi']}" for f in families})
 
 
 def image_mpi_abis(lock: dict[str, Any]) -> dict[str, str]:

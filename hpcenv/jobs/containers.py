@@ -36,16 +36,13 @@ from typing import ClassVar
 
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
+from hpcenv.jobs.plan import step_path
 from hpcenv.jobs.shell import Expand
 from hpcenv.site import Site
 
-# One container per rank; PMIx store mounted when the rank runs under a PMIx server.
-PODMAN_RANK = (
-    'set -- ${PMIX_SERVER_TMPDIR:+"--volume=$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR"} "$@"; '
-    "exec podman run --rm --network=host --ipc=host --pid=host "
-    '--user "$(id -u):$(id -g)" --env "PMIX_*" --env "SLURM_*" --env "OMPI_*" '
-    '--env "HPCENV_*" "$@"'
-)
+# One container per rank (templates/jobs/podman_rank.sh.j2, a step file of the job): PMIx
+# store mounted when the rank runs under a PMIx server; these pass by wildcard there.
+PODMAN_RANK_STEP = "podman-rank.sh"
 _PODMAN_WILDCARDS = ("PMIX_", "SLURM_", "OMPI_", "HPCENV_")
 
 
@@ -170,7 +167,7 @@ class Podman(ContainerRuntime):
     kind = "podman"
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
-        # PMIX_*, SLURM_*, OMPI_*, HPCENV_* pass by wildcard in PODMAN_RANK.
+        # PMIX_*, SLURM_*, OMPI_*, HPCENV_* pass by wildcard in the podman-rank.sh step.
         names = [n for n in ctx.env_names if not n.startswith(_PODMAN_WILDCARDS)]
         notes = ["podman per rank: host network/ipc/pid, job owner's uid, PMIx store mounted"]
         inj = _injection(site, ctx)
@@ -179,7 +176,7 @@ class Podman(ContainerRuntime):
             # As NERSC podman-hpc's --mpi module: bind the site MPI, put it first on the path.
             notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
         ctx = RunContext(ctx.workdir, ctx.binds, names, ctx.inject_site_mpi)
-        cmd = ["bash", "-c", PODMAN_RANK, "hpcenv-rank"]
+        cmd = ["bash", step_path(PODMAN_RANK_STEP)]
         return ContainerLaunch(prefix=_oci_run(cmd, site, image, ctx, extra), notes=notes)
 
 

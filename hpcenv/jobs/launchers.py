@@ -1,12 +1,15 @@
 """Launchers: each turns a :class:`Placement` into its own argv (ReFrame's ``command(job)``).
 
 A launcher is one class with ``flags(site, placement)`` (the placement in its own words) and
-``per_node(nodes)`` (one task per node, for staging); ``command`` puts its name, flags and the
-runtime's launcher options together. Registered by name (``srun``, ``jsrun``, ``mpiexec``,
-``mpirun``); an unknown name is a ConfigError. Adding a launcher is one class here.
+``per_node(nodes)`` (one task per node, for staging); ``command`` puts its name, flags, the
+site's documented launcher options (``scheduler.launcher_flags``, only for the site's own
+launcher: srun's ``--cpu-bind`` or jsrun's ``--smpiargs`` mean nothing to ``mpirun``) and the
+runtime's launcher options together. Launchers register by name with
+:func:`register_launcher` (``srun``, ``jsrun``, ``mpiexec``, ``mpirun``); an unknown name is a
+ConfigError. Adding a launcher is one class here (``tests/test_launchers.py`` registers one).
 
-Nothing else builds launcher flags: the Slurm directives reuse :func:`slurm_shape`, the
-benchmark and the smoke suite call :meth:`Mpirun.command`.
+Nothing else builds a launch line: jobs, smoke, bench and tune all call :func:`launch_argv`;
+the Slurm directives reuse :func:`slurm_shape`.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ class Launcher(ABC):
 
     def command(self, site: Site, p: Placement, extra: Sequence[str] = ()) -> list[str]:
         """argv before the program: ``extra`` are a runtime's launcher options (pyxis)."""
-        return [self.name, *self.flags(site, p), *site.scheduler.launcher_flags, *extra]
+        own = site.scheduler.launcher_flags if site.scheduler.launcher == self.name else []
+        return [self.name, *self.flags(site, p), *own, *extra]
 
     def one_task(self, extra: Sequence[str]) -> list[str]:
         """argv for one task on one node carrying a runtime's launcher options (pyxis)."""
@@ -70,6 +74,18 @@ class Launcher(ABC):
         return ["srun", "--ntasks=1", "--nodes=1", *extra]
 
 
+LAUNCHERS: dict[str, type[Launcher]] = {}
+
+
+def register_launcher(cls: type[Launcher]) -> type[Launcher]:
+    """Class decorator: make ``cls`` known by its ``name`` (a taken name is refused)."""
+    if cls.name in LAUNCHERS and LAUNCHERS[cls.name] is not cls:
+        raise ValueError(f"launcher {cls.name!r} is already registered")
+    LAUNCHERS[cls.name] = cls
+    return cls
+
+
+@register_launcher
 class Srun(Launcher):
     name = "srun"
 
@@ -89,6 +105,7 @@ class Srun(Launcher):
         ]
 
 
+@register_launcher
 class Jsrun(Launcher):
     """IBM jsrun (Summit): one resource set per rank (Spectrum MPI options such as
     ``--smpiargs=...`` come from the site's ``scheduler.launcher_flags``)."""
@@ -104,6 +121,7 @@ class Jsrun(Launcher):
         return ["jsrun", "-n", str(nodes), "-r", "1", "-a", "1", "-c", "1"]
 
 
+@register_launcher
 class Mpiexec(Launcher):
     """PALS/MPICH ``mpiexec`` (Aurora under PBS Pro): explicit ``--cpu-bind list:``."""
 
@@ -120,6 +138,7 @@ class Mpiexec(Launcher):
         return ["mpiexec", "-n", str(nodes), "--ppn", "1"]
 
 
+@register_launcher
 class Mpirun(Launcher):
     """Open MPI ``mpirun`` inside an allocation (or on one host: the smoke suite, bench)."""
 
@@ -144,9 +163,6 @@ class Mpirun(Launcher):
         return ["mpirun", "-np", str(ranks), "--oversubscribe"]
 
 
-LAUNCHERS: dict[str, type[Launcher]] = {c.name: c for c in (Srun, Jsrun, Mpiexec, Mpirun)}
-
-
 def get_launcher(name: str) -> Launcher:
     try:
         return LAUNCHERS[name]()
@@ -154,3 +170,12 @@ def get_launcher(name: str) -> Launcher:
         raise ConfigError(
             f"unknown launcher {name!r}; known: {', '.join(sorted(LAUNCHERS))}"
         ) from None
+
+
+def launch_argv(
+    site: Site, placement: Placement, *, launcher: str | None = None, extra: Sequence[str] = ()
+) -> list[str]:
+    """The one builder of rank-launch lines: ``launcher`` (default: the site's) starting the
+    placement's ranks, with ``extra`` runtime options. Jobs (the plan's launch), smoke, bench
+    and tune (``mpirun`` inside one image) all call it."""
+    return get_launcher(launcher or site.scheduler.launcher).command(site, placement, extra)

@@ -1,36 +1,40 @@
-"""Render a job script from ``templates/jobs/`` for a site and a :class:`JobSpec`.
+"""Plan a job (:func:`plan_job`) and print the plan with ``templates/jobs/job.sh.j2``.
 
 The scheduler gives the directives, the launcher the rank launch (from the job's
 :class:`~hpcenv.jobs.tuning.Placement`), the container runtime the per-rank prefix, and the
-placement, the site and the job the environment. Every value is quoted here (see
-:mod:`hpcenv.jobs.shell`); the template only places pre-quoted text.
+placement, the site, the measured collective tuning and the job the environment layers. What the
+job script does is a :class:`~hpcenv.jobs.plan.JobPlan`; every value in it is validated and
+quoted here or in :mod:`hpcenv.jobs.shell`, and the template only prints it. Shell programs are
+shipped step files (``templates/jobs/*.sh.j2``) that take arguments, never strings built here.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import jinja2
 
 from hpcenv.errors import ConfigError
-from hpcenv.jobs.bindmodel import preflight_script, site_mpi
-from hpcenv.jobs.containers import RunContext, get_runtime
-from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.bindmodel import preflight_args, site_mpi
+from hpcenv.jobs.containers import ContainerLaunch, RunContext, get_runtime
+from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
+from hpcenv.jobs.plan import (
+    STEPS,
+    EnvSource,
+    EnvVar,
+    JobPaths,
+    JobPlan,
+    Launch,
+    Step,
+    StepFile,
+    step_path,
+)
 from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
-from hpcenv.jobs.shell import (
-    PLACEHOLDERS,
-    command_arg,
-    env_name,
-    join,
-    placeholders,
-    q,
-    qpath,
-    word,
-)
+from hpcenv.jobs.shell import PLACEHOLDERS, Expand, env_name, join, placeholders, qpath, word
 from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
 from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.paths import templates_dir
@@ -41,25 +45,40 @@ if TYPE_CHECKING:
     from hpcenv.tuning.model import MeasuredTuning
 
 
+
 @dataclass(frozen=True)
 class RenderedJob:
-    """A rendered script and what submission and monitoring need to know about it."""
+    """A job's plan, its script, and what submission and monitoring need to know about it."""
 
+    plan: JobPlan
     script: str
     scheduler: Scheduler
-    tuning: Placement
-    workdir: str
     log_names: tuple[str | None, str | None]
-    image: str | None
-    notes: list[str] = field(default_factory=list)
-    prelude: list[tuple[str, str]] = field(default_factory=list)
-    # The launch line as argv before quoting: Expand items name variables, command arguments
-    # may hold {data}-style placeholders (what the dry-execution harness compares against).
-    launch_argv: list[str] = field(default_factory=list)
 
     @property
     def placement(self) -> Placement:
-        return self.tuning
+        return self.plan.placement
+
+    @property
+    def workdir(self) -> str:
+        return self.plan.paths.workdir
+
+    @property
+    def image(self) -> str | None:
+        return self.plan.paths.image
+
+    @property
+    def notes(self) -> list[str]:
+        return self.plan.notes
+
+    @property
+    def prelude(self) -> list[tuple[str, str]]:
+        return self.plan.prelude
+
+    @property
+    def launch_argv(self) -> list[str]:
+        launch = self.plan.launch
+        return launch.argv if launch else []
 
     def prelude_line(self) -> str:
         """``NAME=value ...;`` for a shell that expands the workdir (the submit line)."""
@@ -68,18 +87,42 @@ class RenderedJob:
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
         finalize=finalize,  # every placed value is one line unless hpcenv built it (Lines)
     )
+    env.filters["quote"] = shlex.quote
+    env.filters["qpath"] = qpath
+    env.filters["argv"] = join
+    return env
+
+
+# Step files: the file name in the job's steps folder -> its template (templates/jobs/).
+STEP_TEMPLATES = {
+    "stage-in.sh": "stage_in",
+    "bind-preflight.sh": "bind_preflight",
+    "podman-rank.sh": "podman_rank",  # containers.PODMAN_RANK_STEP
+    "stitch.sh": "stitch",
+    "stage-out.sh": "stage_out",
+}
 
 
 def step_script(name: str) -> str:
-    """A staging step script (``stage_in``, ``stage_out``, ``stitch``) as a standalone text."""
+    """A step script (``stage_in``, ``stage_out``, ``stitch``, ``bind_preflight``,
+    ``podman_rank``) as a standalone text."""
     return Lines(_env().get_template(f"jobs/{name}.sh.j2").render().rstrip("\n"))
+
+
+def step_file(name: str, what: str) -> StepFile:
+    return StepFile(name=name, text=step_script(STEP_TEMPLATES[name]), what=what)
+
+
+def _arg(value: str) -> str:
+    """An argv item for a path or value that may name variables."""
+    return Expand(value) if "$" in value else value
 
 
 def default_workdir(site: Site) -> str:
@@ -91,36 +134,18 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def prepare(
-    site: Site,
-    job: JobSpec,
-    image: str | None = None,
-    *,
-    submitting: bool = False,
-    measured: MeasuredTuning | None = None,
-) -> RenderedJob:
-    """Render ``job`` for ``site``; ``image`` overrides ``job.image`` (None: run on the host).
-
-    ``submitting``: the script is about to be submitted (or shown as such), so a missing or
-    placeholder account is refused with the option to give. ``measured``: the tuning file in
-    force for this image and layout (:func:`hpcenv.tuning.apply.lookup`); its environment is
-    exported after the site's, and its Open MPI rules file is written into the job's step
-    folder by the script itself.
-    """
-    if site.scheduler.kind == "none":
-        raise ConfigError(f"site {site.name!r} has no batch scheduler (scheduler.kind: none)")
-    scheduler = get_scheduler(site.scheduler.kind)
-    launcher = get_launcher(site.scheduler.launcher)
-    image = image if image is not None else job.image
+def _used_placeholders(job: JobSpec) -> set[str]:
     if not job.command and not (job.stage_in or job.stage_out or job.stitch):
         raise ConfigError("nothing to run: give a command or a staging/stitch step")
     used = set().union(*(placeholders(a) for a in job.command)) if job.command else set()
     if "task" in used and not job.array:
         raise ConfigError("{task} is only defined in a job array (--array N)")
-    _check_queue_nodes(site, job)
+    return used
 
+
+def _placement(site: Site, job: JobSpec) -> Placement:
     if job.launch == "mpi":
-        tuning = tune(
+        return tune(
             site,
             job.nodes,
             job.ranks_per_node,
@@ -129,17 +154,19 @@ def prepare(
             recipe=job.recipe,
             force=job.force,
         )
-    else:
-        tuning = tune(
-            site,
-            job.nodes,
-            1,
-            cores_per_rank=job.cores_per_rank or site.node.cores,
-            ccl_workers=job.ccl_workers or 0,
-            recipe=job.recipe,
-            force=job.force,
-        )
+    return tune(
+        site,
+        job.nodes,
+        1,
+        cores_per_rank=job.cores_per_rank or site.node.cores,
+        ccl_workers=job.ccl_workers or 0,
+        recipe=job.recipe,
+        force=job.force,
+    )
 
+
+def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPaths:
+    """Work folder, this job's node-local folder, staged data and output."""
     workdir = job.workdir or default_workdir(site)
     per_node = bool(job.stage_in and job.stage_in.per_node)
     node_local: str | None = None
@@ -159,181 +186,261 @@ def prepare(
         output = job.stage_out.source or f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
     elif "output" in used:
         output = f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
+    return JobPaths(
+        workdir=workdir,
+        node_local=node_local,
+        data=data,
+        output=output,
+        image=image,
+    )
 
+
+class _EnvLayers:
+    """The environment, layer by layer; a later layer's value wins, the first position stays
+    (so the exports keep their order), and each variable keeps the layer that set it."""
+
+    def __init__(self) -> None:
+        self._vars: dict[str, EnvVar] = {}
+
+    def add(
+        self, values: dict[str, str], source: EnvSource, expands: frozenset[str] | set[str] = frozenset()
+    ) -> None:
+        for name, value in values.items():
+            env_name(name)
+            self._vars[name] = EnvVar(name, value, source, name in expands)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._vars
+
+    def names(self) -> list[str]:
+        return list(self._vars)
+
+    def items(self) -> list[EnvVar]:
+        return list(self._vars.values())
+
+
+def _uses_node_local(job: JobSpec, paths: JobPaths, used: set[str]) -> bool:
+    """The job stages into, or its command names, its node-local folder (made and removed)."""
+    per_node = bool(job.stage_in and job.stage_in.per_node)
+    return bool(paths.node_local and (per_node or used & {"node_local", "data"}))
+
+
+def _container_launch(
+    site: Site, job: JobSpec, paths: JobPaths, used: set[str], env: _EnvLayers
+) -> ContainerLaunch:
+    """How each rank enters ``paths.image``: the runtime's prefix, launcher options, variables."""
+    assert paths.image is not None
+    per_node = bool(job.stage_in and job.stage_in.per_node)
+    binds = [paths.node_local] if paths.node_local and _uses_node_local(job, paths, used) else []
+    if paths.data and paths.data not in binds and not per_node:
+        binds.append(paths.data)
+    local = paths.node_local or paths.workdir
+    if paths.output and not paths.output.startswith((paths.workdir, local)):
+        binds.append(paths.output)
+    names = [*env.names(), *PLACEHOLDERS.values()]
+    ctx = RunContext(paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
+    return get_runtime(site.runtime.kind).launch(site, paths.image, ctx)
+
+
+def _host_env(site: Site, env: _EnvLayers) -> dict[str, str]:
+    """What this host's podman needs (hpcenv.hostconf), unless the job set it: expands on the
+    node, so the variable may still be given there."""
+    if site.runtime.kind != "podman":
+        return {}
+    from hpcenv.hostconf import podman_conf
+
+    out = {}
+    for key, path in podman_conf().env.items():
+        conf = word(path, "containers.conf path")
+        if key not in env:
+            out[key] = f"${{{key}:-{conf}}}"
+    return out
+
+
+def _launch_step(
+    site: Site,
+    job: JobSpec,
+    placement: Placement,
+    launcher: Launcher,
+    container: ContainerLaunch | None,
+) -> Step:
+    prefix = tuple(container.prefix) if container else ()
+    launcher_args = container.launcher_args if container else []
+    if job.launch == "mpi":
+        head = launch_argv(site, placement, extra=launcher_args)
+        what = f"{placement.ranks} ranks, {placement.ranks_per_node} per node"
+    elif launcher_args:  # pyxis: the container is an srun option
+        head = launcher.one_task(launcher_args)
+        what = "one task"
+    else:
+        head = []
+        what = "in the batch shell"
+    launch = Launch(launcher.name if head else "", tuple(head), prefix, tuple(job.command), what)
+    return Step("launch", f"Run ({what}).", launch=launch)
+
+
+def _preflight_step(
+    site: Site, job: JobSpec, container: ContainerLaunch
+) -> tuple[StepFile, Step] | None:
+    """Bind model: check once, inside the image, that the site MPI replaces the image's (not in
+    a control run that keeps the image's MPI)."""
+    inj = site_mpi(site) if job.site_mpi else None
+    if inj is None or not container.prefix:
+        return None
+    argv = (*container.prefix, "sh", step_path("bind-preflight.sh"), *preflight_args(inj))
+    what = "Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI)."
+    return step_file("bind-preflight.sh", "the bind-model preflight"), Step("preflight", what, argv)
+
+
+def _staging_steps(
+    job: JobSpec, paths: JobPaths, placement: Placement, launcher: Launcher
+) -> tuple[list[tuple[StepFile, Step]], list[tuple[StepFile, Step]]]:
+    """(steps before the launch, steps after it), each with the file it runs."""
+    before: list[tuple[StepFile, Step]] = []
+    after: list[tuple[StepFile, Step]] = []
+    if job.stage_in:
+        src = job.stage_in.source
+        manifest = job.stage_in.manifest or f"{src}/{MANIFEST_NAME}"
+        assert paths.data is not None
+        per_node = job.stage_in.per_node
+        argv = ["bash", step_path("stage-in.sh"), *map(_arg, (src, paths.data, manifest))]
+        if per_node:
+            argv = [*launcher.per_node(placement.nodes), *argv]
+        where = "once per node to node-local storage" if per_node else "once"
+        what = f"Stage-in: {src} -> {paths.data}, {where}, verified against {manifest}"
+        before.append((step_file("stage-in.sh", "stage-in"), Step("stage-in", what, tuple(argv))))
+    if job.stitch:
+        s = job.stitch
+        argv = ["bash", step_path("stitch.sh"), _arg(s.parts), str(s.count), s.prefix, s.suffix,
+                _arg(s.output), "1" if s.force else "0"]  # fmt: skip
+        what = f"Stitch: {s.count} parts {s.parts}/{s.prefix}<i>{s.suffix} -> {s.output}"
+        after.append((step_file("stitch.sh", "stitch"), Step("stitch", what, tuple(argv))))
+    if job.stage_out:
+        assert paths.output is not None
+        force = "1" if job.stage_out.force else "0"
+        argv = ["bash", step_path("stage-out.sh"), _arg(paths.output),
+                _arg(job.stage_out.dest), force]  # fmt: skip
+        what = f"Stage-out: {paths.output} -> {job.stage_out.dest}, atomic, verified"
+        after.append((step_file("stage-out.sh", "stage-out"), Step("stage-out", what, tuple(argv))))
+    return before, after
+
+
+def _node_local_argv(
+    job: JobSpec, paths: JobPaths, used: set[str], placement: Placement, launcher: Launcher
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(make, remove) the job's node-local folder, on every node when the job spans nodes."""
+    if not _uses_node_local(job, paths, used):
+        return (), ()
+    per_node = bool(job.stage_in and job.stage_in.per_node)
+    many = per_node or (job.launch == "mpi" and placement.nodes > 1)
+    on_nodes = launcher.per_node(placement.nodes) if many else []
+    folder = Expand("$HPCENV_NODE_LOCAL")
+    return (*on_nodes, "mkdir", "-p", "--", folder), (*on_nodes, "rm", "-rf", "--", folder)
+
+
+def plan_job(
+    site: Site,
+    job: JobSpec,
+    image: str | None = None,
+    *,
+    submitting: bool = False,
+    measured: MeasuredTuning | None = None,
+) -> JobPlan:
+    """The plan of ``job`` on ``site``; ``image`` overrides ``job.image`` (None: run on the host).
+
+    ``submitting``: the script is about to be submitted (or shown as such), so a missing or
+    placeholder account is refused with the option to give. ``measured``: the tuning file in
+    force for this image and layout (:func:`hpcenv.tuning.apply.lookup`); its environment comes
+    after the site's, and its Open MPI rules file is a step file the job writes.
+    """
+    if site.scheduler.kind == "none":
+        raise ConfigError(f"site {site.name!r} has no batch scheduler (scheduler.kind: none)")
+    scheduler = get_scheduler(site.scheduler.kind)
+    launcher = get_launcher(site.scheduler.launcher)
+    image = image if image is not None else job.image
+    used = _used_placeholders(job)
+    _check_queue_nodes(site, job)
+    placement = _placement(site, job)
+    paths = _paths(site, job, used, image)
     account = account_for(site, job.account, strict=submitting)
-    env: dict[str, str] = {}
-    expands: set[str] = set()  # values hpcenv wrote with ${...} to expand in the script
-    env.update(tuning.env)
-    env.update(site.mpi.env)
-    env.update(site.tuning)
-    notes = [f"tuning: {r}" for r in tuning.reasons]
-    rules_text = None
+
+    env = _EnvLayers()
+    env.add(placement.env, "placement")
+    env.add(site.mpi.env, "site-mpi")
+    env.add(site.tuning, "site-environment")
+    notes = [f"tuning: {r}" for r in placement.reasons]
+    files: list[StepFile] = []
     if measured is not None:
         from hpcenv.tuning.apply import OMPI_RULES_ENV, RULES_NAME, environment
 
         rules_text = measured.rules_text()
-        env.update(environment(measured, f"$HPCENV_STEPS/{RULES_NAME}" if rules_text else None))
-        if rules_text and OMPI_RULES_ENV not in job.env:
-            expands.add(OMPI_RULES_ENV)
+        rules = f"{STEPS}/{RULES_NAME}" if rules_text else None
+        expands = {OMPI_RULES_ENV} if rules_text and OMPI_RULES_ENV not in job.env else set()
+        env.add(environment(measured, rules), "measured-tuning", expands)
+        if rules_text:  # numbers only (generated from validated integers), one record per line
+            text = checked_lines(rules_text.splitlines(), "\n")
+            files.append(StepFile(RULES_NAME, text, "measured collective tuning: Open MPI "
+                                  "coll_tuned rules for allreduce (hpcenv tune --measure)"))  # fmt: skip
         notes.append(
             f"measured tuning: {measured.date}, image {measured.image_id[:12]}, "
             f"{measured.layout.describe()} (hpcenv tune --show --site {site.name})"
         )
-    env.update(job.env)
+    env.add(job.env, "job")
 
-    launch: str | None = None
-    launch_argv: list[str] = []
-    launch_what = ""
-    preflight: str | None = None
+    steps: list[Step] = []
+    before, after = _staging_steps(job, paths, placement, launcher)
+    pre = list(before)
+    launch: Step | None = None
     if job.command:
-        prefix: list[str] = []
-        launcher_args: list[str] = []
-        if image:
-            runtime = get_runtime(site.runtime.kind)
-            binds = (
-                [node_local] if node_local and (per_node or used & {"node_local", "data"}) else []
-            )
-            if data and data not in binds and not per_node:
-                binds.append(data)
-            if output and not output.startswith((workdir, node_local or workdir)):
-                binds.append(output)
-            names = [*env, *(v for v in PLACEHOLDERS.values())]
-            ctx = RunContext(workdir, binds, names, inject_site_mpi=job.site_mpi)
-            cl = runtime.launch(site, image, ctx)
-            inj = site_mpi(site) if job.site_mpi else None
-            if inj and cl.prefix:
-                script = preflight_script(inj)
-                # hpcenv's own script from validated paths, single-quoted as one argument
-                preflight = Lines(f"{join(cl.prefix)} sh -c {shlex.quote(script)}")
-            env.update(cl.env)
-            prefix, launcher_args = cl.prefix, cl.launcher_args
-            notes += cl.notes
-            if site.runtime.kind == "podman":  # what this host needs (hpcenv.hostconf)
-                from hpcenv.hostconf import podman_conf
-
-                for key, path in podman_conf().env.items():
-                    conf = word(path, "containers.conf path")
-                    if key not in env:  # ours expands on the node; a user's is quoted
-                        env[key] = f"${{{key}:-{conf}}}"
-                        expands.add(key)
-        if job.launch == "mpi":
-            head = launcher.command(site, tuning, launcher_args)
-            launch_what = f"{tuning.ranks} ranks, {tuning.ranks_per_node} per node"
-        elif launcher_args:  # pyxis: the container is an srun option
-            head = launcher.one_task(launcher_args)
-            launch_what = "one task"
-        else:
-            head = []
-            launch_what = "in the batch shell"
-        launch_argv = [*head, *prefix, *job.command]
-        launch = " ".join(
-            part
-            for part in (join(head), join(prefix), " ".join(command_arg(a) for a in job.command))
-            if part
-        )
-
-    exports = []
-    for key, value in env.items():
-        env_name(key)
-        if key in expands:
-            exports.append((key, f'"{value}"'))
-        else:
-            exports.append((key, q(value)))
-
-    stage_in = stage_out = stitch = None
-    if job.stage_in:
-        src = job.stage_in.source
-        manifest = job.stage_in.manifest or f"{src}/{MANIFEST_NAME}"
-        assert data is not None
-        args = " ".join(qpath(p) for p in (src, data, manifest))
-        run = f'bash "$HPCENV_STEPS/stage-in.sh" {args}'
-        if per_node:
-            run = f"{join(launcher.per_node(tuning.nodes))} {run}"
-        where = "once per node to node-local storage" if per_node else "once"
-        stage_in = {
-            "what": f"{src} -> {data}, {where}, verified against {manifest}",
-            "script": step_script("stage_in"),
-            "command": run,
-        }
-    if job.stitch:
-        s = job.stitch
-        args = " ".join(
-            [
-                qpath(s.parts),
-                str(s.count),
-                shlex.quote(s.prefix),
-                shlex.quote(s.suffix),
-                qpath(s.output),
-                "1" if s.force else "0",
-            ]
-        )
-        stitch = {
-            "what": f"{s.count} parts {s.parts}/{s.prefix}<i>{s.suffix} -> {s.output}",
-            "script": step_script("stitch"),
-            "command": f'bash "$HPCENV_STEPS/stitch.sh" {args}',
-        }
-    if job.stage_out:
-        assert output is not None
-        force = "1" if job.stage_out.force else "0"
-        args = f"{qpath(output)} {qpath(job.stage_out.dest)} {force}"
-        stage_out = {
-            "what": f"{output} -> {job.stage_out.dest}, atomic, verified",
-            "script": step_script("stage_out"),
-            "command": f'bash "$HPCENV_STEPS/stage-out.sh" {args}',
-        }
-
-    node_local_setup = cleanup = None
-    if node_local and (per_node or used & {"node_local", "data"}):
-        many = per_node or (job.launch == "mpi" and tuning.nodes > 1)
-        on_nodes = f"{join(launcher.per_node(tuning.nodes))} " if many else ""
-        node_local_setup = f'{on_nodes}mkdir -p -- "$HPCENV_NODE_LOCAL"'
-        cleanup = f'{on_nodes}rm -rf -- "$HPCENV_NODE_LOCAL"'
-
-    context = {
-        "cleanup": cleanup,
-        "node_local_setup": node_local_setup,
-        "directives": scheduler.directives(
-            site, job.model_copy(update={"account": account}), tuning, node_local=per_node
-        ),
-        "prelude": prelude(site, account),
-        "site": site.name,
-        "scheduler": scheduler.name,
-        "launcher": launcher.name,
-        "runtime": site.runtime.kind if image else "host (no container)",
-        "mpi": f"{site.mpi.model} MPI {site.mpi.spec} over {site.mpi.pmi}",
-        "notes": [_one_line(n) for n in notes],
-        "modules": " ".join(shlex.quote(m) for m in site.modules),
-        "name": shlex.quote(job.name),
-        "job_id_expr": scheduler.job_id_expr,
-        "workdir": qpath(workdir),
-        "task_id_expr": scheduler.task_id_expr if job.array else None,
-        "task_count": job.array.count if job.array else 0,
-        "node_local": qpath(node_local) if node_local else None,
-        "data": qpath(data) if data else None,
-        "output": qpath(output) if output else None,
-        "exports": exports,
-        # numbers only (generated from validated integers), one record per line
-        "tuning_rules": checked_lines(rules_text.splitlines(), "\n") if rules_text else None,
-        "stage_in": stage_in,
-        "launch": launch,
-        "preflight": preflight,
-        "launch_what": launch_what,
-        "launch_expands_per_rank": bool(launch and "bash -c" in launch),
-        "stitch": stitch,
-        "stage_out": stage_out,
-    }
-    script = _env().get_template("jobs/job.sh.j2").render(**context)
-    return RenderedJob(
-        script=script,
-        scheduler=scheduler,
-        tuning=tuning,
-        workdir=workdir,
-        log_names=scheduler.log_names(job),
-        image=image,
-        notes=notes,
+        container = _container_launch(site, job, paths, used, env) if image else None
+        if container is not None:
+            env.add(container.env, "runtime")
+            notes += container.notes
+            host = _host_env(site, env)
+            env.add(host, "host", set(host))
+            preflight = _preflight_step(site, job, container)
+            if preflight:
+                pre.append(preflight)
+            if site.runtime.kind == "podman":
+                files.append(step_file("podman-rank.sh", "the per-rank podman wrapper"))
+        launch = _launch_step(site, job, placement, launcher, container)
+        if paths.output:
+            launch = replace(launch, makes_output=True)
+    for file, _ in [*pre, *after]:
+        if file.name not in (f.name for f in files):
+            files.append(file)
+    steps = [s for _, s in pre] + ([launch] if launch else []) + [s for _, s in after]
+    make, remove = _node_local_argv(job, paths, used, placement, launcher)
+    return JobPlan(
+        site=site.name,
+        name=job.name,
+        scheduler=scheduler.name,
+        launcher=launcher.name,
+        runtime=site.runtime.kind if image else "host (no container)",
+        mpi=f"{site.mpi.model} MPI {site.mpi.spec} over {site.mpi.pmi}",
+        directives=scheduler.directives(
+            site, job.model_copy(update={"account": account}), placement,
+            node_local=bool(job.stage_in and job.stage_in.per_node),
+        ),  # fmt: skip
+        modules=list(site.modules),
         prelude=prelude(site, account),
-        launch_argv=launch_argv,
+        job_id_expr=scheduler.job_id_expr,
+        placement=placement,
+        paths=paths,
+        environment=env.items(),
+        files=files,
+        steps=steps,
+        notes=[_one_line(n) for n in notes],
+        task_id_expr=scheduler.task_id_expr if job.array else None,
+        task_count=job.array.count if job.array else 0,
+        node_local_setup=make,
+        node_local_cleanup=remove,
     )
+
+
+def render_plan(plan: JobPlan) -> str:
+    """The job script: ``job.sh.j2`` printing ``plan``."""
+    return _env().get_template("jobs/job.sh.j2").render(plan=plan)
 
 
 def _check_queue_nodes(site: Site, job: JobSpec) -> None:
@@ -352,6 +459,20 @@ def _check_queue_nodes(site: Site, job: JobSpec) -> None:
         f"asked: give --queue ({', '.join(fits) or 'no documented queue takes that many'}) "
         "or another node count (scheduler.queue_nodes)"
     )
+
+
+def prepare(
+    site: Site,
+    job: JobSpec,
+    image: str | None = None,
+    *,
+    submitting: bool = False,
+    measured: MeasuredTuning | None = None,
+) -> RenderedJob:
+    """Plan ``job`` for ``site`` and print the plan (see :func:`plan_job`)."""
+    plan = plan_job(site, job, image, submitting=submitting, measured=measured)
+    scheduler = get_scheduler(site.scheduler.kind)
+    return RenderedJob(plan, render_plan(plan), scheduler, scheduler.log_names(job))
 
 
 def render_job(

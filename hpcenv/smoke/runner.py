@@ -257,9 +257,10 @@ def launch_settings(
 
     # the recipe shapes the placement: a CCL recipe gets oneCCL workers (CCL_WORKER_*)
     placement = tune(site, 1, ranks, recipe=recipe, force=True)
-    from hpcenv.jobs.launchers import Mpirun
+    from hpcenv.jobs.launchers import launch_argv
 
-    flags = shlex.join(Mpirun().flags(site, placement)[2:])  # without "-np N"
+    # the in-image suite puts ``mpirun -np N`` before these for each check's rank count
+    flags = shlex.join(launch_argv(site, placement, launcher="mpirun")[3:])
     env = dict(placement.env) | {str(k): str(v) for k, v in site.tuning.items()}
     found = lookup(site, placement, image)
     rules = None

@@ -577,9 +577,9 @@ def measure(
 
 def mpirun_line(site: Any, placement: Any) -> str:
     """``mpirun`` with the placement's Open MPI flags (how hpcenv launches inside one image)."""
-    from hpcenv.jobs.launchers import Mpirun
+    from hpcenv.jobs.launchers import launch_argv
 
-    return shlex.join(["mpirun", *Mpirun().flags(site, placement)])
+    return shlex.join(launch_argv(site, placement, launcher="mpirun"))
 
 
 def read_lock(run: Runner) -> dict[str, Any]:

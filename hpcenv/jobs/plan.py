@@ -1,0 +1,187 @@
+"""The job plan: one typed description of a job, which ``templates/jobs/job.sh.j2`` only prints.
+
+The image side goes site + recipe -> resolver -> lock -> blocks -> emitters; the job side goes
+site + :class:`~hpcenv.jobs.spec.JobSpec` -> :func:`hpcenv.jobs.render.plan_job` -> :class:`JobPlan`
+-> the job script. A plan holds everything the script does, as data:
+
+- the scheduler's directives and the site's module and prelude lines;
+- one :class:`~hpcenv.jobs.tuning.Placement` (where the ranks run);
+- the environment as :class:`EnvVar` items, each with the layer it came from (placement, site MPI,
+  site environment, measured collective tuning, job, container runtime, host), later layers winning;
+- the paths (work folder, node-local folder, staged data, output, image);
+- the step files the job writes into its steps folder (``$HPCENV_STEPS``): shipped shell scripts
+  that take arguments (stage-in, the bind-model preflight, the per-rank podman wrapper, stitch,
+  stage-out) and data files (measured Open MPI rules);
+- the ordered steps, each an argv (:class:`~hpcenv.jobs.shell.Expand` items keep their variables),
+  the launch among them as a :class:`Launch` (launcher argv, container prefix, the user's command).
+
+``hpcenv submit --dry-run --json`` prints :meth:`JobPlan.to_dict`; tests assert on plan data, as
+Spack's container tests assert on context properties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hpcenv.jobs.shell import Expand, command_arg, join, q
+from hpcenv.jobs.tuning import Placement
+
+STEPS = "$HPCENV_STEPS"  # the job's steps folder, as the job script names it
+
+
+def step_path(name: str) -> str:
+    """A step file's path as an argv item that expands in the job (and on every rank)."""
+    return Expand(f"{STEPS}/{name}")
+
+
+# Where an environment variable's value came from, in the order the layers apply.
+EnvSource = Literal[
+    "placement", "site-mpi", "site-environment", "measured-tuning", "job", "runtime", "host"
+]
+StepKind = Literal["stage-in", "preflight", "launch", "stitch", "stage-out"]
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One exported variable; ``expands``: hpcenv wrote ``${...}`` in it to expand in the job."""
+
+    name: str
+    value: str
+    source: EnvSource
+    expands: bool = False
+
+    def quoted(self) -> str:
+        return f'"{self.value}"' if self.expands else q(self.value)
+
+
+@dataclass(frozen=True)
+class StepFile:
+    """A file the job writes into its steps folder before the steps run (a quoted heredoc)."""
+
+    name: str
+    text: str
+    what: str
+
+    @property
+    def marker(self) -> str:
+        """The heredoc's end marker: ``stage-in.sh`` -> ``HPCENV_STAGE_IN``."""
+        stem = self.name.split(".")[0]
+        return "HPCENV_" + stem.upper().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The rank launch: launcher argv, the runtime's per-rank prefix, then the user's command."""
+
+    launcher: str
+    head: tuple[str, ...]
+    prefix: tuple[str, ...]
+    command: tuple[str, ...]
+    what: str
+
+    @property
+    def argv(self) -> list[str]:
+        """argv before quoting: Expand items name variables, command items may hold
+        ``{data}``-style placeholders."""
+        return [*self.head, *self.prefix, *self.command]
+
+    def line(self) -> str:
+        parts = (join(self.head), join(self.prefix), " ".join(command_arg(a) for a in self.command))
+        return " ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ordered step of the job: what it does (a comment) and its command."""
+
+    kind: StepKind
+    what: str
+    argv: tuple[str, ...] = ()
+    launch: Launch | None = None
+    makes_output: bool = False  # mkdir -p "$HPCENV_OUTPUT" before it runs
+
+    def line(self) -> str:
+        return self.launch.line() if self.launch else join(self.argv)
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    workdir: str
+    node_local: str | None = None
+    data: str | None = None
+    output: str | None = None
+    image: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """Everything one job script does, in order (see the module docstring)."""
+
+    site: str
+    name: str
+    scheduler: str
+    launcher: str
+    runtime: str
+    mpi: str
+    directives: list[str]
+    modules: list[str]
+    prelude: list[tuple[str, str]]
+    job_id_expr: str
+    placement: Placement
+    paths: JobPaths
+    environment: list[EnvVar]
+    files: list[StepFile]
+    steps: list[Step]
+    notes: list[str] = field(default_factory=list)
+    task_id_expr: str | None = None
+    task_count: int = 0
+    node_local_setup: tuple[str, ...] = ()  # argv that makes the node-local folder (every node)
+    node_local_cleanup: tuple[str, ...] = ()  # argv that removes it when the job ends
+
+    @property
+    def launch(self) -> Launch | None:
+        return next((s.launch for s in self.steps if s.launch), None)
+
+    def env(self) -> dict[str, str]:
+        return {v.name: v.value for v in self.environment}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: what ``submit --dry-run --json`` prints under ``plan``."""
+        launch = self.launch
+        return {
+            "site": self.site,
+            "name": self.name,
+            "scheduler": self.scheduler,
+            "launcher": self.launcher,
+            "runtime": self.runtime,
+            "mpi": self.mpi,
+            "directives": self.directives,
+            "modules": self.modules,
+            "prelude": dict(self.prelude),
+            "placement": self.placement.to_dict(),
+            "paths": {
+                "workdir": self.paths.workdir,
+                "node_local": self.paths.node_local,
+                "data": self.paths.data,
+                "output": self.paths.output,
+                "image": self.paths.image,
+                "steps": "$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID",
+            },
+            "environment": [
+                {"name": v.name, "value": v.value, "source": v.source} for v in self.environment
+            ],
+            "files": [{"name": f.name, "what": f.what} for f in self.files],
+            "steps": [{"kind": s.kind, "what": s.what, "command": s.line()} for s in self.steps],
+            "launch": None
+            if launch is None
+            else {
+                "launcher": launch.launcher,
+                "argv": launch.argv,
+                "launcher_argv": list(launch.head),
+                "container_prefix": list(launch.prefix),
+                "command": list(launch.command),
+            },
+            "array": {"count": self.task_count} if self.task_id_expr else None,
+            "notes": self.notes,
+        }
