@@ -24,9 +24,9 @@ from typing import Literal
 from hpcenv.credentials import SECRETS_DIR
 from hpcenv.engines import engine_env, get_engine, stream_command
 from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem
+from hpcenv.naming import HELPER_TAG
 from hpcenv.paths import cache_dir, file_lock, package_dir
 
-HELPER_TAG = "localhost/hpcenv-apptainer:1"
 HELPER_SCRATCH = "/hpcenv-scratch"
 HASH_LABEL = "org.hpcenv.containerfile"
 IMAGES_ENV = "HPCENV_APPTAINER_IMAGES"

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from hpcenv import naming
 from hpcenv.credentials import clean_url, redact, strip_userinfo
 from hpcenv.engines import HOST_SETUP_HINT, Engine, StepCallback, get_engine, stream_command
 from hpcenv.errors import BuildError, EnvironmentProblem
@@ -26,7 +27,7 @@ BASE_CHANGES = ('CMD ["/bin/bash"]',)
 
 
 def default_tag(suite: str = DEFAULT_SUITE) -> str:
-    return f"localhost/hpcenv-base:{suite}"
+    return naming.base_tag(suite=suite)
 
 
 def base_cache_dir() -> Path:

@@ -22,7 +22,7 @@ from hpcenv.credentials import (
     has_credentials,
     pip_credentials,
 )
-from hpcenv.knowledge import kb, rule
+from hpcenv.knowledge import kb, mpi_soname, rule
 from hpcenv.lock import Lock
 from hpcenv.safe import one_line
 from hpcenv.site import Site
@@ -158,7 +158,7 @@ def mpich_source(version: str, configure: str, jobs: int, reason: str = "") -> P
                 f"cd /tmp/mpich-src && ./configure --prefix={MPI_PREFIX} {configure}",
                 f"make -C /tmp/mpich-src -j{jobs} install",
                 "rm -rf /tmp/mpich-src",
-                f"test -e {MPI_PREFIX}/lib/libmpi.so.12",
+                f"test -e {MPI_PREFIX}/lib/{mpi_soname('mpich')}",
             ),
             env(PATH=f"{MPI_PREFIX}/bin:{VENV_PATH}", LD_LIBRARY_PATH=f"{MPI_PREFIX}/lib"),
         ],
@@ -436,11 +436,12 @@ class Blocks:
         if not d4p or "side_mpi" not in d4p.options:
             return Parts()
         lib_dir = d4p.options["lib_dir"]
+        soname = mpi_soname("mpich")
         pkgs = self.apt["mpich"]
         return Parts(
             build=[
                 comment(
-                    f"daal4py side MPI: {d4p.options['side_mpi']} as libmpi.so.12 in {lib_dir}"
+                    f"daal4py side MPI: {d4p.options['side_mpi']} as {soname} in {lib_dir}"
                 ),
                 apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 shell(
@@ -448,7 +449,7 @@ class Blocks:
                     "update-alternatives --set mpi /usr/bin/mpicc.openmpi",
                     f"mkdir -p {lib_dir}",
                     "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" "
-                    f"{lib_dir}/libmpi.so.12",
+                    f"{lib_dir}/{soname}",
                 ),
             ],
             runtime=[

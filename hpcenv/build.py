@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcenv import naming
 from hpcenv.credentials import (
     APT_AUTH,
     PIP_CONF,
@@ -26,11 +27,6 @@ from hpcenv.recipe import load_recipe
 from hpcenv.render import Rendered, pip_conf, render, write
 from hpcenv.resolver import resolve
 from hpcenv.site import Site
-
-
-def image_tag(site: str, recipe: str) -> str:
-    """The local tag of a built image: ``localhost/hpcenv/<recipe>:<site>``."""
-    return f"localhost/hpcenv/{recipe}:{site}"
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ def make_plans(
         lock = resolve(site, load_recipe(name), overrides)
         rendered = render(lock, site)
         context = root / site.name / name
-        tag = image_tag(site.name, name)
+        tag = naming.image_tag(recipe=name, site=site.name)
         mine = out_root is None if owned is None else owned
         plans.append(BuildPlan(site, name, lock, rendered, context, tag, mine))
     return plans
@@ -160,7 +156,7 @@ def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
 
 def build_log_path(plan: BuildPlan) -> Path:
     """Where the full log of ``plan``'s build goes (shown before the build starts)."""
-    return cache_dir() / "logs" / f"build-{plan.site.name}-{plan.recipe}.log"
+    return cache_dir() / "logs" / naming.build_log(recipe=plan.recipe, site=plan.site.name)
 
 
 def build_image(

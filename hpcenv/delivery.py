@@ -3,7 +3,7 @@
 Each site's runtime decides the last step (docs/sites/*.md, "Image delivery"):
 
 - apptainer / singularity: the SIF goes to ``<scratch>/hpcenv/images/<recipe>-<site>.sif``, the
-  path ``hpcenv submit`` runs (``jobs.containers.default_image``: one place for that name);
+  path ``hpcenv submit`` runs (``naming.site_sif_path``: one place for that name);
 - podman-hpc (NERSC): ``podman-hpc migrate TAG`` squashes the image into the store the compute
   nodes read (NERSC/podman-hpc ``podman_hpc.py``: "Migrate an image to squashed");
 - shifter, or any site with ``--push REF``: ``podman push TAG REF`` to a registry the site pulls from;
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from hpcenv.errors import ConfigError, EnvironmentProblem
+from hpcenv.naming import image_kind
 from hpcenv.site import Site
 
 StepKind = Literal["sif-copy", "needs-sif", "migrate", "push", "in-place"]
@@ -69,7 +70,7 @@ def plan_delivery(
         ref = check_ref(push)
         steps.append(DeliveryStep("push", ref, (engine, "push", tag, ref)))
     kind = site.runtime.kind
-    if kind in ("apptainer", "singularity"):
+    if image_kind(kind) == "sif":
         sif_kind: StepKind = "sif-copy" if fmt in ("sif", "both") else "needs-sif"
         steps.append(DeliveryStep(sif_kind, default_image(site, recipe)))
     elif kind == "podman-hpc":

@@ -438,7 +438,9 @@ SITE_MPI_PREFIX = Path(os.environ.get("HPCENV_SITE_MPI_PREFIX", "/opt/site/intel
 def check_site_mpi(host: Host) -> Check:
     """The ``local-bind`` rehearsal's site MPI (Intel MPI in a site prefix)."""
     name = "local-bind site MPI"
-    lib = SITE_MPI_PREFIX / "lib" / "libmpi.so.12"
+    from hpcenv.knowledge import mpi_soname
+
+    lib = SITE_MPI_PREFIX / "lib" / mpi_soname("mpich")
     fix = "scripts/site-mpi-setup.sh (Intel MPI from PyPI into the site prefix; make host does it)"
     if not lib.exists():
         return Check("rehearsal", name, "missing", f"{lib} not found", fix)
@@ -458,7 +460,7 @@ SITE_APPTAINER = (
 def check_site_apptainer(host: Host) -> Check:
     """The SIF rehearsal sites' ``apptainer`` command (``local-bind-sif``, ``local-2node-sif``:
     Apptainer in hpcenv's helper container): installed, and the helper image it runs present."""
-    from hpcenv.apptainer import HELPER_TAG
+    from hpcenv.naming import HELPER_TAG
 
     name = "rehearsal sites' apptainer"
     fix = "scripts/site-apptainer-setup.sh (make host does it)"

@@ -17,11 +17,10 @@ from hpcenv import __version__
 from hpcenv.blocks import Blocks, Stage
 from hpcenv.credentials import SECRETS_DIR, clean_url, secret_mount
 from hpcenv.lock import Lock
+from hpcenv.naming import BASE_ARCHIVE
 from hpcenv.paths import package_dir, templates_dir
 from hpcenv.safe import checked_lines, finalize, ini_line
 from hpcenv.site import Site
-
-BASE_ARCHIVE = "hpcenv-base.oci.tar"  # Singularity bootstrap source for locally made bases
 
 
 @dataclass(frozen=True)

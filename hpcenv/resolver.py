@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcenv.errors import ConfigError, ConflictError
-from hpcenv.knowledge import kb, releases, rule, rules, source
+from hpcenv.knowledge import kb, mpi_soname, releases, rule, rules, source
 from hpcenv.knowledge.rules import Fact, Verdict, applies, evaluate
 from hpcenv.lock import Choice, Lock
 from hpcenv.pins import COMPONENTS, Pin, check_pin, parse_overrides
@@ -632,9 +632,9 @@ class Resolver:
         elif self.site.mpi.model == "hybrid":
             side = self.os[self.site.os]["packages"]["mpich"]
             reason = (
-                f"distributed mode needs an MPICH-ABI libmpi.so.12 but the image MPI is "
+                f"distributed mode needs an MPICH-ABI {mpi_soname('mpich')} but the image MPI is "
                 f"{mpi.implementation} (hybrid with the host); adds Debian MPICH {side} as a "
-                "side runtime linked as /opt/mpich-abi/lib/libmpi.so.12, launched with "
+                f"side runtime linked as /opt/mpich-abi/lib/{mpi_soname('mpich')}, launched with "
                 "mpiexec.mpich inside one container"
             )
             options |= {

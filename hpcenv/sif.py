@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
+from hpcenv import naming
 from hpcenv.build import BuildPlan, build_secrets, context_ready, ensure_base
 from hpcenv.engines import get_engine
+from hpcenv.naming import BASE_ARCHIVE, SifSource
 from hpcenv.paths import cache_dir
-from hpcenv.render import BASE_ARCHIVE
-
-SifSource = Literal["oci", "def"]
 
 
 def sif_name(plan: BuildPlan, source: SifSource) -> str:
     """Registered name for ``apptainer://NAME``: ``<recipe>-<site>`` (``-def`` when native)."""
-    return f"{plan.recipe}-{plan.site.name}" + ("-def" if source == "def" else "")
+    return naming.sif_name(recipe=plan.recipe, site=plan.site.name, source=source)
 
 
 def sif_path(plan: BuildPlan, source: SifSource) -> Path:
-    return cache_dir() / "sif" / f"{sif_name(plan, source)}.sif"
+    name = naming.sif_file(recipe=plan.recipe, site=plan.site.name, source=source)
+    return cache_dir() / "sif" / name
 
 
 def build_sif(plan: BuildPlan, source: SifSource) -> Path:
@@ -41,7 +40,7 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
         if sif.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:
             register_image(sif_name(plan, source), sif)
             return sif  # converted from this very image before
-        archive = cache_dir() / "sif" / f"{sif_name(plan, source)}.oci.tar"
+        archive = cache_dir() / "sif" / naming.sif_archive(recipe=plan.recipe, site=plan.site.name)
         archive.parent.mkdir(parents=True, exist_ok=True)
         engine.save(plan.tag, archive, "oci-archive")
         try:

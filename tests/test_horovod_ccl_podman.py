@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from hpcenv.build import image_tag
 from hpcenv.engines import engine_env
+from hpcenv.naming import image_tag
 
 pytestmark = pytest.mark.podman
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
 RECIPE = "horovod-ccl"
-TAG = image_tag("local", RECIPE)
+TAG = image_tag(recipe=RECIPE, site="local")
 
 
 @pytest.fixture(scope="module")

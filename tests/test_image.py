@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcenv.build import image_tag
 from hpcenv.engines import engine_env, get_engine
 from hpcenv.errors import BuildError
+from hpcenv.naming import image_tag
 
-TAG = image_tag("local", "horovod-cpu")
+TAG = image_tag(recipe="horovod-cpu", site="local")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 pytestmark = pytest.mark.podman

@@ -27,7 +27,7 @@ from hpcenv.smoke.report import (
     summary_table,
     write_report,
 )
-from hpcenv.smoke.runner import SMOKE_DIR, image_tag, pytest_argv, run_smoke
+from hpcenv.smoke.runner import SMOKE_DIR, pytest_argv, run_smoke
 
 
 def _sweep(scale: float) -> list[dict[str, float]]:
@@ -144,7 +144,6 @@ def test_runner_argv_and_tags(tmp_path: Path) -> None:
     assert argv[1:4] == ["-m", "pytest", str(SMOKE_DIR)]
     assert "--hosts=podman://c1" in argv and f"--junitxml={tmp_path / 'junit.xml'}" in argv
     assert argv[-2:] == ["-k", "mnist"]
-    assert image_tag("horovod-cpu", "local") == "localhost/hpcenv/horovod-cpu:local"
     with pytest.raises(ConfigError, match="backend 'docker'"):
         run_smoke("x", tmp_path, data_dir=tmp_path, backend="docker")
     with pytest.raises(ConfigError, match="manifest.json"):

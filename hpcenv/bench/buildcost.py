@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hpcenv import naming
 from hpcenv.bench.context import BenchContext
 from hpcenv.bench.report import Headline, Section, Table, fmt_mb, fmt_num, fmt_ratio, ratio
 
@@ -396,7 +397,7 @@ def build_section(ctx: BenchContext) -> Section:
     """Build cost of the ``daal4py`` recipe three ways + the full image from its build log."""
     from hpcenv.bench import hpccm_daal4py
     from hpcenv.bench.shells import podman
-    from hpcenv.build import ensure_base, image_tag, make_plans, write_context
+    from hpcenv.build import ensure_base, make_plans, write_context
     from hpcenv.paths import cache_dir
 
     sec = Section(
@@ -441,7 +442,7 @@ def build_section(ctx: BenchContext) -> Section:
     )
     cold: dict[str, BuildTiming] = {}
     warm: dict[str, BuildTiming] = {}
-    tags = {n: f"localhost/hpcenv-bench/{recipe}:{n}" for n in files}
+    tags = {n: naming.bench_tag(recipe=recipe, variant=n) for n in files}
     if ctx.quick:
         sec.text.append("`--quick`: Dockerfiles rendered, no builds run.")
     else:
@@ -517,8 +518,8 @@ def build_section(ctx: BenchContext) -> Section:
 
     # the full image, from the log of the build that made it
     full_tag = ctx.image
-    log = cache_dir() / "logs" / f"build-{ctx.site.name}-horovod-cpu.log"
-    if full_tag == image_tag(ctx.site.name, "horovod-cpu") and log.is_file():
+    log = cache_dir() / "logs" / naming.build_log(recipe="horovod-cpu", site=ctx.site.name)
+    if full_tag == naming.image_tag(recipe="horovod-cpu", site=ctx.site.name) and log.is_file():
         info = logged_build(log, full_tag, cache_dir() / "bench" / LAYER_RECORD)
         sec.data["full_image"] = info
         if "error" in info:
@@ -637,7 +638,7 @@ def full_build_section(ctx: BenchContext) -> Section:
     archive.unlink(missing_ok=True)
     podman("save", "--format", "docker-archive", "-o", str(archive), plan.lock.build["base_image"],
            timeout=300)  # fmt: skip
-    tag = f"localhost/hpcenv-bench/{FULL_RECIPE}:cold"
+    tag = naming.bench_tag(recipe=FULL_RECIPE, variant="cold")
     dockerfile = plan.context / "Dockerfile"
     with IsolatedStorage(cache_dir() / "bench-storage", archive) as store:
         ctx.say(sec.key, f"cold build of {FULL_RECIPE} (10+ min) ...")

@@ -49,12 +49,12 @@ def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, di
 
 
 def ccl_section(ctx: BenchContext) -> Section:
-    from hpcenv.build import image_tag
+    from hpcenv import naming
     from hpcenv.jobs.launchers import Mpirun
     from hpcenv.jobs.tuning import tune
 
     sec = Section("ccl", f"Horovod over oneCCL vs MPI and Gloo ({NP} ranks, 64 MiB)")
-    image = image_tag(ctx.site.name, RECIPE)
+    image = naming.image_tag(recipe=RECIPE, site=ctx.site.name)
     if podman("image", "exists", image, check=False).returncode != 0:
         sec.text.append(f"Not measured: {image} is not built "
                         f"(`hpcenv build --site {ctx.site.name} --recipe {RECIPE}`).")  # fmt: skip

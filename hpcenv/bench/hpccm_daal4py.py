@@ -18,15 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hpcenv.knowledge import mpi_soname
+from hpcenv.naming import base_tag
+
 # apt packages of hpcenv's daal4py build stage (tools, primary MPI, MPICH side runtime).
 APT_TOOLS = ["build-essential", "ca-certificates", "cmake", "curl", "git", "python3-dev",
              "python3-venv"]  # fmt: skip
 APT_MPI = ["libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich"]
+BASE_IMAGE = base_tag(suite="bookworm")  # the bootstrapped base of the local site
 DEFAULT_PIP = ["mpi4py==4.1.2", "scikit-learn-intelex==2026.2.0", "scikit-learn"]
 
 
 def recipe(
-    base_image: str = "localhost/hpcenv-base:bookworm",
+    base_image: str = BASE_IMAGE,
     pip_packages: Sequence[str] = DEFAULT_PIP,
     fmt: str = "docker",
 ) -> str:
@@ -52,7 +56,7 @@ def recipe(
         commands=[
             "mkdir -p /opt/mpich-abi/lib",
             "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" "
-            "/opt/mpich-abi/lib/libmpi.so.12",
+            f"/opt/mpich-abi/lib/{mpi_soname('mpich')}",
         ]
     )
     stage += shell(

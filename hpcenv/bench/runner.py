@@ -214,7 +214,7 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
 
 
 def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchReport:
-    from hpcenv.build import image_tag
+    from hpcenv import naming
     from hpcenv.jobs.tuning import tune
     from hpcenv.site import load_site
 
@@ -237,7 +237,7 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     if host_side and shutil.which("mpirun") is None:
         raise EnvironmentProblem("no mpirun on the host for the bare-host baseline; make host")
     site = load_site(cfg.site)
-    image = cfg.image or image_tag(site.name, "horovod-cpu")
+    image = cfg.image or naming.image_tag(recipe="horovod-cpu", site=site.name)
     cfg.out = cfg.out.resolve()  # bind mounts need absolute paths
     cfg.out.mkdir(parents=True, exist_ok=True)
     ctx = BenchContext(cfg=cfg, image=image, echo=echo, site=site, tuning=tune(site, 1, NP))

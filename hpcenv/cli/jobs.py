@@ -67,8 +67,9 @@ def _check_local_image(site: Site, image: str, inject: bool, force: bool) -> Non
     (apptainer/singularity, on this machine) is not there, or when the image's MPI cannot take
     the site's injected MPI (bind model; ``force`` leaves that to the job's preflight)."""
     from hpcenv.errors import ConfigError, EnvironmentProblem
+    from hpcenv.naming import image_kind
 
-    if site.runtime.kind in ("apptainer", "singularity"):
+    if image_kind(site.runtime.kind) == "sif":
         if image.startswith("/") and "$" not in image and not Path(image).is_file():
             raise EnvironmentProblem(
                 f"SIF {image} not found; build it first (hpcenv build --site ... --format sif) "

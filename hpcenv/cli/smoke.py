@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from hpcenv import naming
 from hpcenv.errors import ConfigError
 
 SMOKE_RECIPE = "horovod-cpu"  # the recipe whose image carries every smoke check's stack
@@ -21,7 +22,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         site: Annotated[
             str | None,
-            typer.Option("--site", "-s", help="with --recipe: test localhost/hpcenv/RECIPE:SITE"),
+            typer.Option(
+                "--site",
+                "-s",
+                help=f"with --recipe: test {naming.image_tag(recipe='RECIPE', site='SITE')}",
+            ),
         ] = None,
         recipe: Annotated[
             str | None,
@@ -74,16 +79,20 @@ def register(app: typer.Typer) -> None:
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
         from hpcenv.smoke.report import references_table, summary_table
-        from hpcenv.smoke.runner import image_tag, require_image, run_smoke
+        from hpcenv.smoke.runner import require_image, run_smoke
 
         if image is None:
             if not site:
                 raise ConfigError("name the image: --image TAG, or --site SITE [--recipe NAME]")
-            image = image_tag(recipe or SMOKE_RECIPE, site)
+            image = naming.image_tag(recipe=recipe or SMOKE_RECIPE, site=site)
             if sif:
                 if sif not in ("oci", "def"):
                     raise ConfigError("--sif is oci or def")
-                image = f"{recipe or SMOKE_RECIPE}-{site}" + ("-def" if sif == "def" else "")
+                image = naming.sif_name(
+                    recipe=recipe or SMOKE_RECIPE,
+                    site=site,
+                    source="def" if sif == "def" else "oci",
+                )
         elif site or recipe:
             raise ConfigError("--image and --site/--recipe are exclusive")
         if results is None:

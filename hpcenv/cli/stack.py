@@ -188,12 +188,13 @@ def register(app: typer.Typer) -> None:
         from hpcenv.build import build_image, make_plans
         from hpcenv.delivery import deliver, delivery_env, plan_delivery
         from hpcenv.errors import ConfigError
+        from hpcenv.naming import image_kind
         from hpcenv.resolver import parse_overrides
         from hpcenv.site import load_site
 
         site_obj = load_site(site)
         if fmt is None:
-            fmt = "sif" if site_obj.runtime.kind in ("apptainer", "singularity") else "oci"
+            fmt = image_kind(site_obj.runtime.kind)
         if fmt not in ("oci", "sif", "both") or sif_from not in ("oci", "def"):
             raise ConfigError("--format is oci, sif or both; --sif-from is oci or def")
         if account:

@@ -67,5 +67,12 @@ def mpi_family(name: str) -> dict[str, Any]:
     return entry
 
 
+def mpi_soname(family: str) -> str:
+    """The library an MPI family provides and programs built on it load, from
+    ``mpi_families.<family>.soname``: ``mpi_soname("mpich")`` is the MPICH ABI's
+    ``libmpi.so.12`` (MPICH ABI Compatibility Initiative)."""
+    return str(mpi_family(family)["soname"])
+
+
 def mpi_family_names() -> list[str]:
     return [k for k in kb()["mpi_families"] if k != "source"]

@@ -39,11 +39,6 @@ CHECKS_MOUNT = "/opt/hpcenv/checks"
 BACKENDS = ("podman", "apptainer")
 
 
-def image_tag(recipe: str, site: str) -> str:
-    """The local tag hpcenv builds ``recipe`` for ``site`` under."""
-    return f"localhost/hpcenv/{recipe}:{site}"
-
-
 def require_image(image: str, backend: str) -> None:
     """Fail before any data is fetched or staged when the image to test is not there."""
     if backend == "apptainer":
@@ -54,9 +49,10 @@ def require_image(image: str, backend: str) -> None:
     from hpcenv.engines import get_engine
 
     if not get_engine("podman").image_exists(image):
-        site_recipe = image.rsplit("/", 1)[-1].split(":")
-        hint = (f"hpcenv build --site {site_recipe[1]} --recipe {site_recipe[0]}"
-                if image.startswith("localhost/hpcenv/") and len(site_recipe) == 2 else "build it")  # fmt: skip
+        from hpcenv.naming import parse_image_tag
+
+        built = parse_image_tag(image)
+        hint = f"hpcenv build --site {built[1]} --recipe {built[0]}" if built else "build it"
         raise EnvironmentProblem(f"image {image} does not exist in podman; {hint} first")
 
 

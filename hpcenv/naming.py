@@ -1,0 +1,101 @@
+"""Every name hpcenv gives an image, a SIF file or an archive, in one place.
+
+Why: the tag of a built image was spelled in six modules, by two functions both called
+``image_tag`` that took ``(site, recipe)`` and ``(recipe, site)``; the SIF path a job runs and the
+SIF ``build`` delivers to had to agree by copy. Here each name is one function with keyword-only
+arguments (the order cannot be swapped), and every other module calls it. This module imports
+nothing from hpcenv, so any module may use it without a cycle; folders (the cache, a site's
+scratch) are the caller's, names are this module's.
+
+Which form a runtime takes: Apptainer and SingularityCE run SIF files (``apptainer run
+image.sif``; apptainer.org/docs/user/latest/, "SIF: Singularity Image Format"); podman,
+podman-hpc, Shifter and Pyxis/enroot take OCI references (podman-hpc and Shifter convert them
+on their side).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ImageKind = Literal["oci", "sif"]
+SifSource = Literal["oci", "def"]
+
+#: Repository prefix of the images ``hpcenv build`` makes in local podman storage.
+IMAGE_REPO = "localhost/hpcenv"
+#: The helper image that runs Apptainer in podman where the host has none (``hpcenv apptainer``).
+HELPER_TAG = "localhost/hpcenv-apptainer:1"
+#: Singularity.def's ``oci-archive`` bootstrap source for a locally bootstrapped base image.
+BASE_ARCHIVE = "hpcenv-base.oci.tar"
+#: Runtimes that run SIF files; every other runtime kind takes an OCI reference.
+SIF_RUNTIMES = frozenset({"apptainer", "singularity"})
+#: Where a SIF runtime's images live when the site names no scratch file system.
+NO_SCRATCH = "$HOME"
+
+
+def image_tag(*, recipe: str, site: str) -> str:
+    """The local tag of a built image: ``localhost/hpcenv/<recipe>:<site>``."""
+    return f"{IMAGE_REPO}/{recipe}:{site}"
+
+
+def parse_image_tag(image: str) -> tuple[str, str] | None:
+    """``(recipe, site)`` of a tag made by :func:`image_tag`, else None."""
+    prefix = IMAGE_REPO + "/"
+    if not image.startswith(prefix):
+        return None
+    recipe, sep, site = image[len(prefix) :].partition(":")
+    if not sep or not recipe or not site or "/" in recipe or ":" in site:
+        return None
+    return recipe, site
+
+
+def base_tag(*, suite: str) -> str:
+    """The tag of the Debian base image hpcenv bootstraps: ``localhost/hpcenv-base:<suite>``."""
+    return f"localhost/hpcenv-base:{suite}"
+
+
+def bench_tag(*, recipe: str, variant: str) -> str:
+    """A throw-away tag of the build-cost bench (``variant``: hpcenv, naive, hpccm, cold)."""
+    return f"localhost/hpcenv-bench/{recipe}:{variant}"
+
+
+def sif_name(*, recipe: str, site: str, source: SifSource = "oci") -> str:
+    """A SIF's registered name (``apptainer://NAME``) and file stem: ``<recipe>-<site>``, with
+    ``-def`` when built natively from Singularity.def."""
+    return f"{recipe}-{site}" + ("-def" if source == "def" else "")
+
+
+def sif_file(*, recipe: str, site: str, source: SifSource = "oci") -> str:
+    """The SIF file name in hpcenv's cache: ``<recipe>-<site>[-def].sif``."""
+    return sif_name(recipe=recipe, site=site, source=source) + ".sif"
+
+
+def sif_archive(*, recipe: str, site: str) -> str:
+    """The oci-archive a built image is saved to before ``apptainer build`` converts it."""
+    return sif_name(recipe=recipe, site=site) + ".oci.tar"
+
+
+def site_sif_path(*, recipe: str, site: str, scratch: str | None) -> str:
+    """Where a SIF site keeps the image: ``<scratch>/hpcenv/images/<recipe>-<site>.sif``
+    (``$HOME`` when the site has no scratch file system); ``build`` copies there and
+    ``submit`` runs it."""
+    return f"{scratch or NO_SCRATCH}/hpcenv/images/{sif_file(recipe=recipe, site=site)}"
+
+
+def build_log(*, recipe: str, site: str) -> str:
+    """The file name of an image build's log: ``build-<site>-<recipe>.log``."""
+    return f"build-{site}-{recipe}.log"
+
+
+def image_kind(runtime: str) -> ImageKind:
+    """What a container runtime kind runs: ``sif`` (apptainer, singularity) or ``oci``."""
+    return "sif" if runtime in SIF_RUNTIMES else "oci"
+
+
+def default_image(*, recipe: str, site: str, runtime: str, scratch: str | None) -> str:
+    """The image a site's jobs run for ``recipe`` by default: the SIF path on SIF runtimes
+    (:func:`site_sif_path`), else the OCI tag hpcenv builds (:func:`image_tag`).
+
+    ``scratch``: the path of the site's scratch file system (None: it has none)."""
+    if image_kind(runtime) == "sif":
+        return site_sif_path(recipe=recipe, site=site, scratch=scratch)
+    return image_tag(recipe=recipe, site=site)
