@@ -3,7 +3,8 @@
 Every check really runs the tool (``podman info`` with what this host needs from containers.conf,
 ``scontrol ping``, ``runc --version``...) and reports ok / missing / broken with why and how to
 fix it. Fixes name commands a user of the installed wheel has (package managers, ``hpcenv``
-itself), never files of hpcenv's source checkout.
+itself), never files of hpcenv's source checkout. Each registered scheduler brings its own
+probe and fixes (:class:`hpcenv.jobs.schedulers.Probe`); :func:`check_scheduler` only runs it.
 
 ``--site S`` marks as required what that site's path needs on this host (:func:`site_needs`):
 its build engine, runc only where this host needs it, debootstrap only for sites that bootstrap
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from hpcenv.engines import engine_env
+from hpcenv.jobs.schedulers import SCHEDULERS, SLURM_HINT, Scheduler
 
 if TYPE_CHECKING:
     from hpcenv.site import Site
@@ -34,12 +36,6 @@ Status = Literal["ok", "missing", "broken"]
 def _apt(*packages: str) -> str:
     names = " ".join(packages)
     return f"install it: apt-get install {names} (RHEL: dnf install {names})"
-
-
-SLURM_HINT = (
-    "load your cluster's Slurm environment or set SLURM_CONF to its slurm.conf "
-    "(a one-node test cluster: apt-get install slurm-wlm munge, then start munged, slurmctld, slurmd)"
-)
 
 
 @dataclass(frozen=True)
@@ -307,72 +303,17 @@ def check_launcher(host: Host, name: str) -> Check:
 
 
 # -- schedulers ---------------------------------------------------------------------------------
-def check_slurm(host: Host) -> Check:
-    exe = host.which("scontrol")
+def check_scheduler(host: Host, scheduler: type[Scheduler]) -> Check:
+    """Run the scheduler's own :class:`~hpcenv.jobs.schedulers.Probe`."""
+    name, probe = scheduler.name, scheduler.probe
+    exe = host.which(probe.command)
     if exe is None:
-        return Check(
-            "scheduler",
-            "slurm",
-            "missing",
-            "scontrol not found on PATH",
-            SLURM_HINT,
-        )
-    probe = host.run([exe, "ping"], timeout=20)
-    if probe.rc == 0 and " is UP" in probe.output:
-        return Check("scheduler", "slurm", "ok", probe.first_line)
-    why = f"`scontrol ping`: {probe.last_line}"
-    return Check(
-        "scheduler",
-        "slurm",
-        "broken",
-        why,
-        "start slurmctld and slurmd, or " + SLURM_HINT,
-    )
-
-
-def check_lsf(host: Host) -> Check:
-    exe = host.which("bsub")
-    if exe is None:
-        return Check(
-            "scheduler",
-            "lsf",
-            "missing",
-            "bsub not found on PATH",
-            "only needed on LSF sites (e.g. Summit): load the LSF environment",
-        )
-    probe = host.run([host.which("lsid") or exe, *([] if host.which("lsid") else ["-V"])])
-    if probe.rc != 0:
-        return Check(
-            "scheduler",
-            "lsf",
-            "broken",
-            f"LSF does not answer: {probe.last_line}",
-            "source the site's LSF profile (profile.lsf) and check the master host",
-        )
-    return Check("scheduler", "lsf", "ok", probe.first_line)
-
-
-def check_pbs(host: Host) -> Check:
-    exe = host.which("qsub")
-    if exe is None:
-        return Check(
-            "scheduler",
-            "pbs",
-            "missing",
-            "qsub not found on PATH",
-            "only needed on PBS/Torque sites: load the PBS environment",
-        )
-    qstat = host.which("qstat")
-    probe = host.run([qstat, "-B"]) if qstat else host.run([exe, "--version"])
-    if probe.rc != 0:
-        return Check(
-            "scheduler",
-            "pbs",
-            "broken",
-            f"PBS server does not answer: {probe.last_line}",
-            "check PBS_SERVER / the pbs_server daemon",
-        )
-    return Check("scheduler", "pbs", "ok", probe.first_line)
+        return Check("scheduler", name, "missing", f"{probe.command} not found on PATH", probe.hint)
+    argv = next((a for a in probe.answers if host.which(a[0])), probe.answers[-1])
+    result = host.run([host.which(argv[0]) or exe, *argv[1:]])
+    if result.rc == 0 and probe.expect in result.output:
+        return Check("scheduler", name, "ok", result.first_line)
+    return Check("scheduler", name, "broken", probe.broken.format(line=result.last_line), probe.fix)
 
 
 # -- tools --------------------------------------------------------------------------------------
@@ -541,7 +482,7 @@ def check_site_runtime(host: Host, kind: str) -> Check:
     )
 
 
-CHECKS: tuple[Callable[[Host], Check], ...] = (
+_BEFORE_SCHEDULERS: tuple[Callable[[Host], Check], ...] = (
     check_podman,
     check_docker,
     check_buildah,
@@ -549,15 +490,20 @@ CHECKS: tuple[Callable[[Host], Check], ...] = (
     check_crun,
     check_apptainer,
     *(partial(check_launcher, name=name) for name in _LAUNCHER_FIX),
-    check_slurm,
-    check_lsf,
-    check_pbs,
+)
+_AFTER_SCHEDULERS: tuple[Callable[[Host], Check], ...] = (
     check_debootstrap,
     check_shellcheck,
     check_site_mpi,
     check_site_apptainer,
     check_two_node,
 )
+
+
+def all_checks() -> list[Callable[[Host], Check]]:
+    """Every check in report order, one per scheduler registered now."""
+    schedulers = [partial(check_scheduler, scheduler=s) for s in SCHEDULERS.values()]
+    return [*_BEFORE_SCHEDULERS, *schedulers, *_AFTER_SCHEDULERS]
 
 
 def site_needs(site: Site, facts: object | None = None) -> dict[str, str]:
@@ -594,7 +540,7 @@ def run_checks(path: str | None = None, site: Site | None = None) -> list[Check]
     without, what building the ``local`` kind of image needs (podman, runc, debootstrap).
     """
     host = Host(path)
-    checks = [check(host) for check in CHECKS]
+    checks = [check(host) for check in all_checks()]
     if site is None:
         return checks
     if site.runtime.kind in _RUNTIME_FIX:

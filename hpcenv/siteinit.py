@@ -1,6 +1,6 @@
 """``hpcenv sites init --from-host``: a site file from what the host says about itself.
 
-Each fact comes from one command (:data:`COMMANDS`), read by one small parser; a value read from
+Each fact comes from one command (:func:`command`), read by one small parser; a value read from
 a command's output is recorded as ``verified`` (with the command), a value chosen from a rule
 of thumb as ``assumed`` (with the rule), and a value only the user knows (a project to charge)
 as ``placeholder``. The commands run on this host (:class:`LocalHost`) or are read from a folder
@@ -18,6 +18,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Protocol
 
+from hpcenv.jobs.schedulers import NO_SCHEDULER, SCHEDULERS
+
+# The schedulers' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
 COMMANDS: dict[str, list[str]] = {
     "uname": ["uname", "-m"],
     "lscpu": ["lscpu"],
@@ -26,12 +29,8 @@ COMMANDS: dict[str, list[str]] = {
     "rocm-smi": ["rocm-smi", "--showproductname"],
     "rocm-version": ["cat", "/opt/rocm/.info/version"],
     "xpu-smi": ["xpu-smi", "discovery"],
-    "scontrol": ["scontrol", "show", "config"],
     "srun-mpi": ["srun", "--mpi=list"],
-    "sbatch": ["sbatch", "--version"],
-    "bqueues": ["bqueues"],
     "jsrun": ["jsrun", "--version"],
-    "qstat": ["qstat", "-B"],
     "mpirun": ["mpirun", "--version"],
     "mpichversion": ["mpichversion"],
     "pmix": ["pkg-config", "--modversion", "pmix"],
@@ -56,6 +55,18 @@ NODE_LOCAL = (("/mnt/bb", "nvme"), ("/local/scratch", "ssd"), ("/lscratch", "ssd
               ("/dev/shm", "shm"), ("/tmp", "tmp"))  # fmt: skip
 
 
+def _scheduler_commands() -> dict[str, list[str]]:
+    """Each registered scheduler's detection commands, by program name, in detection order."""
+    return {
+        argv[0]: list(argv) for s in SCHEDULERS.values() for argv in (s.detect, s.installed) if argv
+    }
+
+
+def command(key: str) -> list[str]:
+    """The argv recorded as ``KEY.txt``: from :data:`COMMANDS` or a scheduler's own."""
+    return COMMANDS.get(key) or _scheduler_commands()[key]
+
+
 class CommandHost(Protocol):
     name: str
 
@@ -63,13 +74,13 @@ class CommandHost(Protocol):
 
 
 class LocalHost:
-    """Runs :data:`COMMANDS` here; a missing program is exit code 127."""
+    """Runs :func:`command` here; a missing program is exit code 127."""
 
     name = "this host"
 
     def run(self, key: str) -> tuple[int, str]:
         try:
-            proc = subprocess.run(COMMANDS[key], capture_output=True, text=True, timeout=30,
+            proc = subprocess.run(command(key), capture_output=True, text=True, timeout=30,
                                   stdin=subprocess.DEVNULL)  # fmt: skip
         except FileNotFoundError:
             return 127, ""
@@ -79,7 +90,7 @@ class LocalHost:
 
 
 class TransportHost:
-    """Runs :data:`COMMANDS` through a job transport (a login node over SSH)."""
+    """Runs :func:`command` through a job transport (a login node over SSH)."""
 
     def __init__(self, transport: Any) -> None:
         self.transport = transport
@@ -88,7 +99,7 @@ class TransportHost:
     def run(self, key: str) -> tuple[int, str]:
         import shlex
 
-        done = self.transport.run(shlex.join(COMMANDS[key]), timeout=60)
+        done = self.transport.run(shlex.join(command(key)), timeout=60)
         return done.returncode, done.stdout + done.stderr
 
 
@@ -244,7 +255,7 @@ LABELS = {"node-local": "`df -Pk` of " + ", ".join(p for p, _ in NODE_LOCAL)}
 
 
 def _by(key: str) -> str:
-    return LABELS.get(key) or "`" + " ".join(COMMANDS[key]) + "`"
+    return LABELS.get(key) or "`" + " ".join(command(key)) + "`"
 
 
 def _purpose(path: str) -> str:
@@ -319,43 +330,45 @@ def _gpu(host: CommandHost, d: Detection, on: str) -> None:
 
 
 def _scheduler(host: CommandHost, d: Detection, on: str) -> None:
-    config = _ok(host, "scontrol")
-    sbatch_rc, _ = host.run("sbatch")
-    if config or sbatch_rc != 127:
-        conf = parse_scontrol(config or "")
-        if config:
-            d.set("scheduler.kind", "slurm", verified=_by("scontrol") + on)
+    """The first registered scheduler whose ``detect`` answers, or whose ``installed`` is there."""
+    for sched in SCHEDULERS.values():
+        key = sched.detect[0]
+        if config := _ok(host, key):
+            d.set("scheduler.kind", sched.name, verified=_by(key) + on)
+        elif sched.installed and host.run(sched.installed[0])[0] != 127:
+            d.set("scheduler.kind", sched.name,
+                  assumed=f"{sched.installed[0]} is installed but no controller answered{on}")  # fmt: skip
         else:
-            d.set("scheduler.kind", "slurm",
-                  assumed=f"sbatch is installed but no controller answered{on}")  # fmt: skip
-        d.set("scheduler.launcher", "srun", assumed="Slurm's own launcher")
-        plugins, major = parse_srun_mpi_list(_ok(host, "srun-mpi") or "")
-        default = conf.get("MpiDefault", "none")
-        plugin = default if default != "none" else next(
-            (p for p in ("cray_shasta", "pmix", "pmi2") if p in plugins), None)  # fmt: skip
-        if plugin:
-            src = "MpiDefault in " + _by("scontrol") if default != "none" else _by("srun-mpi")
-            d.set("scheduler.mpi_plugin", plugin, verified=src + on)
-        d.data["_srun"] = {"plugins": plugins, "pmix_major": major}
-        if "associations" in conf.get("AccountingStorageEnforce", ""):
+            continue
+        *others, (last, why) = sched.launchers
+        launcher, reason = next(((n, w) for n, w in others if _ok(host, n)), (last, why))
+        d.set("scheduler.launcher", launcher, assumed=reason)
+        if sched.name == "slurm":
+            _slurm(host, d, on, config or "")
+        if sched.needs_account:
             d.set("scheduler.account", "PROJ123",
-                  placeholder="your project id (AccountingStorageEnforce has associations)")  # fmt: skip
-    elif _ok(host, "bqueues"):
-        d.set("scheduler.kind", "lsf", verified=_by("bqueues") + on)
-        launcher = "jsrun" if _ok(host, "jsrun") else "mpirun"
-        d.set(
-            "scheduler.launcher",
-            launcher,
-            assumed=f"{launcher} found" if launcher == "jsrun" else "no jsrun",
-        )
-        d.set("scheduler.account", "PROJ123", placeholder="your project id (bsub -P)")
-    elif _ok(host, "qstat"):
-        d.set("scheduler.kind", "pbs", verified=_by("qstat") + on)
-        d.set("scheduler.launcher", "mpiexec", assumed="PBS sites launch with mpiexec")
-        d.set("scheduler.account", "PROJ123", placeholder="your project id (qsub -A)")
-    else:
-        d.set("scheduler.kind", "none", verified="no scontrol, sbatch, bqueues or qstat" + on)
-        d.set("scheduler.launcher", "mpirun", assumed="no scheduler: mpirun")
+                  placeholder=f"your project id ({sched.submit_command} {sched.account_flag})")  # fmt: skip
+        return
+    tried = list(_scheduler_commands())
+    d.set("scheduler.kind", NO_SCHEDULER,
+          verified=f"no {', '.join(tried[:-1])} or {tried[-1]}" + on)  # fmt: skip
+    d.set("scheduler.launcher", "mpirun", assumed="no scheduler: mpirun")
+
+
+def _slurm(host: CommandHost, d: Detection, on: str, config: str) -> None:
+    """What Slurm's configuration and srun say beyond its presence: the MPI plugin, accounting."""
+    conf = parse_scontrol(config)
+    plugins, major = parse_srun_mpi_list(_ok(host, "srun-mpi") or "")
+    default = conf.get("MpiDefault", "none")
+    plugin = default if default != "none" else next(
+        (p for p in ("cray_shasta", "pmix", "pmi2") if p in plugins), None)  # fmt: skip
+    if plugin:
+        src = "MpiDefault in " + _by("scontrol") if default != "none" else _by("srun-mpi")
+        d.set("scheduler.mpi_plugin", plugin, verified=src + on)
+    d.data["_srun"] = {"plugins": plugins, "pmix_major": major}
+    if "associations" in conf.get("AccountingStorageEnforce", ""):
+        d.set("scheduler.account", "PROJ123",
+              placeholder="your project id (AccountingStorageEnforce has associations)")  # fmt: skip
 
 
 def _mpi(host: CommandHost, d: Detection, on: str) -> None:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from hpcenv.jobs import LocalTransport, logs, status, submit, wait
+from hpcenv.jobs.schedulers import client_env
 from hpcenv.jobs.staging import array_chain, write_manifest
 from hpcenv.jobs.submit import submit_chain
-from hpcenv.jobs.transport import client_env
 from hpcenv.site import Site, load_site
 
 if TYPE_CHECKING:

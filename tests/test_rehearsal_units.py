@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcenv.jobs.schedulers import Slurm
+from hpcenv.jobs.schedulers import Slurm, client_env
 from hpcenv.jobs.transport import (
     Completed,
     LocalTransport,
     Transport,
     TransportSpec,
-    client_env,
     make_transport,
 )
 from hpcenv.site import load_site

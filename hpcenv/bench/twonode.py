@@ -44,7 +44,7 @@ def _result(log: str) -> dict[str, Any]:
 def two_node_section(ctx: BenchContext) -> Section:
     from hpcenv.jobs import JobSpec, LocalTransport, logs, submit, wait
     from hpcenv.jobs.render import default_workdir
-    from hpcenv.jobs.transport import client_env
+    from hpcenv.jobs.schedulers import client_env
     from hpcenv.site import load_site
 
     sec = Section("two-node", "Two nodes (local-2node rehearsal): allreduce across vs within a node")

@@ -28,12 +28,15 @@ def _transport(
     known_hosts: str | None,
 ) -> Transport:
     from hpcenv.errors import ConfigError
-    from hpcenv.jobs.transport import LocalTransport, SshTransport, client_env, ssh_spec
+    from hpcenv.jobs.schedulers import client_env
+    from hpcenv.jobs.transport import LocalTransport, SshTransport, ssh_spec
 
     if kind == "local":
         return LocalTransport(client_env(site))
     if kind == "ssh":
-        return SshTransport(ssh_spec(site, host, port, user, key, known_hosts))
+        return SshTransport(
+            ssh_spec(site, host, port, user, key, known_hosts, env=client_env(site))
+        )
     raise ConfigError(f"unknown transport {kind!r}; use local or ssh")
 
 
@@ -46,8 +49,9 @@ OnOpt = Annotated[
 def _record(job_id: str, site: str | None, on: str | None = None) -> tuple[Submission, Transport]:
     """A submitted job's record, or a bare one for --site (local transport)."""
     from hpcenv.errors import ConfigError
+    from hpcenv.jobs.schedulers import client_env
     from hpcenv.jobs.submit import Submission, load_record, transport_for
-    from hpcenv.jobs.transport import LocalTransport, TransportSpec, client_env
+    from hpcenv.jobs.transport import LocalTransport, TransportSpec
 
     sub = load_record(job_id, on)
     if sub is not None:

@@ -155,13 +155,15 @@ def register(app: typer.Typer) -> None:
                 host = RecordedHost(recorded) if recorded else LocalHost()
                 data = site_data(detect(host, name))
         elif extends:
+            from hpcenv.jobs.schedulers import SCHEDULERS
             from hpcenv.site import load_site
 
             base = load_site(extends)
             data = {"extends": extends, "name": name,
                     "description": f"{base.description} (my settings)",
                     "provenance": {"placeholder": {}}}  # fmt: skip
-            if base.scheduler.account_required or base.scheduler.kind in ("lsf", "pbs"):
+            kind = SCHEDULERS.get(base.scheduler.kind)
+            if base.scheduler.account_required or (kind and kind.needs_account):
                 data["scheduler"] = {"account": "PROJ123"}
                 data["provenance"]["placeholder"]["scheduler.account"] = "your project id"
             if not data["provenance"]["placeholder"]:

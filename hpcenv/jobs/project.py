@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from hpcenv.errors import ConfigError
+from hpcenv.jobs.schedulers import SCHEDULERS
 from hpcenv.jobs.shell import env_name, qpath
 from hpcenv.site import Site
 
@@ -40,7 +41,8 @@ def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
     account = given or site.scheduler.account
     if not strict:
         return None if account and is_placeholder(account) else account
-    option = "--account" if site.scheduler.kind != "lsf" else "--account (bsub -P)"
+    kind = SCHEDULERS.get(site.scheduler.kind)
+    option = kind.account_option if kind else "--account"
     marked = site.provenance.placeholder
     if not given and "scheduler.account" in marked:
         raise ConfigError(

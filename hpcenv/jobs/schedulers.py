@@ -1,10 +1,17 @@
 """Batch schedulers behind one small interface: directives, submit, status, cancel, logs.
 
-Registered by name (``slurm``, ``lsf``, ``pbs``); an unknown name is a ConfigError. Scripts go
-to ``sbatch``/``bsub``/``qsub`` on stdin; job ids are parsed with a strict pattern and a missing
-id is a JobError carrying the scheduler's message. State comes from ``scontrol show job``
-(``sacct`` needs slurmdbd), falling back to the ``jobcomp/filetxt`` file once a job is purged;
-``bjobs -json`` for LSF; ``qstat -fx -F json`` for PBS Pro.
+Each scheduler is one class registered once with :func:`register_scheduler` (the way ReFrame's
+``@register_scheduler`` does), and the class owns everything hpcenv knows about it: directive
+flags, the account flag, log file patterns, its client commands and their environment, what
+``hpcenv doctor`` runs to prove it is here (:class:`Probe`), and what ``hpcenv sites init
+--from-host`` reads to detect it. Callers ask :data:`SCHEDULERS` instead of naming schedulers;
+``tests/test_registries.py`` keeps the other name lists (the site model's ``scheduler.kind``,
+``knowledge/compat.yaml``) in step with it. An unknown name is a ConfigError.
+
+Scripts go to ``sbatch``/``bsub``/``qsub`` on stdin; job ids are parsed with a strict pattern
+and a missing id is a JobError carrying the scheduler's message. State comes from ``scontrol
+show job`` (``sacct`` needs slurmdbd), falling back to the ``jobcomp/filetxt`` file once a job
+is purged; ``bjobs -json`` for LSF; ``qstat -fx -F json`` for PBS Pro.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ import json
 import re
 import shlex
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
 
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.launchers import slurm_shape
@@ -91,6 +100,24 @@ def _val(value: str) -> str:
     return f'"{value}"' if re.search(r"[\s&|]", value) else value
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What ``hpcenv doctor`` runs to show a scheduler is here and answering.
+
+    ``command`` not on PATH: the scheduler is missing (``hint`` says how to get it). Else the
+    first of ``answers`` whose program is on PATH runs (the last one runs ``command``); a
+    non-zero exit, or output without ``expect``, is broken (``broken`` with ``{line}``, the
+    probe's last line; ``fix``).
+    """
+
+    command: str
+    answers: tuple[tuple[str, ...], ...]
+    hint: str
+    broken: str
+    fix: str
+    expect: str = ""
+
+
 class Scheduler(ABC):
     name: ClassVar[str]
     prefix: ClassVar[str]
@@ -98,6 +125,25 @@ class Scheduler(ABC):
     task_id_expr: ClassVar[str]
     merge: ClassVar[dict[str, str]] = {}
     id_pattern: ClassVar[re.Pattern[str]]
+    # The client program that takes a job script on stdin (sbatch), and the directive flag that
+    # charges a project; ``needs_account``: every site of this kind wants one.
+    submit_command: ClassVar[str]
+    account_flag: ClassVar[str]
+    account_option: ClassVar[str] = "--account"  # how an error tells the user to give it
+    needs_account: ClassVar[bool] = False
+    # Patterns the scheduler expands in log file names, and what each becomes in the path
+    # hpcenv reads back: ``{id}`` the job id, ``*`` every array task.
+    log_patterns: ClassVar[dict[str, str]] = {}
+    # The variable that points the client commands at the site's ``scheduler.conf``.
+    conf_env: ClassVar[str | None] = None
+    # ``hpcenv doctor``.
+    probe: ClassVar[Probe]
+    # ``hpcenv sites init --from-host``: a command whose answer shows a working scheduler, one
+    # whose presence alone says it is installed (its controller may be down), and the launcher
+    # to write: the first whose ``--version`` answers, else the last, each with its reason.
+    detect: ClassVar[tuple[str, ...]]
+    installed: ClassVar[tuple[str, ...] | None] = None
+    launchers: ClassVar[tuple[tuple[str, str], ...]]
 
     # -- rendering --------------------------------------------------------------------------
     @abstractmethod
@@ -146,6 +192,22 @@ class Scheduler(ABC):
         """stdout/stderr file names relative to the workdir, with the scheduler's patterns."""
         return None, None
 
+    def log_files(self, name: str, job_id: str, log_names: Sequence[str | None]) -> list[str]:
+        """The files (relative to the workdir) that :meth:`log_names` became for ``job_id``."""
+        out = []
+        for log in log_names:
+            if log:
+                for pattern, value in self.log_patterns.items():
+                    log = log.replace(pattern, value.format(id=job_id))
+                out.append(log)
+        return out
+
+    def client_env(self, site: Site) -> dict[str, str]:
+        """Variables the client commands need for ``site`` (:attr:`conf_env`)."""
+        if site.scheduler.conf and self.conf_env:
+            return {self.conf_env: site.scheduler.conf}
+        return {}
+
     # -- submission -------------------------------------------------------------------------
     @abstractmethod
     def submit_argv(self, after: list[str]) -> list[str]:
@@ -176,6 +238,28 @@ class Scheduler(ABC):
         result = transport.run(join(self.cancel_argv(job_id)))
         if result.returncode != 0:
             raise JobError(f"cancel {job_id} failed: {result.message()}")
+
+
+# Every scheduler hpcenv knows, by name, in the order detection tries them.
+SCHEDULERS: dict[str, type[Scheduler]] = {}
+NO_SCHEDULER = "none"  # the site value for a host without one; never a scheduler's name
+
+S = TypeVar("S", bound=type[Scheduler])
+
+
+def register_scheduler(cls: S) -> S:
+    """Class decorator: make ``cls`` known to every caller under ``cls.name``."""
+    if cls.name == NO_SCHEDULER or cls.name in SCHEDULERS:
+        raise ValueError(f"scheduler name {cls.name!r} is taken")
+    SCHEDULERS[cls.name] = cls
+    return cls
+
+
+def client_env(site: Site) -> dict[str, str]:
+    """Variables the scheduler's client commands need for ``site`` (SLURM_CONF for a second
+    cluster served from the same login host, e.g. the ``local-2node`` rehearsal)."""
+    cls = SCHEDULERS.get(site.scheduler.kind)
+    return cls().client_env(site) if cls else {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +313,13 @@ def slurm_status_from_record(rec: dict[str, str], source: str) -> JobStatus:
     )
 
 
+SLURM_HINT = (
+    "load your cluster's Slurm environment or set SLURM_CONF to its slurm.conf "
+    "(a one-node test cluster: apt-get install slurm-wlm munge, then start munged, slurmctld, slurmd)"
+)
+
+
+@register_scheduler
 class Slurm(Scheduler):
     name = "slurm"
     prefix = "#SBATCH"
@@ -238,6 +329,21 @@ class Slurm(Scheduler):
     id_pattern = re.compile(r"^(\d+)(?:;\S+)?$")
     qos_flag = "--qos"
     constraint_flag = "-C"  # the flag site files use, so the two merge into one expression
+    submit_command = "sbatch"
+    account_flag = "--account"
+    log_patterns = {"%j": "{id}", "%A": "{id}", "%a": "*"}
+    conf_env = "SLURM_CONF"  # a second cluster served from the same login host (local-2node)
+    probe = Probe(
+        command="scontrol",
+        answers=(("scontrol", "ping"),),
+        hint=SLURM_HINT,
+        broken="`scontrol ping`: {line}",
+        fix="start slurmctld and slurmd, or " + SLURM_HINT,
+        expect=" is UP",
+    )
+    detect = ("scontrol", "show", "config")
+    installed = ("sbatch", "--version")
+    launchers = (("srun", "Slurm's own launcher"),)
 
     def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         tag = "%A_%a" if job.array else "%j"
@@ -257,7 +363,7 @@ class Slurm(Scheduler):
         pairs = [(f, v or None) for f, v in pairs]
         account = job.account  # resolved by render (project.account_for)
         if account:
-            pairs.append(("--account", account))
+            pairs.append((self.account_flag, account))
         queue = job.queue or site.scheduler.queue
         if queue:
             pairs.append(("--partition", queue))
@@ -276,7 +382,7 @@ class Slurm(Scheduler):
         return super().line(flag, value)
 
     def submit_argv(self, after: list[str]) -> list[str]:
-        argv = ["sbatch", "--parsable"]
+        argv = [self.submit_command, "--parsable"]
         if after:
             deps = ":".join(job_id_word(i) for i in after)
             argv += [f"--dependency=afterok:{deps}", "--kill-on-invalid-dep=yes"]
@@ -380,6 +486,7 @@ def _pbs_walltime(value: str) -> str:
     return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+@register_scheduler
 class Lsf(Scheduler):
     name = "lsf"
     prefix = "#BSUB"
@@ -387,6 +494,20 @@ class Lsf(Scheduler):
     task_id_expr = "$((LSB_JOBINDEX - 1))"
     merge = {"-alloc_flags": " "}
     id_pattern = re.compile(r"^Job <(\d+)> is submitted")
+    submit_command = "bsub"
+    account_flag = "-P"
+    account_option = f"--account ({submit_command} {account_flag})"
+    needs_account = True
+    log_patterns = {"%J": "{id}", "%I": "*"}
+    probe = Probe(
+        command="bsub",
+        answers=(("lsid",), ("bsub", "-V")),
+        hint="only needed on LSF sites (e.g. Summit): load the LSF environment",
+        broken="LSF does not answer: {line}",
+        fix="source the site's LSF profile (profile.lsf) and check the master host",
+    )
+    detect = ("bqueues",)
+    launchers = (("jsrun", "jsrun found"), ("mpirun", "no jsrun"))
 
     def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         tag = "%J_%I" if job.array else "%J"
@@ -410,14 +531,14 @@ class Lsf(Scheduler):
         ]
         account = job.account  # resolved by render (project.account_for)
         if account:
-            pairs.append(("-P", account))
+            pairs.append((self.account_flag, account))
         queue = job.queue or site.scheduler.queue
         if queue:
             pairs.append(("-q", queue))
         return pairs
 
     def submit_argv(self, after: list[str]) -> list[str]:
-        argv = ["bsub"]
+        argv = [self.submit_command]
         if after:
             argv += ["-w", " && ".join(f"done({job_id_word(i)})" for i in after)]
         return argv
@@ -472,12 +593,25 @@ _PBS_PHASE: dict[str, Phase] = {
 }  # fmt: skip
 
 
+@register_scheduler
 class Pbs(Scheduler):
     name = "pbs"
     prefix = "#PBS"
     job_id_expr = "${PBS_JOBID}"
     task_id_expr = "${PBS_ARRAY_INDEX}"
     id_pattern = re.compile(r"^(\d+(?:\[\])?(?:\.[A-Za-z0-9_.-]+)?)$")
+    submit_command = "qsub"
+    account_flag = "-A"
+    needs_account = True
+    probe = Probe(
+        command="qsub",
+        answers=(("qstat", "-B"), ("qsub", "--version")),
+        hint="only needed on PBS/Torque sites: load the PBS environment",
+        broken="PBS server does not answer: {line}",
+        fix="check PBS_SERVER / the pbs_server daemon",
+    )
+    detect = ("qstat", "-B")
+    launchers = (("mpiexec", "PBS sites launch with mpiexec"),)
 
     def resources(
         self, site: Site, job: JobSpec, tuning: Placement
@@ -490,7 +624,7 @@ class Pbs(Scheduler):
         ]
         account = job.account  # resolved by render (project.account_for)
         if account:
-            pairs.append(("-A", account))
+            pairs.append((self.account_flag, account))
         queue = job.queue or site.scheduler.queue
         if queue:
             pairs.append(("-q", queue))
@@ -503,7 +637,7 @@ class Pbs(Scheduler):
         return pairs
 
     def submit_argv(self, after: list[str]) -> list[str]:
-        argv = ["qsub"]
+        argv = [self.submit_command]
         if after:
             argv += ["-W", "depend=afterok:" + ":".join(job_id_word(i) for i in after)]
         return argv
@@ -516,6 +650,11 @@ class Pbs(Scheduler):
 
     def cancel_argv(self, job_id: str) -> list[str]:
         return ["qdel", job_id_word(job_id)]
+
+    def log_files(self, name: str, job_id: str, log_names: Sequence[str | None]) -> list[str]:
+        """PBS's own ``NAME.oSEQ``/``NAME.eSEQ`` (no -o/-e given)."""
+        seq = job_id.split(".")[0]
+        return super().log_files(name, job_id, log_names) or [f"{name}.o{seq}", f"{name}.e{seq}"]
 
 
 def parse_qstat_json(job_id: str, text: str) -> JobStatus:
@@ -549,9 +688,6 @@ def parse_qstat_json(job_id: str, text: str) -> JobStatus:
     if not tasks:
         raise JobError(f"no state for job {job_id}: qstat returned no jobs")
     return aggregate(job_id, tasks, "qstat")
-
-
-SCHEDULERS: dict[str, type[Scheduler]] = {c.name: c for c in (Slurm, Lsf, Pbs)}
 
 
 def get_scheduler(name: str) -> Scheduler:

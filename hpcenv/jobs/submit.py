@@ -333,16 +333,8 @@ def log_paths(sub: Submission, st: JobStatus | None = None) -> list[str]:
         found = [p for t in (st.tasks or [st]) for p in (t.stdout, t.stderr) if p]
         if found:
             return list(dict.fromkeys(found))
-    out: list[str] = []
-    seq = sub.job_id.split(".")[0]
-    for name in sub.log_names:
-        if name:
-            name = name.replace("%j", sub.job_id).replace("%J", sub.job_id)
-            name = name.replace("%A", sub.job_id).replace("%a", "*").replace("%I", "*")
-            out.append(f"{sub.workdir}/{name}")
-    if not out and sub.scheduler == "pbs":
-        out = [f"{sub.workdir}/{sub.name}.o{seq}", f"{sub.workdir}/{sub.name}.e{seq}"]
-    return out
+    files = get_scheduler(sub.scheduler).log_files(sub.name, sub.job_id, sub.log_names)
+    return [f"{sub.workdir}/{name}" for name in files]
 
 
 def logs(sub: Submission, transport: Transport) -> str:

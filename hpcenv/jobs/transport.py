@@ -61,14 +61,6 @@ class TransportSpec(BaseModel):
     connect_timeout: float = CONNECT_TIMEOUT
 
 
-def client_env(site: Site) -> dict[str, str]:
-    """Variables the scheduler's client commands need for ``site`` (SLURM_CONF for a second
-    cluster served from the same login host, e.g. the ``local-2node`` rehearsal)."""
-    if site.scheduler.conf and site.scheduler.kind == "slurm":
-        return {"SLURM_CONF": site.scheduler.conf}
-    return {}
-
-
 def _exports(env: dict[str, str]) -> str:
     return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
 
@@ -229,8 +221,11 @@ def ssh_spec(
     user: str | None = None,
     key_file: str | None = None,
     known_hosts: str | None = None,
+    *,
+    env: dict[str, str],
 ) -> TransportSpec:
-    """An SSH transport from the site's ``ssh`` section, overridden by explicit values."""
+    """An SSH transport from the site's ``ssh`` section, overridden by explicit values; ``env``:
+    what the scheduler's client commands need there (:func:`hpcenv.jobs.schedulers.client_env`)."""
     base = site.ssh
     host = host or (base.host if base else None) or site.scheduler.login_host
     if not host:
@@ -242,5 +237,5 @@ def ssh_spec(
         user=user or (base.user if base else None),
         key_file=key_file or (base.key_file if base else None),
         known_hosts=known_hosts or (base.known_hosts if base else None),
-        env=client_env(site),
+        env=env,
     )
