@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from hpcenv.cli.main import app
-from hpcenv.sitefields import fields, markdown, model_fields
+from hpcenv.site.fields import fields, markdown, model_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 

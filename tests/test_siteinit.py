@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcenv import siteinit
 from hpcenv.errors import ConfigError
-from hpcenv.site import load_site, load_site_file, placeholders
+from hpcenv.site import fromhost, load_site, load_site_file, placeholders
 
 DATA = Path(__file__).parent / "data" / "hosts"
 HPCENV = Path(sys.executable).with_name("hpcenv")
@@ -39,8 +38,8 @@ SHARED = ("arch", "node.sockets", "node.cores_per_socket", "node.threads_per_cor
 
 
 def test_recorded_frontier_matches_the_builtin_site(tmp_path: Path) -> None:
-    detected = siteinit.site_data(siteinit.detect(siteinit.RecordedHost(DATA / "frontier"), "f"))
-    out = siteinit.write_site(detected, tmp_path / "f.yaml", validate=load_site_file)
+    detected = fromhost.site_data(fromhost.detect(fromhost.RecordedHost(DATA / "frontier"), "f"))
+    out = fromhost.write_site(detected, tmp_path / "f.yaml", validate=load_site_file)
     mine = load_site_file(out).model_dump()
     builtin = load_site("frontier").model_dump()
     differ = {
@@ -60,8 +59,8 @@ PERLMUTTER_SHARED = ("arch", "node.sockets", "node.cores_per_socket", "node.thre
 
 
 def test_recorded_perlmutter_matches_the_builtin_where_documented(tmp_path: Path) -> None:
-    detected = siteinit.site_data(siteinit.detect(siteinit.RecordedHost(DATA / "perlmutter"), "p"))
-    out = siteinit.write_site(detected, tmp_path / "p.yaml", validate=load_site_file)
+    detected = fromhost.site_data(fromhost.detect(fromhost.RecordedHost(DATA / "perlmutter"), "p"))
+    out = fromhost.write_site(detected, tmp_path / "p.yaml", validate=load_site_file)
     mine, builtin = load_site_file(out), load_site("perlmutter")
     a, b = mine.model_dump(), builtin.model_dump()
     assert {
@@ -97,20 +96,20 @@ def test_this_machine_validates_renders_and_matches_local(tmp_path: Path) -> Non
     ],
 )  # fmt: skip
 def test_mpi_version_parsers(text: str, expected: tuple[str, str]) -> None:
-    assert siteinit.parse_mpi_version(text) == expected
+    assert fromhost.parse_mpi_version(text) == expected
 
 
 def test_other_parsers() -> None:
-    assert siteinit.parse_nvidia_smi("NVIDIA A100-SXM4-40GB, 535.104.05\n" * 4) == (
+    assert fromhost.parse_nvidia_smi("NVIDIA A100-SXM4-40GB, 535.104.05\n" * 4) == (
         4, "NVIDIA A100-SXM4-40GB", "535.104.05")  # fmt: skip
     xpu = "| 0 | Device Name: Intel(R) Data Center GPU Max 1550 |\n| 1 | Device Name: Intel(R) Data Center GPU Max 1550 |\n"
-    assert siteinit.parse_xpu_smi(xpu) == (2, "Intel(R) Data Center GPU Max 1550")
+    assert fromhost.parse_xpu_smi(xpu) == (2, "Intel(R) Data Center GPU Max 1550")
     srun = "MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n"
-    assert siteinit.parse_srun_mpi_list(srun) == (["none", "cray_shasta", "pmi2", "pmix"], 4)
-    assert siteinit.parse_modules("/opt/mf:\nrocm/5.7.1\nrocm/6.2.4(default)\ncuda/12.4\n") == {
+    assert fromhost.parse_srun_mpi_list(srun) == (["none", "cray_shasta", "pmi2", "pmix"], 4)
+    assert fromhost.parse_modules("/opt/mf:\nrocm/5.7.1\nrocm/6.2.4(default)\ncuda/12.4\n") == {
         "rocm": ["6.2.4", "5.7.1"], "cuda": ["12.4"]}  # fmt: skip
-    assert siteinit.parse_meminfo_gb("MemTotal:       24684084 kB\n")[0] == 24
-    assert siteinit.parse_df("/dev/md0 3750000000 1 2 1% /mnt/bb\n") == [("/mnt/bb", 3840)]
+    assert fromhost.parse_meminfo_gb("MemTotal:       24684084 kB\n")[0] == 24
+    assert fromhost.parse_df("/dev/md0 3750000000 1 2 1% /mnt/bb\n") == [("/mnt/bb", 3840)]
 
 
 class FakeHost:
@@ -128,13 +127,13 @@ def test_enforced_accounts_become_a_placeholder_and_pbs_is_detected(tmp_path: Pa
             "meminfo": "MemTotal: 263000000 kB\n", "mpirun": "mpirun (Open MPI) 5.0.3\n"}  # fmt: skip
     slurm = {**base, "scontrol": "AccountingStorageEnforce = associations,limits\nMpiDefault = none\n",
              "srun-mpi": "MPI plugin types are...\n\tpmix\nspecific pmix plugin versions available: pmix_v5\n"}  # fmt: skip
-    d = siteinit.detect(FakeHost(slurm), "s")
+    d = fromhost.detect(FakeHost(slurm), "s")
     assert d.data["scheduler"] == {"kind": "slurm", "launcher": "srun", "mpi_plugin": "pmix",
                                    "account": "PROJ123"}  # fmt: skip
     assert d.data["mpi"]["pmi"] == "pmix@5" and "scheduler.account" in d.placeholder
-    out = siteinit.write_site(siteinit.site_data(d), tmp_path / "s.yaml", validate=load_site_file)
+    out = fromhost.write_site(fromhost.site_data(d), tmp_path / "s.yaml", validate=load_site_file)
     assert set(placeholders(load_site_file(out))) >= {"scheduler.account", "runtime.kind"}
-    pbs = siteinit.detect(
+    pbs = fromhost.detect(
         FakeHost({**base, "qstat": "Server  Max Tot Que Run\naurora-pbs 0 1 0 1\n"}), "p"
     )
     assert pbs.data["scheduler"]["kind"] == "pbs" and pbs.data["scheduler"]["launcher"] == "mpiexec"
@@ -143,7 +142,7 @@ def test_enforced_accounts_become_a_placeholder_and_pbs_is_detected(tmp_path: Pa
 def test_a_site_that_does_not_validate_is_not_written(tmp_path: Path) -> None:
     bad = {"name": "x", "description": "y"}
     with pytest.raises(ConfigError, match="field 'arch'"):
-        siteinit.write_site(bad, tmp_path / "x.yaml", validate=load_site_file)
+        fromhost.write_site(bad, tmp_path / "x.yaml", validate=load_site_file)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -19,7 +19,7 @@ pytest_plugins = ["services"]  # the sshd fixture
 
 def test_transport_host_runs_the_same_commands_as_local() -> None:
     from hpcenv.jobs.transport import LocalTransport
-    from hpcenv.siteinit import LocalHost, TransportHost, detect
+    from hpcenv.site.fromhost import LocalHost, TransportHost, detect
 
     via = detect(TransportHost(LocalTransport()), "x").data
     here = detect(LocalHost(), "x").data

@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         site = load_site(name)
         data = site.model_dump(mode="json")
         if resolved:
-            from hpcenv.sitefile import resolve
+            from hpcenv.site.load import resolve
 
             _show_resolved(data, resolve(site_file(name)), site.provenance, as_json)
             return
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         """
         from hpcenv.errors import ConfigError
         from hpcenv.site import load_site_file, placeholders
-        from hpcenv.siteinit import LocalHost, RecordedHost, detect, site_data, write_site
+        from hpcenv.site.fromhost import LocalHost, RecordedHost, detect, site_data, write_site
 
         if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
             raise ConfigError(f"site name {name!r}: lowercase letters, digits and dashes")
@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         if from_host or recorded or ssh_host:
             if ssh_host:
                 from hpcenv.jobs.transport import SshTransport, TransportSpec
-                from hpcenv.siteinit import TransportHost
+                from hpcenv.site.fromhost import TransportHost
 
                 spec = TransportSpec(kind="ssh", host=ssh_host, port=ssh_port, user=ssh_user,
                                      key_file=ssh_key, known_hosts=known_hosts)  # fmt: skip
@@ -187,7 +187,7 @@ def register(app: typer.Typer) -> None:
     def schema() -> None:
         """Print the JSON Schema of site files (for editors)."""
         from hpcenv.site import json_schema
-        from hpcenv.sitefields import annotate_schema
+        from hpcenv.site.fields import annotate_schema
 
         typer.echo(json.dumps(annotate_schema(json_schema()), indent=2, sort_keys=True))
 
@@ -199,8 +199,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every site-file field: what it is, unit, example, where to find it on a cluster."""
         from hpcenv.errors import ConfigError, did_you_mean
-        from hpcenv.sitefields import describe, fields, model_fields
-        from hpcenv.sitefields import markdown as to_markdown
+        from hpcenv.site.fields import describe, fields, model_fields
+        from hpcenv.site.fields import markdown as to_markdown
 
         names = model_fields()
         if field is not None and field not in names:
@@ -233,7 +233,7 @@ def register(app: typer.Typer) -> None:
 def _show_resolved(data: dict, resolved: object, provenance: object, as_json: bool) -> None:
     """Every leaf field with its value, the file:line that set it, and its provenance."""
     from hpcenv.credentials import redact
-    from hpcenv.sitefile import ResolvedSite, _leaves
+    from hpcenv.site.load import ResolvedSite, _leaves
 
     assert isinstance(resolved, ResolvedSite)
     notes: dict[str, str] = {}

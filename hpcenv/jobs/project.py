@@ -11,26 +11,13 @@ default where it is unset, so ``set -u`` never meets an unbound name.
 
 from __future__ import annotations
 
-import re
-
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.schedulers import SCHEDULERS
 from hpcenv.jobs.shell import env_name, qpath
 from hpcenv.site import Site
+from hpcenv.site.words import is_placeholder
 
 PROJECT_VAR = "HPCENV_PROJECT"
-
-# Values that stand for "your project here" in examples and site files.
-_PLACEHOLDER = re.compile(
-    r"^(?:PROJ\d*|PROJECT|proj\d*|m0+|abc123|ABC123|X{3,}|x{3,}|CHANGEME|changeme|"
-    r"your[_-]?project|<.*>|\$\{?PROJ\}?)$",
-    re.IGNORECASE,
-)
-
-
-def is_placeholder(value: str) -> bool:
-    return bool(_PLACEHOLDER.match(value))
-
 
 def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
     """The account a job is charged to: ``given`` (``--account``), else the site file's.

@@ -33,27 +33,7 @@ from hpcenv.jobs.status import JobStatus, Phase, aggregate
 from hpcenv.jobs.transport import Completed, Transport
 from hpcenv.jobs.tuning import Placement
 from hpcenv.site import Site
-
-
-def directive_pairs(words: list[str]) -> list[tuple[str, str | None]]:
-    """``["-C", "gpu", "--exclusive"]`` -> ``[("-C", "gpu"), ("--exclusive", None)]``."""
-    pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(words):
-        flag = words[i]
-        if not flag.startswith("-"):
-            raise ConfigError(f"directive words must start with a flag, got {flag!r} in {words}")
-        if "=" in flag:
-            name, value = flag.split("=", 1)
-            pairs.append((name, value))
-            i += 1
-        elif i + 1 < len(words) and not words[i + 1].startswith("-"):
-            pairs.append((flag, words[i + 1]))
-            i += 2
-        else:
-            pairs.append((flag, None))
-            i += 1
-    return pairs
+from hpcenv.site.words import directive_pairs
 
 
 def _merge(

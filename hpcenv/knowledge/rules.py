@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcenv.errors import ConfigError
+from hpcenv.knowledge.facts import mpi_family
 from hpcenv.versions import at_least, is_version, parse_spec, satisfies, series
 
 Precision = Literal["exact", "major", "major.minor"]
@@ -200,8 +201,6 @@ def _same_series(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
 
 
 def _abi_family(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
-    from hpcenv.knowledge import mpi_family
-
     s = facts[rule.subject or ""]
     o = facts[rule.object] if rule.object else None
     want = rule.abi or mpi_family(_name_part(o.value if o else ""))["abi"]

@@ -6,12 +6,15 @@ paths, URLs, image references, versions, walltimes, bounded counts. Names are ch
 the knowledge base: the MPI family, the PMI flavour, the launchers that fit the scheduler, a GPU
 driver or ROCm for GPU sites, and a hybrid-model MPI that hpcenv can install in the image.
 Everything is quoted again where it is rendered.
+
+This module is the model only: finding and reading site files (search path, ``extends:``,
+origins) is :mod:`hpcenv.site.load`, which imports this one and not the other way round; the
+words it checks (directive flags, placeholder accounts) are :mod:`hpcenv.site.words`, so that
+the site imports nothing from :mod:`hpcenv.jobs` (issue 18: following ``--site`` goes down).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,8 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from hpcenv.errors import ConfigError, did_you_mean
-from hpcenv.paths import site_configs_dir
+from hpcenv.errors import ConfigError
 from hpcenv.safe import (
     Count,
     EnvName,
@@ -39,10 +41,10 @@ from hpcenv.safe import (
     Walltime,
     Word,
 )
+from hpcenv.site.words import directive_pairs, is_placeholder
 from hpcenv.versions import is_version, parse_spec
-from hpcenv.yamlsrc import validate_file
 
-__all__ = ["ShellPath", "ShellText", "ShellWord", "Site", "load_site", "parse_spec"]
+__all__ = ["ShellPath", "ShellText", "ShellWord", "Site", "parse_spec"]
 
 
 def _version(value: str) -> str:
@@ -247,8 +249,6 @@ class Scheduler(Strict):
     @field_validator("extra_directives")
     @classmethod
     def _directives(cls, words: list[str]) -> list[str]:
-        from hpcenv.jobs.schedulers import directive_pairs
-
         try:
             directive_pairs(words)
         except ConfigError as err:
@@ -460,66 +460,14 @@ def _has_path(data: Any, dotted: str) -> bool:
     return True
 
 
-def search_path() -> list[Path]:
-    """Folders searched for NAME.yaml: ``HPCENV_SITE_PATH`` (colon-separated), then built-ins."""
-    extra = [Path(p) for p in os.environ.get("HPCENV_SITE_PATH", "").split(":") if p]
-    return [*extra, site_configs_dir()]
-
-
-def site_file(name_or_path: str) -> Path:
-    """Resolve ``--site`` to a file: an existing path, else NAME.yaml on the search path."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or os.sep in name_or_path:
-        if candidate.is_file():
-            return candidate
-        raise ConfigError(f"site file not found: {name_or_path}")
-    for folder in search_path():
-        path = folder / f"{name_or_path}.yaml"
-        if path.is_file():
-            return path
-    raise ConfigError(
-        f"unknown site {name_or_path!r}{did_you_mean(name_or_path, site_names())}; "
-        f"known: {', '.join(site_names())} "
-        "(or give a path to a site file, or add a folder to HPCENV_SITE_PATH)"
-    )
-
-
-def load_site(name_or_path: str) -> Site:
-    """A validated site; a file with ``extends:`` is merged over its base (hpcenv.sitefile)."""
-    return load_site_file(site_file(name_or_path))
-
-
-def load_site_file(path: Path) -> Site:
-    """Validate one site file (``extends:`` merged over its base)."""
-    if _extends(path):
-        from hpcenv.sitefile import load_resolved
-
-        return load_resolved(path)[0]
-    return validate_file(Site, path)
-
-
 def placeholders(site: Site) -> dict[str, str]:
     """Fields to replace before submitting: marked in ``provenance.placeholder``, or an account
     that is an obvious example value (``PROJ123``, ``m0000``)."""
-    from hpcenv.jobs.project import is_placeholder
-
     found = dict(site.provenance.placeholder)
     account = site.scheduler.account
     if account and is_placeholder(account) and "scheduler.account" not in found:
         found["scheduler.account"] = f"{account!r} is an example value: your project id"
     return found
-
-
-def _extends(path: Path) -> bool:
-    try:
-        return any(line.startswith(b"extends:") for line in path.read_bytes().splitlines())
-    except OSError:
-        return False  # validate_file reports the unreadable file
-
-
-def site_names() -> list[str]:
-    names = {p.stem for folder in search_path() if folder.is_dir() for p in folder.glob("*.yaml")}
-    return sorted(names)
 
 
 def json_schema() -> dict[str, Any]:

@@ -1,4 +1,8 @@
-"""Site files that extend another site (``extends: frontier``) and where each value came from.
+"""Loading site files: where ``--site`` points, files that extend another site, and where each
+value came from.
+
+``--site NAME`` is ``NAME.yaml`` in a folder of ``HPCENV_SITE_PATH`` (colon-separated) or the
+built-in ``site-configs/``; a value with a ``.yaml`` suffix or a path separator is a file.
 
 A site file may name a built-in site or another file (a path relative to itself) under
 ``extends:`` and give only what differs. Tables merge key by key; a list or a scalar replaces
@@ -10,19 +14,19 @@ Every value keeps its origin (``file:line``), so errors point at the file that s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-from hpcenv.errors import ConfigError
+from hpcenv.errors import ConfigError, did_you_mean
+from hpcenv.paths import site_configs_dir
+from hpcenv.site.model import Site
 from hpcenv.tables import merge
-from hpcenv.yamlsrc import Loc, error_message, load_yaml, unknown_field
-
-if TYPE_CHECKING:
-    from hpcenv.site import Site
+from hpcenv.yamlsrc import Loc, error_message, load_yaml, unknown_field, validate_file
 
 EXTENDS = "extends"
 MAX_DEPTH = 8
@@ -71,8 +75,6 @@ def _sets(data: Mapping[str, Any], dotted: str) -> bool:
 
 
 def _base_path(ref: str, child: Path, line: int) -> Path:
-    from hpcenv.site import site_file
-
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
         path = Path(ref) if Path(ref).is_absolute() else child.parent / ref
         if not path.is_file():
@@ -131,8 +133,6 @@ def _origin_for(loc: Loc, origins: dict[str, str], fallback: str) -> str:
 
 def load_resolved(path: Path) -> tuple[Site, ResolvedSite]:
     """The validated site of ``path`` (extends applied); errors name the file that set a value."""
-    from hpcenv.site import Site
-
     resolved = resolve(path)
     try:
         return Site.model_validate(resolved.data), resolved
@@ -147,3 +147,51 @@ def load_resolved(path: Path) -> tuple[Site, ResolvedSite]:
             msg = unknown_field(Site, loc) if e["type"] == "extra_forbidden" else error_message(e)
             problems.append(f"{where}: field '{field}': {msg}")
         raise ConfigError("\n".join(problems)) from None
+
+
+def search_path() -> list[Path]:
+    """Folders searched for NAME.yaml: ``HPCENV_SITE_PATH`` (colon-separated), then built-ins."""
+    extra = [Path(p) for p in os.environ.get("HPCENV_SITE_PATH", "").split(":") if p]
+    return [*extra, site_configs_dir()]
+
+
+def site_file(name_or_path: str) -> Path:
+    """Resolve ``--site`` to a file: an existing path, else NAME.yaml on the search path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or os.sep in name_or_path:
+        if candidate.is_file():
+            return candidate
+        raise ConfigError(f"site file not found: {name_or_path}")
+    for folder in search_path():
+        path = folder / f"{name_or_path}.yaml"
+        if path.is_file():
+            return path
+    raise ConfigError(
+        f"unknown site {name_or_path!r}{did_you_mean(name_or_path, site_names())}; "
+        f"known: {', '.join(site_names())} "
+        "(or give a path to a site file, or add a folder to HPCENV_SITE_PATH)"
+    )
+
+
+def load_site(name_or_path: str) -> Site:
+    """A validated site; a file with ``extends:`` is merged over its base (:func:`resolve`)."""
+    return load_site_file(site_file(name_or_path))
+
+
+def load_site_file(path: Path) -> Site:
+    """Validate one site file (``extends:`` merged over its base)."""
+    if _extends(path):
+        return load_resolved(path)[0]
+    return validate_file(Site, path)
+
+
+def _extends(path: Path) -> bool:
+    try:
+        return any(line.startswith(b"extends:") for line in path.read_bytes().splitlines())
+    except OSError:
+        return False  # validate_file reports the unreadable file
+
+
+def site_names() -> list[str]:
+    names = {p.stem for folder in search_path() if folder.is_dir() for p in folder.glob("*.yaml")}
+    return sorted(names)

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from hpcenv.site.model import Site
+
 
 @lru_cache(maxsize=1)
 def fields() -> dict[str, dict[str, Any]]:
@@ -31,8 +33,6 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 def model_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
     """Dotted names of every field of the site model (tables and their fields)."""
-    from hpcenv.site import Site
-
     model = model or Site
     out = []
     for name, info in model.model_fields.items():
@@ -57,8 +57,6 @@ def describe(dotted: str) -> str:
 
 def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Put each field's description into the JSON Schema (top level and ``$defs``)."""
-    from hpcenv.site import Site
-
     def walk(model: type[BaseModel], node: dict[str, Any], prefix: str) -> None:
         for name, info in model.model_fields.items():
             prop = node.get("properties", {}).get(name)
