@@ -6,7 +6,7 @@ HPCENV := $(VENV)/bin/hpcenv
 SITE  ?= local
 RESULTS ?= results
 
-.PHONY: install host venv test unit lint golden smoke-test build-local bench clean
+.PHONY: install host venv images test unit lint golden smoke-test build-local bench clean
 
 install: host venv
 
@@ -22,7 +22,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[all,dev]'
 	touch $@
 
-test: install              ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests)
+# The images the tests use (tests/services.py, test_image.py, test_sif.py, the rehearsals' SIF,
+# the base image under them) and smoke-test smokes; hpcenv build reuses what is already built.
+# The tests look for the local site's: keep SITE=local (the default) for `make test`.
+images: install            ## build the local horovod-cpu image (podman) and its SIF, and the base under them
+	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
+
+test: images               ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests); CI=true: nothing may skip
 	$(PY) -m pytest -q tests
 
 unit: venv                 ## fast tests only (no containers or services)
@@ -38,8 +44,7 @@ golden: venv               ## regenerate tests/golden (review the diff before co
 build-local: install       ## bootstrap the base and build the local image with podman
 	$(HPCENV) build --site $(SITE)
 
-smoke-test: install        ## build the local image (podman + SIF), measure its tuning, smoke both
-	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
+smoke-test: images         ## build the local image (podman + SIF), measure its tuning, smoke both
 	$(HPCENV) tune --site $(SITE) --ranks-per-node 2 --measure --quick --budget 90 --if-stale
 	$(HPCENV) smoke --site $(SITE) --results $(RESULTS)/smoke
 	$(HPCENV) smoke --site $(SITE) --sif oci --results $(RESULTS)/smoke-sif

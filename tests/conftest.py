@@ -13,6 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
+# What tests need from the host, and the needs_tool mark: a failure under CI=true, else a skip.
+pytest_plugins = ["requirements"]
 # A shell without job control starts background jobs with SIGINT ignored, and an ignored signal
 # stays ignored in every child: the Ctrl-C tests need the disposition a terminal gives.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

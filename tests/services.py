@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from requirements import IMAGES, need, need_root, need_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("HPCENV_STATE", "/var/tmp/hpcenv-services"))
@@ -71,11 +72,11 @@ def _alive(pidfile: Path) -> bool:
 
 
 def _need_root_and(*tools: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm/sshd services need root")
-    missing = [t for t in tools if not shutil.which(t) and not Path("/usr/sbin", t).exists()]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (run scripts/host-setup.sh)")
+    """Root and the service's programs: a failure under CI, a skip elsewhere (requirements.py)."""
+    why = "the local Slurm, the two-node rehearsal and the loopback sshd run real daemons"
+    need_root(why)
+    for tool in tools:
+        need_tool(tool, why=why)
 
 
 @pytest.fixture(scope="session")
@@ -165,14 +166,13 @@ def sshd() -> Iterator[SshdInfo]:
 
 @pytest.fixture(scope="session")
 def local_image() -> str:
-    """The local recipe image or the prototype, else skip with the reason."""
+    """The local recipe image or the prototype; missing: a failure under CI, else a skip."""
+    why = "job tests run their ranks in it"
+    need_tool("podman", why=why)
     tag = find_image()
     if tag is None:
-        pytest.skip(
-            "no local image: neither localhost/hpcenv/horovod-cpu:local nor "
-            "localhost/hpcenv-proto:latest is in podman storage "
-            "(hpcenv build --site local --recipe horovod-cpu, or set HPCENV_TEST_IMAGE)"
-        )
+        what = f"the local image (none of {', '.join(filter(None, IMAGE_CANDIDATES))} in podman)"
+        need(what, why, f"{IMAGES}, or set HPCENV_TEST_IMAGE")
     return tag
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
+from requirements import needs_tool
 from testinfra.backend import BACKENDS
 
 from hpcenv import apptainer as appt
@@ -242,10 +243,8 @@ def test_plugin_registers_scheme_and_backend_builds_command(
 
 
 # -- real Apptainer --------------------------------------------------------------------------
-needs_runtime = pytest.mark.skipif(
-    not (shutil.which("apptainer") or shutil.which("singularity") or shutil.which("podman")),
-    reason="needs apptainer, or podman for hpcenv's helper",
-)
+needs_runtime = needs_tool("apptainer", "singularity", "podman",
+                           why="Apptainer runs natively or in hpcenv's helper container under podman")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from requirements import need_module
 
 from hpcenv.bench.buildcost import (
     instructions,
@@ -236,7 +237,7 @@ def test_sweep_flags_follow_the_check_scripts(tmp_path: Path) -> None:
 
 
 def test_hpccm_recipe_renders_the_same_stack() -> None:
-    pytest.importorskip("hpccm")
+    need_module("hpccm", "the hpccm peer recipe is rendered with hpccm")
     from hpcenv.bench.hpccm_daal4py import recipe
 
     text = recipe(base_image="localhost/base:1", pip_packages=["mpi4py==4.1.2", "pkg==1"])

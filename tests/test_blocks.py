@@ -3,12 +3,11 @@ that the text passes hadolint."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from requirements import need_hadolint
 
 from hpcenv.blocks import BLOCKS, Parts, Stage, apt_install
 from hpcenv.render import _environment
@@ -180,7 +179,7 @@ CMD ["/bin/bash"]"""
     ],
 )
 def test_block_passes_hadolint(name: str, args: tuple[object, ...], tmp_path: Path) -> None:
-    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    hadolint = need_hadolint("every block's Dockerfile is linted")
     path = tmp_path / "Dockerfile"
     path.write_text(dockerfile(BLOCKS[name](*args)) + "\n")
     proc = subprocess.run(

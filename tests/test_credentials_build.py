@@ -18,7 +18,6 @@ import http.server
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import threading
@@ -32,6 +31,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from requirements import need_image
 
 from hpcenv.baseimage import default_mirror, default_tag
 from hpcenv.blocks import Blocks, Stage, apt_install, comment, copy, shell
@@ -162,12 +162,8 @@ def _files_holding(archive: Path, needle: bytes) -> list[str]:
 def test_credentials_stay_out_of_the_image(
     server: _Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (make install provides it)")
     engine = get_engine("podman")
-    base = default_tag()
-    if not engine.image_exists(base):
-        pytest.skip(f"{base} has not been made yet (make build-local makes it)")
+    base = need_image(default_tag(), "the credentialed build starts from the local base image")
     conf = tmp_path / "containers.conf"  # hpcenv's settings + host network for build steps
     conf.write_text(containers_conf_path().read_text().replace(
         "[containers]\n", '[containers]\nnetns = "host"\n'))  # fmt: skip

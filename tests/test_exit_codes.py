@@ -6,7 +6,6 @@ so every ``typer.Exit(1)`` -- a failing ``doctor``, ``smoke`` or ``bench`` -- ex
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from requirements import need_image
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
 
@@ -131,16 +131,9 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
 @pytest.mark.podman
 def test_failing_smoke_exits_1(tmp_path: Path) -> None:
     """The smoke suite against the bare base image (no venv, no MPI) fails, and says so by exit code."""
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed on this host (make install provides it)")
     from hpcenv.baseimage import default_tag
 
-    base = default_tag()
-    from hpcenv.engines import engine_env
-
-    present = subprocess.run(["podman", "image", "exists", base], env=engine_env())
-    if present.returncode != 0:
-        pytest.skip(f"{base} has not been made yet (make smoke-test makes it)")
+    base = need_image(default_tag(), "the smoke suite runs against the bare base image")
     proc = hpcenv("smoke", "--image", base, "--results", str(tmp_path / "r"), timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
 

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from requirements import need_image
 
 from hpcenv.engines import engine_env, get_engine
 from hpcenv.errors import BuildError
@@ -29,11 +30,7 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    if not get_engine("podman").image_exists(TAG):
-        pytest.skip(
-            f"{TAG} is not built: run `make smoke-test` (or hpcenv build --site local) first"
-        )
-    return TAG
+    return need_image(TAG, "these tests inspect the image `make smoke-test` smokes")
 
 
 def in_image(image: str, script: str, user: str = "root") -> str:

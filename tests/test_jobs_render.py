@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from requirements import needs_tool
 from typer.testing import CliRunner
 
 from hpcenv.cli.main import app
@@ -31,7 +31,7 @@ from hpcenv.jobs.render import plan_job, render_plan
 from hpcenv.jobs.spec import ArraySpec, Stitch
 from hpcenv.site import Site, load_site, site_names
 
-needs_shellcheck = pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck missing")
+needs_shellcheck = needs_tool("shellcheck", why="rendered job scripts are shellchecked")
 
 
 def shellcheck(script: str, tmp_path: Path, name: str = "job.sh") -> None:

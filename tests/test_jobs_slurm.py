@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from requirements import need_module
 from typer.testing import CliRunner
 
 from hpcenv.cli.main import app
@@ -47,13 +48,13 @@ if TYPE_CHECKING:
 pytest_plugins = ["services"]  # the slurm and sshd fixtures
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
-try:
-    import mpi4py  # noqa: F401
+needs_mpi4py = pytest.mark.usefixtures("mpi4py_installed")
 
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
-needs_mpi4py = pytest.mark.skipif(not HAVE_MPI4PY, reason="mpi4py not installed in this Python")
+
+@pytest.fixture
+def mpi4py_installed() -> None:
+    need_module("mpi4py", "the job's ranks run this Python's mpi4py")
+
 
 ALLREDUCE = textwrap.dedent(
     """\

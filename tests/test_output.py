@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from requirements import AS_ROOT, need, need_root, need_tool
 
 from hpcenv.errors import OutputError
 from hpcenv.output import MARKER, publish_dir
@@ -131,11 +132,15 @@ def test_ctrl_c_while_writing_keeps_the_old_output(tmp_path: Path) -> None:
 
 @contextlib.contextmanager
 def tmpfs(path: Path, size_kb: int) -> Iterator[Path]:
+    why = "a small tmpfs is the full disk"
+    need_root(why)
+    for tool in ("mount", "umount"):
+        need_tool(tool, why=why, how="util-linux provides it (apt-get install util-linux)")
     path.mkdir()
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+        need(f"a tmpfs mount (mount said: {proc.stderr.strip()})", why, AS_ROOT)
     try:
         yield path
     finally:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from requirements import need_file
 
 from hpcenv.jobs import LocalTransport, logs, status, submit, wait
 from hpcenv.jobs.schedulers import client_env
@@ -163,8 +164,7 @@ def ranks_in(request: pytest.FixtureRequest) -> Ranks:
     """The local podman image on ``local-2node``, or the local site's SIF on ``local-2node-sif``."""
     if request.param == "podman":
         return Ranks("local-2node", request.getfixturevalue("local_image"), "podman")
-    if not SIF.is_file():
-        pytest.skip(f"{SIF} not built: `make smoke-test` builds it (hpcenv build --format sif)")
+    need_file(SIF, "the local SIF", "local-2node-sif runs its ranks in it")
     request.getfixturevalue("site_apptainer")  # the nodes' `apptainer` command is installed
     return Ranks("local-2node-sif", str(SIF), str(SIF))
 
@@ -412,8 +412,7 @@ def test_teardown_with_sif_ranks_running_leaves_nothing(
     the nodes (nothing left in podman), as do the namespaces; the rehearsal then starts again."""
     from hpcenv.engines import engine_env
 
-    if not SIF.is_file():
-        pytest.skip(f"{SIF} not built: `make smoke-test` builds it (hpcenv build --format sif)")
+    need_file(SIF, "the local SIF", "local-2node-sif runs its ranks in it")
     wd = shared / "work"
     wd.mkdir()
     proc = _cli("submit", "--site", "local-2node-sif", "--image", str(SIF), "--nodes", "2",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from requirements import need_image
 from test_rehearsal_bind import DATA, _private_cache, _submit  # noqa: F401 (autouse fixture)
 
 if TYPE_CHECKING:
@@ -40,8 +41,7 @@ def openmpi_image(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     engine = get_engine("podman")
     base = "localhost/hpcenv-base:bookworm"
-    if not engine.image_exists(base):
-        pytest.skip(f"{base} not built (make smoke-test makes it)")
+    need_image(base, "the Open MPI-only image is built from it")
     if not engine.image_exists(OPENMPI_IMAGE):
         ctx = tmp_path_factory.mktemp("openmpi-only")
         (ctx / "Containerfile").write_text(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from requirements import need_file
 
 if TYPE_CHECKING:
     from services import SlurmInfo
@@ -146,8 +147,7 @@ def test_site_mpi_replaces_the_image_mpi_in_sif_ranks(site_mpi_prefix: Path, wd:
     from hpcenv.jobs.render import step_script
     from hpcenv.site import Runtime, load_site
 
-    if not SIF.is_file():
-        pytest.skip(f"{SIF} not built: run `make smoke-test` (it builds the SIF) first")
+    need_file(SIF, "the local SIF", "its ranks run in it")
     site = load_site("local-bind")
     sif_site = site.model_copy(update={"runtime": Runtime(kind="apptainer")})
     cl = get_runtime("apptainer").launch(sif_site, str(SIF), RunContext(workdir=str(wd)))

@@ -4,11 +4,11 @@ and Slurm's reason, the project's rehearsal scripts pass shellcheck, doctor's fi
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from requirements import needs_tool
 
 from hpcenv.jobs.schedulers import Slurm, client_env
 from hpcenv.jobs.transport import (
@@ -66,7 +66,7 @@ def test_node_failure_names_the_node_and_slurms_reason() -> None:
     assert "node1" not in st.message().split("failed node:")[1]
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+@needs_tool("shellcheck", why="the rehearsal scripts are shellchecked")
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_rehearsal_scripts_pass_shellcheck(name: str) -> None:
     # -x: follow what a script sources (scripts/slurm-common.sh), so its use is checked too

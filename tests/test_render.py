@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from requirements import need_hadolint
 
 from hpcenv.golden import golden_files
 from hpcenv.recipe import load_recipe
@@ -72,9 +72,7 @@ def test_spython_parses_definition(rel: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rel", DOCKERFILES)
 def test_hadolint_no_errors(rel: str, tmp_path: Path) -> None:
-    hadolint = shutil.which("hadolint") or str(
-        Path(__import__("sys").executable).parent / "hadolint"
-    )
+    hadolint = need_hadolint("every rendered Dockerfile is linted")
     path = tmp_path / "Dockerfile"
     path.write_text(FILES[rel])
     proc = subprocess.run(

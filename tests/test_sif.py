@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from requirements import need_file
 
 from hpcenv.build import make_plans
 from hpcenv.site import load_site
@@ -27,8 +28,7 @@ def test_readme_apptainer_exec_runs_allreduce() -> None:
     line = readme_exec_line()
     argv = [str(Path(a).expanduser()) if a.startswith("~") else a for a in shlex.split(line)]
     sif = next(Path(a) for a in argv if a.endswith(".sif"))
-    if not sif.is_file():
-        pytest.skip(f"{sif} not built: run `make smoke-test` (it builds the SIF) first")
+    need_file(sif, "the local SIF", "README's apptainer exec line runs it")
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout[proc.stdout.index("{") :])

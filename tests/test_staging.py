@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from requirements import AS_ROOT, need, need_root, need_tool, needs_tool
 
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.render import step_script
@@ -151,7 +151,7 @@ def test_stitch_orders_parts_and_checks_them(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "missing part" in missing.stderr
 
 
-@pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck not installed")
+@needs_tool("shellcheck", why="the step scripts are shellchecked")
 @pytest.mark.parametrize("name", ["stage_in", "stage_out", "stitch"])
 def test_step_scripts_pass_shellcheck(tmp_path: Path, name: str) -> None:
     proc = subprocess.run(
@@ -401,11 +401,15 @@ def test_stitch_writes_through_no_planted_symlink(tmp_path: Path) -> None:
 
 @contextlib.contextmanager
 def _tmpfs(path: Path, size_kb: int) -> Iterator[Path]:
+    why = "a small tmpfs is the full disk"
+    need_root(why)
+    for tool in ("mount", "umount"):
+        need_tool(tool, why=why, how="util-linux provides it (apt-get install util-linux)")
     path.mkdir()
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+        need(f"a tmpfs mount (mount said: {proc.stderr.strip()})", why, AS_ROOT)
     try:
         yield path
     finally:

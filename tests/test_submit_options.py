@@ -3,12 +3,12 @@ run as the installed ``hpcenv`` (exit codes and messages), and the two-rank loca
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from requirements import need_module, needs_tool
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
 CHECKS = Path(__file__).resolve().parents[1] / "hpcenv" / "checks"
@@ -98,10 +98,10 @@ def test_local_default_job_runs_two_ranks() -> None:
     assert "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix" in proc.stdout
 
 
-@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed")
+@needs_tool("mpirun", why="the allreduce check runs as a one-rank Open MPI job")
 def test_collective_check_refuses_world_size_one() -> None:
     """The allreduce check run as one rank exits 2 (it would 'pass' with busbw 0)."""
-    pytest.importorskip("mpi4py")
+    need_module("mpi4py", "the allreduce check imports mpi4py")
     script = str(CHECKS / "allreduce_mpi.py")
     one = subprocess.run([sys.executable, script, "--max-bytes", "64"], capture_output=True,
                          text=True, timeout=120)  # fmt: skip

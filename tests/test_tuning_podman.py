@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from requirements import need_image
 
 pytestmark = pytest.mark.podman
 
@@ -26,8 +27,8 @@ def run(*args: str, env: dict[str, str], timeout: int = 900) -> subprocess.Compl
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict, str]:
     from hpcenv.tuning.apply import image_id
 
-    if image_id(IMAGE) is None:
-        pytest.skip(f"{IMAGE} is not built (make build-local)")
+    need_image(IMAGE, "the tuning sweep runs in it")
+    assert image_id(IMAGE) is not None
     env = dict(os.environ, HPCENV_TUNING_DIR=str(tmp_path_factory.mktemp("tuning")))
     proc = run("tune", "--site", "local", "--ranks-per-node", "2", "--measure", "--quick",
                "--budget", "60", env=env)  # fmt: skip
