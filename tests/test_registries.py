@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from hpcenv.hostdetect import RecordedHost, command, detect
 
 from hpcenv import doctor
 from hpcenv.jobs.schedulers import (
@@ -35,7 +36,6 @@ from hpcenv.jobs.transport import Completed, Transport, TransportSpec
 from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.knowledge import kb
 from hpcenv.site import Site, load_site
-from hpcenv.siteinit import RecordedHost, command, detect
 
 HOSTS = Path(__file__).parent / "data" / "hosts"
 

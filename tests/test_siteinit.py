@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcenv import hostdetect as fromhost
 from hpcenv.errors import ConfigError
-from hpcenv.site import fromhost, load_site, load_site_file, placeholders
+from hpcenv.site import load_site, load_site_file, placeholders
 
 DATA = Path(__file__).parent / "data" / "hosts"
 HPCENV = Path(sys.executable).with_name("hpcenv")

@@ -18,8 +18,8 @@ pytest_plugins = ["services"]  # the sshd fixture
 
 
 def test_transport_host_runs_the_same_commands_as_local() -> None:
+    from hpcenv.hostdetect import LocalHost, TransportHost, detect
     from hpcenv.jobs.transport import LocalTransport
-    from hpcenv.site.fromhost import LocalHost, TransportHost, detect
 
     via = detect(TransportHost(LocalTransport()), "x").data
     here = detect(LocalHost(), "x").data

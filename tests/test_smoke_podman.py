@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from requirements import need_image
 
-from hpcenv.build import image_tag
+from hpcenv.naming import image_tag
 
 pytestmark = pytest.mark.podman
 
-IMAGE = image_tag("local", "horovod-cpu")
+IMAGE = image_tag(recipe="horovod-cpu", site="local")
 
 
 def test_real_smoke_suite(tmp_path: Path) -> None:

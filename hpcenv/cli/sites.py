@@ -133,16 +133,16 @@ def register(app: typer.Typer) -> None:
         you know placeholder; the file is validated before it is kept.
         """
         from hpcenv.errors import ConfigError
+        from hpcenv.hostdetect import LocalHost, RecordedHost, detect, site_data, write_site
         from hpcenv.site import load_site_file, placeholders
-        from hpcenv.site.fromhost import LocalHost, RecordedHost, detect, site_data, write_site
 
         if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
             raise ConfigError(f"site name {name!r}: lowercase letters, digits and dashes")
         target = out or Path(f"{name}.yaml")
         if from_host or recorded or ssh_host:
             if ssh_host:
+                from hpcenv.hostdetect import TransportHost
                 from hpcenv.jobs.transport import SshTransport, TransportSpec
-                from hpcenv.site.fromhost import TransportHost
 
                 spec = TransportSpec(kind="ssh", host=ssh_host, port=ssh_port, user=ssh_user,
                                      key_file=ssh_key, known_hosts=known_hosts)  # fmt: skip

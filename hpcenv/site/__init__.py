@@ -4,7 +4,7 @@
 - :mod:`hpcenv.site.model`: the typed, validated site model;
 - :mod:`hpcenv.site.load`: ``--site`` to a file, YAML, ``extends:``, the origin of each value;
 - :mod:`hpcenv.site.fields`: the description of every field (schema, ``sites fields``);
-- :mod:`hpcenv.site.fromhost`: ``sites init --from-host``, a site file from the host's commands.
+- :mod:`hpcenv.hostdetect`: ``sites init --from-host``, a site file from the host's commands.
 
 Each imports only the ones above it in this list and the lower layers (errors, safe, versions,
 yamlsrc, tables, paths, knowledge, pins); none imports :mod:`hpcenv.jobs`, the CLI or the
