@@ -13,7 +13,7 @@ import hpcenv.bench.ccl as ccl
 from hpcenv.bench.context import BenchConfig, BenchContext
 from hpcenv.bench.runner import SECTION_NAMES
 from hpcenv.bench.shells import Result
-from hpcenv.jobs.tuning import tune
+from hpcenv.jobs.placement import place
 from hpcenv.site import load_site
 
 SIZE = 64 << 20
@@ -23,7 +23,7 @@ def _ctx(tmp_path: Path) -> BenchContext:
     site = load_site("local")
     cfg = BenchConfig(out=tmp_path, sections=("ccl",))
     return BenchContext(cfg=cfg, image="x", echo=lambda line: None, site=site,
-                        tuning=tune(site, 1, 2))  # fmt: skip
+                        tuning=place(site, 1, 2))  # fmt: skip
 
 
 def _exists(rc: int) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing
 
 from hpcenv.jobs.launchers import LAUNCHERS, Launcher
-from hpcenv.jobs.tuning import Placement, core_ranges, tune
+from hpcenv.jobs.placement import Placement, core_ranges, place
 from hpcenv.knowledge import kb
 from hpcenv.site import Scheduler, Site, load_site
 
@@ -36,7 +36,7 @@ def test_a_new_launcher_is_one_class() -> None:
     register_launcher(FluxRun)
     try:
         site = load_site("frontier")
-        p = tune(site, nodes=2)
+        p = place(site, nodes=2)
         # frontier's launcher_flags belong to srun: a launcher the site does not use gets none
         assert launch_argv(site, p, launcher="flux") == [
             "flux", "run", "-N", "2", "-n", "16", "-c", "7", "-g", "1"
@@ -55,7 +55,7 @@ def test_site_launcher_flags_only_reach_the_site_launcher() -> None:
 
     for name in ("perlmutter", "summit", "frontier"):
         site = load_site(name)
-        p = tune(site, nodes=1)
+        p = place(site, nodes=1)
         own = launch_argv(site, p)
         assert own[0] == site.scheduler.launcher
         for flag in site.scheduler.launcher_flags:
@@ -66,5 +66,5 @@ def test_site_launcher_flags_only_reach_the_site_launcher() -> None:
 
 def test_frontier_ranks_leave_the_low_noise_core() -> None:
     site = load_site("frontier")
-    p = tune(site, nodes=2)
+    p = place(site, nodes=2)
     assert core_ranges(p.compute_cores[0]) == "1-7"

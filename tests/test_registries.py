@@ -17,9 +17,10 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from hpcenv.hostdetect import RecordedHost, command, detect
 
 from hpcenv import doctor
+from hpcenv.hostdetect import RecordedHost, command, detect
+from hpcenv.jobs.placement import Placement, place
 from hpcenv.jobs.schedulers import (
     NO_SCHEDULER,
     SCHEDULERS,
@@ -33,7 +34,6 @@ from hpcenv.jobs.spec import ArraySpec, JobSpec
 from hpcenv.jobs.status import JobStatus
 from hpcenv.jobs.submit import Submission, log_paths
 from hpcenv.jobs.transport import Completed, Transport, TransportSpec
-from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.knowledge import kb
 from hpcenv.site import Site, load_site
 
@@ -171,7 +171,7 @@ def test_a_registered_class_works_through_the_generic_paths(toy: type[Toy], tmp_
     assert isinstance(sched, toy)
     site = load_site("generic-slurm")
     job = JobSpec(name="t", account="P1", scheduler_options=["--mail=none"])
-    lines = sched.directives(site, job, tune(site, 2), node_local=False)
+    lines = sched.directives(site, job, place(site, 2), node_local=False)
     assert lines[:5] == ["#TOY --name t", "#TOY --nodes 2", "#TOY --out t-%t.out",
                          "#TOY --err t-%t.err", "#TOY --charge P1"]  # fmt: skip
     assert lines[-1] == "#TOY --mail none"

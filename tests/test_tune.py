@@ -10,13 +10,13 @@ from typer.testing import CliRunner
 from hpcenv.cli.main import app
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.launchers import get_launcher
-from hpcenv.jobs.tuning import tune
+from hpcenv.jobs.placement import place
 from hpcenv.site import Site, load_site
 
 
 def flags(site: str | Site, launcher: str, **kw: object) -> list[str]:
     s = load_site(site) if isinstance(site, str) else site
-    return get_launcher(launcher).flags(s, tune(s, **kw))  # type: ignore[arg-type]
+    return get_launcher(launcher).flags(s, place(s, **kw))  # type: ignore[arg-type]
 
 
 def _site(sockets: int, cores: int, gpus: int = 0) -> Site:
@@ -27,7 +27,7 @@ def _site(sockets: int, cores: int, gpus: int = 0) -> Site:
 
 def test_ccl_workers_kept_out_of_compute_domain() -> None:
     """2 sockets x 28 cores, one rank per socket, 4 CCL workers each -> 24 threads."""
-    t = tune(_site(2, 28), nodes=1, ranks_per_node=2, ccl_workers=4)
+    t = place(_site(2, 28), nodes=1, ranks_per_node=2, ccl_workers=4)
     assert t.ranks_per_socket == 1 and t.cores_per_rank == 28
     assert t.omp_threads == 24
     assert t.env["OMP_NUM_THREADS"] == "24"
@@ -53,7 +53,7 @@ def test_ccl_workers_kept_out_of_compute_domain() -> None:
 
 
 def test_local_two_ranks_one_thread_each() -> None:
-    t = tune(load_site("local"), nodes=1, ranks_per_node=2)
+    t = place(load_site("local"), nodes=1, ranks_per_node=2)
     assert (t.cores_per_rank, t.omp_threads, t.ccl_workers) == (1, 1, 0)
     assert t.env["OMP_NUM_THREADS"] == "1"
     assert t.compute_cores == ((0,), (1,))
@@ -63,10 +63,10 @@ def test_local_two_ranks_one_thread_each() -> None:
 def test_oversubscription_refused_unless_forced() -> None:
     local = load_site("local")
     with pytest.raises(ConfigError, match="over-subscription.*3 ranks x 1 cores.*--force"):
-        tune(local, ranks_per_node=3)
+        place(local, ranks_per_node=3)
     with pytest.raises(ConfigError, match="no core .* for compute threads"):
-        tune(local, ranks_per_node=2, ccl_workers=1)
-    forced = tune(local, ranks_per_node=3, force=True)
+        place(local, ranks_per_node=2, ccl_workers=1)
+    forced = place(local, ranks_per_node=3, force=True)
     srun = get_launcher("srun").flags(local, forced)
     assert forced.oversubscribed and srun == [
         "--nodes=1",
@@ -79,7 +79,7 @@ def test_oversubscription_refused_unless_forced() -> None:
 
 
 def test_summit_resource_sets_one_per_gpu() -> None:
-    t = tune(load_site("summit"), nodes=2)
+    t = place(load_site("summit"), nodes=2)
     assert t.ranks_per_node == 6 and t.cores_per_rank == 7 and t.gpus_per_rank == 1
     assert flags("summit", "jsrun", nodes=2) == [
         "-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b", "packed:7"
@@ -89,7 +89,7 @@ def test_summit_resource_sets_one_per_gpu() -> None:
 
 
 def test_gpu_sites_bind_gpus_per_task() -> None:
-    t = tune(load_site("frontier"), nodes=1)
+    t = place(load_site("frontier"), nodes=1)
     assert t.ranks_per_node == 8
     srun = flags("frontier", "srun", nodes=1)
     assert "--gpus-per-task=1" in srun and "--gpu-bind=closest" in srun
@@ -100,11 +100,11 @@ def test_gpu_sites_bind_gpus_per_task() -> None:
 
 def test_ccl_default_on_for_ccl_recipes() -> None:
     aurora = load_site("aurora")
-    t = tune(aurora, nodes=1, recipe="torch-ccl")
+    t = place(aurora, nodes=1, recipe="torch-ccl")
     # 12 ranks (one per tile) x 8 cores; 4 of each rank's 8 run the CCL workers.
     assert t.ccl_workers == 4 and t.cores_per_rank == 8 and t.omp_threads == 4
     assert len(t.env["CCL_WORKER_AFFINITY"].split(",")) == 4 * t.ranks_per_node
-    assert tune(load_site("generic-slurm"), recipe="horovod-cpu").ccl_workers == 0
+    assert place(load_site("generic-slurm"), recipe="horovod-cpu").ccl_workers == 0
 
 
 def test_cli_tune_json_and_text(runner: CliRunner) -> None:
@@ -127,7 +127,7 @@ def test_cli_tune_oversubscription_is_one_line_error(runner: CliRunner) -> None:
 def test_aurora_never_binds_reserved_cores_and_matches_alcf_list() -> None:
     """ALCF reserves cores 0 and 52; without CCL workers the list is ALCF's own example."""
     aurora = load_site("aurora")
-    t = tune(aurora, nodes=1, ccl_workers=0)
+    t = place(aurora, nodes=1, ccl_workers=0)
     used = {c for d in t.compute_cores for c in d}
     assert not used & {0, 52}
     assert flags(aurora, "mpiexec", nodes=1, ccl_workers=0) == [
@@ -137,20 +137,20 @@ def test_aurora_never_binds_reserved_cores_and_matches_alcf_list() -> None:
     ]  # fmt: skip
     # Six ranks (implicit scaling): ALCF's list:1-16:17-32:33-48:53-68:69-84:85-100 covers
     # 16 cores a rank; hpcenv gives 17 of each socket's 51 (same sockets, no reserved core).
-    six = tune(aurora, nodes=1, ranks_per_node=6, ccl_workers=0)
+    six = place(aurora, nodes=1, ranks_per_node=6, ccl_workers=0)
     assert six.gpu_bind == "list" and six.gpu_ids[0] == ("0.0", "0.1")
     assert not {c for d in six.compute_cores for c in d} & {0, 52}
 
 
 def test_local_default_runs_two_ranks() -> None:
     """One rank on a one-socket node makes an allreduce a no-op: the default is two."""
-    t = tune(load_site("local"))
+    t = place(load_site("local"))
     assert t.ranks_per_node == 2 and t.ranks == 2
     assert any("two on a one-socket node" in r for r in t.reasons)
 
 
 def test_placement_env_is_a_hook_for_later_layers() -> None:
-    t = tune(load_site("local"))
+    t = place(load_site("local"))
     tuned = t.with_env({"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}, "measured rules file")
     assert tuned.env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
     assert tuned.env["OMP_NUM_THREADS"] == "1" and "OMPI_MCA_coll_tuned_use_dynamic_rules" not in t.env
@@ -159,7 +159,7 @@ def test_placement_env_is_a_hook_for_later_layers() -> None:
 
 def test_default_ccl_workers_leave_a_compute_core() -> None:
     """2 cores per rank: the default 4 workers would leave no compute core, so 1 worker."""
-    t = tune(_site(1, 4), nodes=1, ranks_per_node=2, recipe="torch-ccl")
+    t = place(_site(1, 4), nodes=1, ranks_per_node=2, recipe="torch-ccl")
     assert (t.cores_per_rank, t.ccl_workers, t.omp_threads) == (2, 1, 1)
     assert t.compute_cores == ((0,), (2,)) and t.worker_cores == ((1,), (3,))
     assert t.env["CCL_WORKER_COUNT"] == "1" and t.env["CCL_WORKER_AFFINITY"] == "1,3"
@@ -170,11 +170,11 @@ def test_one_core_per_rank_ccl_worker_shares_the_rank_core() -> None:
     """1 core per rank (local): oneCCL's one worker is pinned to each rank's own core, not
     left to its default affinity (every rank's worker on the node's last core)."""
     for recipe in ("torch-ccl", "horovod-ccl"):
-        t = tune(load_site("local"), recipe=recipe)
+        t = place(load_site("local"), recipe=recipe)
         assert (t.cores_per_rank, t.ccl_workers, t.omp_threads) == (1, 1, 1)
         assert t.compute_cores == ((0,), (1,)) and t.worker_cores == ((0,), (1,))
         assert t.env["CCL_WORKER_COUNT"] == "1" and t.env["CCL_WORKER_AFFINITY"] == "0,1"
         assert not t.oversubscribed and any("shares the rank's core" in r for r in t.reasons)
-    assert "CCL_WORKER_COUNT" not in tune(load_site("local"), recipe="horovod-cpu").env
+    assert "CCL_WORKER_COUNT" not in place(load_site("local"), recipe="horovod-cpu").env
     with pytest.raises(ConfigError, match="no core"):  # asked for explicitly: still refused
-        tune(load_site("local"), recipe="torch-ccl", ccl_workers=4)
+        place(load_site("local"), recipe="torch-ccl", ccl_workers=4)

@@ -7,7 +7,7 @@ Sections (:mod:`hpcenv.bench.runner` runs them in this order, ``--section`` pick
   Gloo and torch gloo vs raw MPI in the same image, each as a fraction of the numpy copy
   bandwidth measured in the same run;
 * ``tuning``, ``mnist`` (:mod:`~hpcenv.bench.comm`): hpcenv's launch settings
-  (:func:`hpcenv.jobs.tuning.tune` + the site's ``tuning:`` env) vs a naive launch, every Open
+  (:func:`hpcenv.jobs.placement.place` + the site's ``tuning:`` env) vs a naive launch, every Open
   MPI coll_tuned allreduce algorithm and a per-size rules file made from them, Horovod knobs;
 * ``kmeans`` (:mod:`~hpcenv.bench.compute`): daal4py float32 SPMD and batch vs scikit-learn;
 * ``cli``: rendering every site x recipe, ``hpcenv --help``;

@@ -51,7 +51,7 @@ def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, di
 def ccl_section(ctx: BenchContext) -> Section:
     from hpcenv import naming
     from hpcenv.jobs.launchers import Mpirun
-    from hpcenv.jobs.tuning import tune
+    from hpcenv.jobs.placement import place
 
     sec = Section("ccl", f"Horovod over oneCCL vs MPI and Gloo ({NP} ranks, 64 MiB)")
     image = naming.image_tag(recipe=RECIPE, site=ctx.site.name)
@@ -61,7 +61,7 @@ def ccl_section(ctx: BenchContext) -> Section:
         sec.headline.append(Headline("Horovod over CCL / Horovod over MPI, 64 MiB allreduce",
                                      "not measured (image not built)", ""))  # fmt: skip
         return sec
-    placement = tune(ctx.site, 1, NP, recipe=RECIPE)
+    placement = place(ctx.site, 1, NP, recipe=RECIPE)
     env = dict(placement.env) | {str(k): str(v) for k, v in ctx.site.tuning.items()}
     mpirun = shlex.join(Mpirun().command(ctx.site, placement))
     launchers = {"mpirun": mpirun, "horovodrun": f"horovodrun -np {NP} -H localhost:{NP} --gloo"}

@@ -298,7 +298,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     sec.text.append(
         f"Naive: `{NAIVE_MPIRUN}`, no environment. hpcenv launch: `{ctx.hpcenv_mpirun}` with "
         + ", ".join(f"`{k}={v}`" for k, v in ctx.launch_env.items())
-        + f" (placement from `hpcenv.jobs.tuning.tune(site {ctx.site.name}, 1 node, {NP} ranks)` "
+        + f" (placement from `hpcenv.jobs.placement.place(site {ctx.site.name}, 1 node, {NP} ranks)` "
         "and the site's `tuning:` block). hpcenv default: the same plus the measured tuning in "
         "force for this image digest and layout (`hpcenv tune --measure`; what `submit`, job.sh "
         "and `smoke` apply by default): "

@@ -43,7 +43,7 @@ class BenchContext:
     host: Host = field(default_factory=Host)
     container: Container | None = None
     site: Any = None  # hpcenv.site.Site
-    tuning: Any = None  # hpcenv.jobs.tuning.LaunchTuning
+    tuning: Any = None  # hpcenv.jobs.placement.Placement
     measured: Any = None  # hpcenv.tuning.model.MeasuredTuning in force for this image, if any
     shared: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

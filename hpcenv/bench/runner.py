@@ -215,7 +215,7 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
 
 def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchReport:
     from hpcenv import naming
-    from hpcenv.jobs.tuning import tune
+    from hpcenv.jobs.placement import place
     from hpcenv.site import load_site
 
     t_start = time.perf_counter()
@@ -240,7 +240,7 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     image = cfg.image or naming.image_tag(recipe="horovod-cpu", site=site.name)
     cfg.out = cfg.out.resolve()  # bind mounts need absolute paths
     cfg.out.mkdir(parents=True, exist_ok=True)
-    ctx = BenchContext(cfg=cfg, image=image, echo=echo, site=site, tuning=tune(site, 1, NP))
+    ctx = BenchContext(cfg=cfg, image=image, echo=echo, site=site, tuning=place(site, 1, NP))
     ctx.shared["machine"] = machine()
     meta: dict[str, Any] = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),

@@ -377,8 +377,8 @@ def register(app: typer.Typer) -> None:
         from hpcenv.errors import ConfigError
         from hpcenv.jobs.containers import default_image
         from hpcenv.jobs.launchers import LAUNCHERS
+        from hpcenv.jobs.placement import place
         from hpcenv.jobs.shell import join
-        from hpcenv.jobs.tuning import tune
         from hpcenv.site import load_site
 
         if sum((measure, show, plan)) > 1:
@@ -387,7 +387,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--budget must be > 0 seconds")
         _refuse_empty(image=image)
         s = load_site(site)
-        t = tune(s, nodes, ranks_per_node, cores_per_rank=cores_per_rank,
+        t = place(s, nodes, ranks_per_node, cores_per_rank=cores_per_rank,
                  ccl_workers=ccl_workers, recipe=recipe, force=force)  # fmt: skip
         img = image or default_image(s, recipe or "horovod-cpu")
         if plan:
@@ -465,7 +465,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _span(cores: tuple[int, ...]) -> str:
-    from hpcenv.jobs.tuning import core_ranges
+    from hpcenv.jobs.placement import core_ranges
 
     return core_ranges(cores) if cores else ""
 

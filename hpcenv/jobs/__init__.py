@@ -6,7 +6,7 @@ Public API:
   scheduler, tuning and log names.
 - :func:`submit` / :func:`submit_chain` (afterok) / :func:`wait` / :func:`status` /
   :func:`logs` / :func:`cancel` over a :class:`Transport` (local or SSH).
-- :func:`tune` -> :class:`Placement` (neutral: ranks, cores, GPUs, env); launchers and
+- :func:`place` -> :class:`Placement` (neutral: ranks, cores, GPUs, env); launchers and
   runtimes turn it into their own flags.
 - :func:`training_chain` / :func:`array_chain` build staged pipelines; manifests via
   :func:`write_manifest` / :func:`verify_manifest`.
@@ -15,6 +15,7 @@ Public API:
 
 from hpcenv.jobs.containers import default_image, get_runtime
 from hpcenv.jobs.launchers import get_launcher
+from hpcenv.jobs.placement import Placement, place
 from hpcenv.jobs.render import RenderedJob, prepare, render_job
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut, Stitch
@@ -31,12 +32,11 @@ from hpcenv.jobs.submit import (
     wait,
 )
 from hpcenv.jobs.transport import LocalTransport, SshTransport, Transport, TransportSpec
-from hpcenv.jobs.tuning import LaunchTuning, Placement, tune
 
 __all__ = [
-    "ArraySpec", "JobSpec", "JobStatus", "LaunchTuning", "LocalTransport", "Placement", "RenderedJob",
+    "ArraySpec", "JobSpec", "JobStatus", "LocalTransport", "Placement", "RenderedJob",
     "Scheduler", "SshTransport", "StageIn", "StageOut", "Stitch", "Submission", "Transport",
     "TransportSpec", "array_chain", "cancel", "default_image", "get_launcher", "get_runtime",
     "get_scheduler", "load_record", "logs", "prepare", "render_job", "status", "submit",
-    "submit_chain", "training_chain", "tune", "verify_manifest", "wait", "write_manifest",
+    "submit_chain", "training_chain", "place", "verify_manifest", "wait", "write_manifest",
 ]  # fmt: skip

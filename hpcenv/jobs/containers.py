@@ -2,7 +2,7 @@
 
 A runtime turns (site, image, context) into a :class:`ContainerLaunch`: options for the launcher
 (pyxis), an argv prefix put before the command, and variables to export. The launcher's flags
-come from :mod:`hpcenv.jobs.launchers` (one :class:`~hpcenv.jobs.tuning.Placement`); a runtime
+come from :mod:`hpcenv.jobs.launchers` (one :class:`~hpcenv.jobs.placement.Placement`); a runtime
 adds only how a rank enters the image.
 
 Bind-model MPI (:mod:`hpcenv.jobs.bindmodel`): each runtime says the site MPI's injection in its
@@ -34,6 +34,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from hpcenv import naming
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
 from hpcenv.jobs.plan import step_path
@@ -110,6 +111,19 @@ class ContainerRuntime(ABC):
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch: ...
 
 
+RUNTIMES: dict[str, type[ContainerRuntime]] = {}
+
+
+def register_runtime(cls: type[ContainerRuntime]) -> type[ContainerRuntime]:
+    """Class decorator: make ``cls`` known by its ``kind`` (a taken kind is refused). Adding a
+    runtime is one class (``tests/test_jobs_render.py`` registers one)."""
+    if cls.kind in RUNTIMES and RUNTIMES[cls.kind] is not cls:
+        raise ValueError(f"container runtime {cls.kind!r} is already registered")
+    RUNTIMES[cls.kind] = cls
+    return cls
+
+
+@register_runtime
 class Apptainer(ContainerRuntime):
     """``apptainer exec [--nv|--rocm] --bind ... IMAGE``; host env passes by default."""
 
@@ -134,6 +148,7 @@ class Apptainer(ContainerRuntime):
         return ContainerLaunch(prefix=argv, env=env, notes=notes)
 
 
+@register_runtime
 class Singularity(Apptainer):
     kind = "singularity"
     env_prefix = "SINGULARITYENV_"
@@ -161,6 +176,7 @@ def _oci_mpi_env(inj: SiteMpi | None) -> list[str]:
     return out
 
 
+@register_runtime
 class Podman(ContainerRuntime):
     """Rootful podman, one container per rank (see the module docstring for why each flag)."""
 
@@ -187,6 +203,7 @@ def _self_injected(site: Site) -> list[str]:
     return []
 
 
+@register_runtime
 class PodmanHpc(ContainerRuntime):
     """NERSC podman-hpc; ``runtime.flags`` carry ``--mpi``/``--gpu``/``--nccl``, whose modules
     (NERSC/podman-hpc ``etc/modules.d``) bind the site MPI, the GPU driver and the NCCL plugin."""
@@ -201,6 +218,7 @@ class PodmanHpc(ContainerRuntime):
         )
 
 
+@register_runtime
 class Shifter(ContainerRuntime):
     """NERSC shifter: ``shifter --image=docker:IMAGE [--module=...] --volume=...``."""
 
@@ -215,6 +233,7 @@ class Shifter(ContainerRuntime):
         return ContainerLaunch(prefix=[*argv, *_oci_mpi_env(inj)], notes=_self_injected(site))
 
 
+@register_runtime
 class Pyxis(ContainerRuntime):
     """NVIDIA pyxis/enroot: the container is an ``srun`` option, not a command prefix."""
 
@@ -228,11 +247,6 @@ class Pyxis(ContainerRuntime):
         return ContainerLaunch(launcher_args=[*args, *site.runtime.flags])
 
 
-RUNTIMES: dict[str, type[ContainerRuntime]] = {
-    c.kind: c for c in (Apptainer, Singularity, Podman, PodmanHpc, Shifter, Pyxis)
-}
-
-
 def get_runtime(kind: str) -> ContainerRuntime:
     try:
         return RUNTIMES[kind]()
@@ -243,13 +257,9 @@ def get_runtime(kind: str) -> ContainerRuntime:
 
 
 def default_image(site: Site, recipe: str) -> str:
-    """The image a site/recipe runs by default.
-
-    OCI runtimes use the tag hpcenv builds, ``localhost/hpcenv/<recipe>:<site>``; SIF runtimes
-    (apptainer, singularity) use ``<scratch>/hpcenv/images/<recipe>-<site>.sif``, the file
-    ``apptainer build`` makes from that tag's archive.
-    """
-    if site.runtime.kind in ("apptainer", "singularity"):
-        scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), "$HOME")
-        return f"{scratch}/hpcenv/images/{recipe}-{site.name}.sif"
-    return f"localhost/hpcenv/{recipe}:{site.name}"
+    """The image a site/recipe runs by default (:func:`hpcenv.naming.default_image`: the SIF
+    path on SIF runtimes, else the OCI tag hpcenv builds)."""
+    scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), None)
+    return naming.default_image(
+        recipe=recipe, site=site.name, runtime=site.runtime.kind, scratch=scratch
+    )

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError
-from hpcenv.jobs.tuning import Placement, core_ranges
+from hpcenv.jobs.placement import Placement, core_ranges
 from hpcenv.site import Site
 
 

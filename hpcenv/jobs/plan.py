@@ -5,7 +5,7 @@ site + :class:`~hpcenv.jobs.spec.JobSpec` -> :func:`hpcenv.jobs.render.plan_job`
 -> the job script. A plan holds everything the script does, as data:
 
 - the scheduler's directives and the site's module and prelude lines;
-- one :class:`~hpcenv.jobs.tuning.Placement` (where the ranks run);
+- one :class:`~hpcenv.jobs.placement.Placement` (where the ranks run);
 - the environment as :class:`EnvVar` items, each with the layer it came from (placement, site MPI,
   site environment, measured collective tuning, job, container runtime, host), later layers winning;
 - the paths (work folder, node-local folder, staged data, output, image);
@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hpcenv.jobs.placement import Placement
 from hpcenv.jobs.shell import Expand, command_arg, join, q
-from hpcenv.jobs.tuning import Placement
 
 STEPS = "$HPCENV_STEPS"  # the job's steps folder, as the job script names it
 

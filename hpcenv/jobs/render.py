@@ -1,7 +1,7 @@
 """Plan a job (:func:`plan_job`) and print the plan with ``templates/jobs/job.sh.j2``.
 
 The scheduler gives the directives, the launcher the rank launch (from the job's
-:class:`~hpcenv.jobs.tuning.Placement`), the container runtime the per-rank prefix, and the
+:class:`~hpcenv.jobs.placement.Placement`), the container runtime the per-rank prefix, and the
 placement, the site, the measured collective tuning and the job the environment layers. What the
 job script does is a :class:`~hpcenv.jobs.plan.JobPlan`; every value in it is validated and
 quoted here or in :mod:`hpcenv.jobs.shell`, and the template only prints it. Shell programs are
@@ -21,6 +21,7 @@ from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import preflight_args, site_mpi
 from hpcenv.jobs.containers import ContainerLaunch, RunContext, get_runtime
 from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
+from hpcenv.jobs.placement import Placement, place
 from hpcenv.jobs.plan import (
     STEPS,
     EnvSource,
@@ -36,7 +37,6 @@ from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import PLACEHOLDERS, Expand, env_name, join, placeholders, qpath, word
 from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
-from hpcenv.jobs.tuning import Placement, tune
 from hpcenv.paths import templates_dir
 from hpcenv.safe import Lines, checked_lines, finalize
 from hpcenv.site import Site
@@ -145,7 +145,7 @@ def _used_placeholders(job: JobSpec) -> set[str]:
 
 def _placement(site: Site, job: JobSpec) -> Placement:
     if job.launch == "mpi":
-        return tune(
+        return place(
             site,
             job.nodes,
             job.ranks_per_node,
@@ -154,7 +154,7 @@ def _placement(site: Site, job: JobSpec) -> Placement:
             recipe=job.recipe,
             force=job.force,
         )
-    return tune(
+    return place(
         site,
         job.nodes,
         1,

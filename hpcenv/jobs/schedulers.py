@@ -26,12 +26,12 @@ from typing import ClassVar, TypeVar
 
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.launchers import slurm_shape
+from hpcenv.jobs.placement import Placement
 from hpcenv.jobs.shell import job_id as job_id_word
 from hpcenv.jobs.shell import join, word
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus, Phase, aggregate
 from hpcenv.jobs.transport import Completed, Transport
-from hpcenv.jobs.tuning import Placement
 from hpcenv.site import Site
 from hpcenv.site.words import directive_pairs
 

@@ -248,11 +248,11 @@ def launch_settings(
     placement's mpirun flags and environment, the site's ``tuning:`` and the measured tuning in
     force for this image digest and layout (a stale or foreign file is ignored, with the reason
     in ``note``)."""
-    from hpcenv.jobs.tuning import tune
+    from hpcenv.jobs.placement import place
     from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment, lookup
 
     # the recipe shapes the placement: a CCL recipe gets oneCCL workers (CCL_WORKER_*)
-    placement = tune(site, 1, ranks, recipe=recipe, force=True)
+    placement = place(site, 1, ranks, recipe=recipe, force=True)
     from hpcenv.jobs.launchers import launch_argv
 
     # the in-image suite puts ``mpirun -np N`` before these for each check's rank count

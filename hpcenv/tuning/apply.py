@@ -20,7 +20,7 @@ OMPI_RULES_ENV = "OMPI_MCA_coll_tuned_dynamic_rules_filename"
 
 
 def layout_of(placement: Any) -> Layout:
-    """The layout of a placement (``hpcenv.jobs.tuning.tune``'s result)."""
+    """The layout of a placement (``hpcenv.jobs.placement.place``'s result)."""
     return Layout(
         nodes=placement.nodes,
         ranks_per_node=placement.ranks_per_node,
@@ -93,9 +93,9 @@ def for_job(site: Any, job: Any, image: str | None) -> tuple[MeasuredTuning | No
     """
     if job.launch != "mpi":
         return None, None
-    from hpcenv.jobs.tuning import tune
+    from hpcenv.jobs.placement import place
 
-    placement = tune(site, job.nodes, job.ranks_per_node, cores_per_rank=job.cores_per_rank,
+    placement = place(site, job.nodes, job.ranks_per_node, cores_per_rank=job.cores_per_rank,
                      ccl_workers=job.ccl_workers, recipe=job.recipe, force=job.force)  # fmt: skip
     found = lookup(site, placement, image)
     if found is None:

@@ -1,6 +1,6 @@
 """Placement: one neutral description of where a job's ranks run, derived from node topology.
 
-:func:`tune` returns a :class:`Placement` (nodes, ranks per node, cores and core lists per rank,
+:func:`place` returns a :class:`Placement` (nodes, ranks per node, cores and core lists per rank,
 GPUs per rank and their binding, environment); it names no launcher flag. Each launcher
 (:mod:`hpcenv.jobs.launchers`: srun, jsrun, mpiexec, mpirun) and each container runtime
 (:mod:`hpcenv.jobs.containers`) turns it into its own flags, so a launch line is built in one
@@ -64,9 +64,6 @@ class Placement:
         return asdict(self)
 
 
-# The name this type had before launchers owned their flags; kept for callers.
-LaunchTuning = Placement
-
 DEFAULT_CCL_WORKERS = 4
 
 
@@ -123,7 +120,7 @@ def default_ranks_per_node(site: Site) -> tuple[int, str]:
     return node.sockets, "one per socket (default)"
 
 
-def tune(
+def place(
     site: Site,
     nodes: int = 1,
     ranks_per_node: int | None = None,
