@@ -1,4 +1,5 @@
-"""Golden files: every site x recipe rendered (or its conflict message), for review in diffs.
+"""Golden files: every site x recipe rendered (or its conflict message), and one example job per
+real site (its plan as JSON and the script that prints it), for review in diffs.
 
 ``python -m hpcenv.golden tests/golden`` (``make golden``) regenerates them.
 """
@@ -16,6 +17,36 @@ from hpcenv.resolver import resolve
 from hpcenv.site import load_site
 
 BUILTIN_SITES = ("aurora", "frontier", "generic-slurm", "local", "perlmutter", "summit")
+# Example jobs: the sites whose scripts do not depend on this host (local's podman settings do).
+JOB_SITES = ("aurora", "frontier", "generic-slurm", "perlmutter", "summit")
+
+
+def example_job_files() -> dict[str, str]:
+    """``jobs/<site>.sh`` and ``jobs/<site>.plan.json``: 2 nodes of the site's first recipe in its
+    default image, data staged in (per node where the site has node-local storage) and out."""
+    import json
+
+    from hpcenv.jobs import JobSpec, StageIn, StageOut, default_image, prepare
+
+    files: dict[str, str] = {}
+    for site_name in JOB_SITES:
+        site = load_site(site_name)
+        base = next(f.path for f in site.filesystems if f.purpose in ("scratch", "project"))
+        recipe = site.recipes[0]
+        job = JobSpec(
+            name="train",
+            command=["python3", "train.py", "--data", "{data}", "--out", "{output}"],
+            nodes=2,
+            recipe=recipe,
+            account="stf007" if site.scheduler.account_required else None,
+            stage_in=StageIn(source=f"{base}/datasets/mnist", per_node=site.node_local is not None),
+            stage_out=StageOut(dest=f"{base}/results/run1"),
+        )
+        rendered = prepare(site, job, default_image(site, recipe), submitting=True)
+        files[f"jobs/{site_name}.sh"] = rendered.script
+        plan = json.dumps(rendered.plan.to_dict(), indent=2, sort_keys=True)
+        files[f"jobs/{site_name}.plan.json"] = plan + "\n"
+    return files
 
 
 def golden_files() -> dict[str, str]:
@@ -34,6 +65,7 @@ def golden_files() -> dict[str, str]:
             files[f"{key}/Dockerfile"] = rendered.dockerfile
             files[f"{key}/Singularity.def"] = rendered.singularity
             files[f"{key}/stack.lock.json"] = rendered.lock_json
+    files.update(example_job_files())
     return files
 
 

@@ -27,7 +27,7 @@ from hpcenv.jobs import (
 )
 from hpcenv.jobs.containers import get_runtime
 from hpcenv.jobs.launchers import get_launcher
-from hpcenv.jobs.render import plan_job, render_plan
+from hpcenv.jobs.render import STEP_TEMPLATES, plan_job, render_plan, step_script
 from hpcenv.jobs.spec import ArraySpec, Stitch
 from hpcenv.site import Site, load_site, site_names
 
@@ -422,3 +422,29 @@ def test_runtime_kinds_are_one_list() -> None:
 
     literal = set(typing.get_args(Runtime.model_fields["kind"].annotation))
     assert set(RUNTIMES) == literal - {"none"}
+
+
+@needs_shellcheck
+@pytest.mark.parametrize("name", sorted(STEP_TEMPLATES))
+def test_every_step_file_is_shellchecked_as_a_file(name: str, tmp_path: Path) -> None:
+    """Shell steps are shipped files (never programs built as strings): each, as the job writes
+    it into its steps folder, passes shellcheck on its own (a heredoc body is not checked as
+    part of job.sh)."""
+    shellcheck(step_script(STEP_TEMPLATES[name]) + "\n", tmp_path, name)
+
+
+def test_no_module_builds_a_job_shell_program_as_a_string() -> None:
+    """The job side hands shell programs to the job as step files only: no ``sh -c``/``bash -c``
+    argument in any rendered job of any site (with and without staging, every recipe)."""
+    for name in site_names():
+        site = load_site(name)
+        if site.scheduler.kind == "none":
+            continue
+        for recipe in site.recipes:
+            job = full_job(site).model_copy(update={"recipe": recipe})
+            plan = plan_job(site, job, image=default_image(site, recipe), submitting=True)
+            for step in plan.steps:
+                argv = list(step.launch.argv if step.launch else step.argv)
+                pairs = list(zip(argv, argv[1:]))
+                assert ("sh", "-c") not in pairs and ("bash", "-c") not in pairs, (name, step)
+            assert "sh -c '" not in render_plan(plan)
