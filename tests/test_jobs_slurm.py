@@ -266,7 +266,7 @@ def test_job_on_drained_node_is_reported(site: Site, tmp_path: Path, slurm: Slur
             wait(sub, t, timeout=30)
     finally:
         subprocess.run(["scontrol", "update", f"NodeName={slurm.node}", "State=RESUME"], check=True)
-    wait(sub, t, timeout=60)  # runs once the node is back
+    wait(sub, t, timeout=60, blocked_after=None)  # runs once the node is back (its old reason may linger a poll)
 
 
 def test_too_many_nodes_is_reported(site: Site, tmp_path: Path, slurm: SlurmInfo) -> None:
