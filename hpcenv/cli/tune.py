@@ -4,11 +4,17 @@ for it, and the collective tuning measured in the site's image (``--measure``/``
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hpcenv.cli.options import JsonOpt, SiteOpt
+
+if TYPE_CHECKING:
+    from hpcenv.tuning.measure import Plan
+    from hpcenv.tuning.service import TuneResult
+    from hpcenv.tuning.session import Measured
+    from hpcenv.tuning.store import InForce
 
 
 def register(app: typer.Typer) -> None:
@@ -51,76 +57,62 @@ def register(app: typer.Typer) -> None:
         """Placement (ranks, cores, GPUs, threads, masks) and each launcher's flags for it; with
         --measure, the collective tuning measured in the site's image (used by submit, job.sh,
         smoke and bench by default); --show says what is in force and why."""
-        from hpcenv.errors import ConfigError
-        from hpcenv.jobs.containers import default_image
-        from hpcenv.jobs.launchers import LAUNCHERS
-        from hpcenv.jobs.placement import place
-        from hpcenv.jobs.service import refuse_empty
-        from hpcenv.jobs.shell import join
-        from hpcenv.site import load_site
+        from hpcenv.tuning.service import TuneRequest, tune_request
 
-        if sum((measure, show, plan)) > 1:
-            raise ConfigError("--measure, --show and --plan exclude each other")
-        if budget <= 0:
-            raise ConfigError("--budget must be > 0 seconds")
-        refuse_empty(image=image)
-        s = load_site(site)
-        t = place(s, nodes, ranks_per_node, cores_per_rank=cores_per_rank,
-                 ccl_workers=ccl_workers, recipe=recipe, force=force)  # fmt: skip
-        img = image or default_image(s, recipe or "horovod-cpu")
-        if plan:
-            _tune_plan(s, t, recipe or "horovod-cpu", as_json)
-            return
-        if if_stale and not measure:
-            raise ConfigError("--if-stale goes with --measure")
-        if measure:
-            from hpcenv.tuning.session import measure_site
+        req = TuneRequest(
+            site=site, nodes=nodes, ranks_per_node=ranks_per_node, cores_per_rank=cores_per_rank,
+            ccl_workers=ccl_workers, recipe=recipe, force=force, measure=measure, show=show,
+            plan=plan, image=image, budget=budget, quick=quick, if_stale=if_stale,
+        )  # fmt: skip
+        result = tune_request(req, echo=typer.echo)
+        if result.sweep is not None:
+            _print_sweep(result.sweep, as_json)
+        elif result.kept is not None:
+            typer.echo(f"measured tuning in force, not re-measured: {result.kept.path} "
+                       f"({result.kept.why})")  # fmt: skip
+        elif result.measured is not None:
+            _print_measured(result.measured, as_json)
+        else:
+            _print_placement(result, show, as_json)
 
-            if if_stale:
-                from hpcenv.tuning.apply import lookup
 
-                found = lookup(s, t, img)
-                if found is not None and found.tuning is not None:
-                    typer.echo(f"measured tuning in force, not re-measured: {found.path} "
-                               f"({found.why})")  # fmt: skip
-                    return
+def _print_measured(done: Measured, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(done.tuning.model_dump(), indent=2))
+        return
+    typer.echo(f"wrote {done.path} ({done.tuning.seconds:.0f} s)")
+    for r in done.tuning.reasons:
+        typer.echo(f"  - {r}")
 
-            done = measure_site(s, t, img, budget_s=budget, quick=quick, echo=typer.echo)
-            if as_json:
-                typer.echo(json.dumps(done.tuning.model_dump(), indent=2))
-                return
-            typer.echo(f"wrote {done.path} ({done.tuning.seconds:.0f} s)")
-            for r in done.tuning.reasons:
-                typer.echo(f"  - {r}")
-            return
-        found = None
+
+def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
+    from hpcenv.jobs.launchers import LAUNCHERS
+    from hpcenv.jobs.shell import join
+
+    s, t, found = result.site, result.placement, result.found
+    if as_json:
+        doc = t.to_dict()
         if show:
-            from hpcenv.tuning.apply import lookup
-
-            found = lookup(s, t, img)
-        if as_json:
-            doc = t.to_dict()
-            if show:
-                doc["measured"] = _found_json(found)
-            typer.echo(json.dumps(doc, indent=2))
-            return
-        n = s.node
-        typer.echo(f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
-                   f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks")  # fmt: skip
-        typer.echo("why:")
-        for r in t.reasons:
-            typer.echo(f"  - {r}")
-        typer.echo("environment:")
-        for k, v in t.env.items():
-            typer.echo(f"  {k}={v}")
-        typer.echo("launchers:")
-        for lname, launcher in LAUNCHERS.items():
-            typer.echo(f"  {lname:<7} {join(launcher().flags(s, t))}")
-        typer.echo("cores per local rank (compute | CCL workers):")
-        for i, (c, w) in enumerate(zip(t.compute_cores, t.worker_cores, strict=True)):
-            typer.echo(f"  rank {i}: {_span(c)} | {_span(w) or '-'}")
-        if show:
-            _show_measured(found, img)
+            doc["measured"] = _found_json(found)
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    n = s.node
+    typer.echo(f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
+               f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks")  # fmt: skip
+    typer.echo("why:")
+    for r in t.reasons:
+        typer.echo(f"  - {r}")
+    typer.echo("environment:")
+    for k, v in t.env.items():
+        typer.echo(f"  {k}={v}")
+    typer.echo("launchers:")
+    for lname, launcher in LAUNCHERS.items():
+        typer.echo(f"  {lname:<7} {join(launcher().flags(s, t))}")
+    typer.echo("cores per local rank (compute | CCL workers):")
+    for i, (c, w) in enumerate(zip(t.compute_cores, t.worker_cores, strict=True)):
+        typer.echo(f"  rank {i}: {_span(c)} | {_span(w) or '-'}")
+    if show:
+        _show_measured(found, result.image)
 
 
 def _span(cores: tuple[int, ...]) -> str:
@@ -129,7 +121,7 @@ def _span(cores: tuple[int, ...]) -> str:
     return core_ranges(cores) if cores else ""
 
 
-def _found_json(found: Any) -> dict[str, Any]:
+def _found_json(found: InForce | None) -> dict[str, Any]:
     if found is None:
         return {"in_force": False, "why": "nothing measured for this site and layout"}
     doc: dict[str, Any] = {"in_force": found.tuning is not None, "path": str(found.path),
@@ -143,7 +135,7 @@ def _found_json(found: Any) -> dict[str, Any]:
     return doc
 
 
-def _show_measured(found: Any, image: str) -> None:
+def _show_measured(found: InForce | None, image: str) -> None:
     from hpcenv.tuning.apply import RULES_NAME, environment
 
     typer.echo(f"measured tuning for {image}:")
@@ -171,14 +163,7 @@ def _show_measured(found: Any, image: str) -> None:
                    + "; ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in cands))  # fmt: skip
 
 
-def _tune_plan(site: Any, placement: Any, recipe: str, as_json: bool) -> None:
-    from hpcenv.recipe import load_recipe
-    from hpcenv.resolver import resolve
-    from hpcenv.tuning.apply import layout_of
-    from hpcenv.tuning.measure import plan
-
-    lock = resolve(site, load_recipe(recipe)).to_dict()
-    p = plan(lock, site, layout_of(placement), gpu_visible=False)
+def _print_sweep(p: Plan, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps({"mpi": p.mpi, "openmpi": p.openmpi, "horovod": p.horovod,
                                "rendered_only": p.rendered_only, "reasons": p.reasons}, indent=2))  # fmt: skip
