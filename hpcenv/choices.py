@@ -18,3 +18,18 @@ class TransportKind(StrEnum):
 
     local = "local"
     ssh = "ssh"
+
+
+class BuildFormat(StrEnum):
+    """What ``hpcenv build`` delivers: an OCI image, a SIF, or both."""
+
+    oci = "oci"
+    sif = "sif"
+    both = "both"
+
+
+class SifSource(StrEnum):
+    """Where a SIF comes from: converted from the built OCI image, or built from Singularity.def."""
+
+    oci = "oci"
+    def_ = "def"
