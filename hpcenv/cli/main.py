@@ -22,7 +22,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.doctor",
     "hpcenv.cli.data",
     "hpcenv.cli.smoke",
-    "hpcenv.cli.jobs",
+    "hpcenv.cli.submit",
+    "hpcenv.cli.follow",
+    "hpcenv.cli.tune",
+    "hpcenv.cli.manifest",
     "hpcenv.cli.bench",
     "hpcenv.cli.apptainer",
 )

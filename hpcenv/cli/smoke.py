@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from hpcenv import naming
+from hpcenv.choices import SifSource
 from hpcenv.errors import ConfigError
 
 SMOKE_RECIPE = "horovod-cpu"  # the recipe whose image carries every smoke check's stack
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         keep: Annotated[bool, typer.Option("--keep", help="leave the container running")] = False,
         sif: Annotated[
-            str | None,
+            SifSource | None,
             typer.Option("--sif", help="run in the SIF built from 'oci' or 'def' (apptainer exec)"),
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no live pytest output")] = False,
@@ -86,8 +87,6 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("name the image: --image TAG, or --site SITE [--recipe NAME]")
             image = naming.image_tag(recipe=recipe or SMOKE_RECIPE, site=site)
             if sif:
-                if sif not in ("oci", "def"):
-                    raise ConfigError("--sif is oci or def")
                 image = naming.sif_name(
                     recipe=recipe or SMOKE_RECIPE,
                     site=site,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hpcenv.choices import BuildFormat, SifSource
 from hpcenv.cli.options import JsonOpt, RecipeOpt, SetOpt, SiteOpt
 
 if TYPE_CHECKING:
@@ -156,20 +157,20 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path | None, typer.Option("--out", "-o", help="build contexts folder")
         ] = None,
-        fmt: Annotated[
-            str | None,
+        fmt_opt: Annotated[
+            BuildFormat | None,
             typer.Option(
                 "--format",
                 help="oci, sif or both (default: sif where the site runs apptainer/singularity)",
             ),
         ] = None,
         sif_from: Annotated[
-            str,
+            SifSource,
             typer.Option(
                 "--sif-from",
                 help="oci: convert the built image; def: build Singularity.def natively",
             ),
-        ] = "oci",
+        ] = SifSource.oci,
         push: Annotated[
             str | None,
             typer.Option(
@@ -187,16 +188,12 @@ def register(app: typer.Typer) -> None:
         """Resolve, render, build and deliver the site's images to where its jobs look for them."""
         from hpcenv.build import build_image, make_plans
         from hpcenv.delivery import deliver, delivery_env, plan_delivery
-        from hpcenv.errors import ConfigError
         from hpcenv.naming import image_kind
         from hpcenv.resolver import parse_overrides
         from hpcenv.site import load_site
 
         site_obj = load_site(site)
-        if fmt is None:
-            fmt = image_kind(site_obj.runtime.kind)
-        if fmt not in ("oci", "sif", "both") or sif_from not in ("oci", "def"):
-            raise ConfigError("--format is oci, sif or both; --sif-from is oci or def")
+        fmt: str = fmt_opt.value if fmt_opt is not None else image_kind(site_obj.runtime.kind)
         if account:
             from hpcenv.jobs.project import account_for
 

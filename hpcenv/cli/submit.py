@@ -1,0 +1,129 @@
+"""``hpcenv submit``: parse the options into a :class:`~hpcenv.jobs.service.SubmitRequest`,
+call :func:`~hpcenv.jobs.service.submit_request`, print its result (issue 18: a thin CLI)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hpcenv.choices import TransportKind
+from hpcenv.cli.options import JsonOpt, SiteOpt
+
+if TYPE_CHECKING:
+    from hpcenv.jobs.status import JobStatus
+
+
+def _stderr(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+def _show_change(change: JobStatus) -> None:  # state changes on stderr; the result on stdout
+    import datetime
+
+    now = datetime.datetime.now().strftime("%H:%M:%S")
+    typer.echo(f"{now} {change.message()}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("submit")
+    def submit_cmd(
+        site: SiteOpt,
+        command: Annotated[
+            list[str] | None, typer.Argument(help="command to run (after --)")
+        ] = None,
+        recipe: Annotated[
+            str | None, typer.Option("--recipe", "-r", help="recipe (default image)")
+        ] = None,
+        nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
+        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node", "-n")] = None,
+        cores_per_rank: Annotated[int | None, typer.Option("--cores-per-rank")] = None,
+        ccl_workers: Annotated[int | None, typer.Option("--ccl-workers")] = None,
+        image: Annotated[str | None, typer.Option("--image", help="image tag or SIF path")] = None,
+        no_container: Annotated[
+            bool, typer.Option("--no-container", help="run on the host")
+        ] = False,
+        name: Annotated[str | None, typer.Option("--name", help="job name")] = None,
+        workdir: Annotated[
+            str | None, typer.Option("--workdir", help="default <scratch>/hpcenv-jobs")
+        ] = None,
+        walltime: Annotated[str | None, typer.Option("--walltime")] = None,
+        account: Annotated[
+            str | None,
+            typer.Option("--account", "-A", help="project/account to charge (sites need one)"),
+        ] = None,
+        queue: Annotated[
+            str | None, typer.Option("--partition", "--queue", "-p", "-q", help="partition/queue")
+        ] = None,
+        qos: Annotated[str | None, typer.Option("--qos", help="Slurm QOS")] = None,
+        constraint: Annotated[
+            str | None, typer.Option("--constraint", "-C", help="node features (Slurm -C)")
+        ] = None,
+        option: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--option",
+                help="any other scheduler option, one per --option (e.g. '-l filesystems=home')",
+            ),
+        ] = None,
+        single: Annotated[
+            bool, typer.Option("--single", help="run once in the batch shell, not per rank")
+        ] = False,
+        stage_in: Annotated[
+            str | None,
+            typer.Option("--stage-in", help="dataset dir to stage to node-local storage"),
+        ] = None,
+        stage_out: Annotated[
+            str | None, typer.Option("--stage-out", help="copy {output} here atomically")
+        ] = None,
+        array: Annotated[
+            int | None, typer.Option("--array", help="job array of N tasks ({task})")
+        ] = None,
+        after: Annotated[
+            list[str] | None, typer.Option("--after", help="start after this job succeeds")
+        ] = None,
+        force: Annotated[
+            bool, typer.Option("--force", help="allow over-subscription / overwrite")
+        ] = False,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="print the script, submit nothing")
+        ] = False,
+        no_site_mpi: Annotated[
+            bool,
+            typer.Option("--no-site-mpi", help="bind model: keep the image's MPI (control run)"),
+        ] = False,
+        as_json: JsonOpt = False,
+        transport: Annotated[
+            TransportKind, typer.Option("--transport", help="local or ssh")
+        ] = TransportKind.local,
+        ssh_host: Annotated[str | None, typer.Option("--ssh-host")] = None,
+        ssh_port: Annotated[int | None, typer.Option("--ssh-port", min=1, max=65535)] = None,
+        ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
+        ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
+        known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
+        wait: Annotated[
+            bool,
+            typer.Option("--wait", help="wait; exit 2 with the scheduler's message on failure"),
+        ] = False,
+        timeout: Annotated[float, typer.Option("--timeout", help="seconds for --wait")] = 600,
+    ) -> None:
+        """Render a job script for SITE and submit it (``-- COMMAND...``)."""
+        from hpcenv.jobs.service import SshOptions, SubmitRequest, submit_request
+
+        req = SubmitRequest(
+            site=site, command=tuple(command or ()), recipe=recipe, nodes=nodes,
+            ranks_per_node=ranks_per_node, cores_per_rank=cores_per_rank,
+            ccl_workers=ccl_workers, image=image, no_container=no_container, name=name,
+            workdir=workdir, walltime=walltime, account=account, queue=queue, qos=qos,
+            constraint=constraint, options=tuple(option or ()), single=single,
+            stage_in=stage_in, stage_out=stage_out, array=array, after=tuple(after or ()),
+            force=force, dry_run=dry_run, site_mpi=not no_site_mpi, transport=transport,
+            ssh=SshOptions(ssh_host, ssh_port, ssh_user, ssh_key, known_hosts),
+            wait=wait, timeout=timeout,
+        )  # fmt: skip
+        result = submit_request(req, notify=_stderr, on_change=_show_change)
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2))
+        else:
+            typer.echo(result.text(), nl=False)

@@ -1,0 +1,175 @@
+"""``hpcenv tune``: placement (ranks, cores, GPUs, threads, masks) and each launcher's flags
+for it, and the collective tuning measured in the site's image (``--measure``/``--show``/``--plan``)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hpcenv.cli.options import JsonOpt, SiteOpt
+
+if TYPE_CHECKING:
+    from hpcenv.tuning.measure import Plan
+    from hpcenv.tuning.service import TuneResult
+    from hpcenv.tuning.session import Measured
+    from hpcenv.tuning.store import InForce
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("tune")
+    def tune_cmd(
+        site: SiteOpt,
+        nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
+        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node", "-n")] = None,
+        cores_per_rank: Annotated[int | None, typer.Option("--cores-per-rank")] = None,
+        ccl_workers: Annotated[int | None, typer.Option("--ccl-workers")] = None,
+        recipe: Annotated[str | None, typer.Option("--recipe", "-r")] = None,
+        force: Annotated[bool, typer.Option("--force", help="allow over-subscription")] = False,
+        measure: Annotated[
+            bool,
+            typer.Option("--measure", help="sweep collective choices in the site's image; save"),
+        ] = False,
+        show: Annotated[
+            bool, typer.Option("--show", help="also show the measured tuning in force and why")
+        ] = False,
+        plan: Annotated[
+            bool, typer.Option("--plan", help="what --measure would sweep (no image needed)")
+        ] = False,
+        image: Annotated[
+            str | None, typer.Option("--image", help="image to measure/check (default: recipe's)")
+        ] = None,
+        budget: Annotated[
+            float, typer.Option("--budget", help="--measure: seconds before no new run starts")
+        ] = 300,
+        quick: Annotated[
+            bool, typer.Option("--quick", help="--measure: one round instead of three")
+        ] = False,
+        if_stale: Annotated[
+            bool,
+            typer.Option(
+                "--if-stale", help="--measure only when no file is in force for this image digest"
+            ),
+        ] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Placement (ranks, cores, GPUs, threads, masks) and each launcher's flags for it; with
+        --measure, the collective tuning measured in the site's image (used by submit, job.sh,
+        smoke and bench by default); --show says what is in force and why."""
+        from hpcenv.tuning.service import TuneRequest, tune_request
+
+        req = TuneRequest(
+            site=site, nodes=nodes, ranks_per_node=ranks_per_node, cores_per_rank=cores_per_rank,
+            ccl_workers=ccl_workers, recipe=recipe, force=force, measure=measure, show=show,
+            plan=plan, image=image, budget=budget, quick=quick, if_stale=if_stale,
+        )  # fmt: skip
+        result = tune_request(req, echo=typer.echo)
+        if result.sweep is not None:
+            _print_sweep(result.sweep, as_json)
+        elif result.kept is not None:
+            typer.echo(f"measured tuning in force, not re-measured: {result.kept.path} "
+                       f"({result.kept.why})")  # fmt: skip
+        elif result.measured is not None:
+            _print_measured(result.measured, as_json)
+        else:
+            _print_placement(result, show, as_json)
+
+
+def _print_measured(done: Measured, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(done.tuning.model_dump(), indent=2))
+        return
+    typer.echo(f"wrote {done.path} ({done.tuning.seconds:.0f} s)")
+    for r in done.tuning.reasons:
+        typer.echo(f"  - {r}")
+
+
+def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
+    from hpcenv.jobs.launchers import LAUNCHERS
+    from hpcenv.jobs.shell import join
+
+    s, t, found = result.site, result.placement, result.found
+    if as_json:
+        doc = t.to_dict()
+        if show:
+            doc["measured"] = _found_json(found)
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    n = s.node
+    typer.echo(f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
+               f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks")  # fmt: skip
+    typer.echo("why:")
+    for r in t.reasons:
+        typer.echo(f"  - {r}")
+    typer.echo("environment:")
+    for k, v in t.env.items():
+        typer.echo(f"  {k}={v}")
+    typer.echo("launchers:")
+    for lname, launcher in LAUNCHERS.items():
+        typer.echo(f"  {lname:<7} {join(launcher().flags(s, t))}")
+    typer.echo("cores per local rank (compute | CCL workers):")
+    for i, (c, w) in enumerate(zip(t.compute_cores, t.worker_cores, strict=True)):
+        typer.echo(f"  rank {i}: {_span(c)} | {_span(w) or '-'}")
+    if show:
+        _show_measured(found, result.image)
+
+
+def _span(cores: tuple[int, ...]) -> str:
+    from hpcenv.jobs.placement import core_ranges
+
+    return core_ranges(cores) if cores else ""
+
+
+def _found_json(found: InForce | None) -> dict[str, Any]:
+    if found is None:
+        return {"in_force": False, "why": "nothing measured for this site and layout"}
+    doc: dict[str, Any] = {"in_force": found.tuning is not None, "path": str(found.path),
+                           "why": found.why, "warning": found.warning}  # fmt: skip
+    if found.tuning is not None:
+        from hpcenv.tuning.apply import RULES_NAME, environment
+
+        doc["tuning"] = found.tuning.model_dump()
+        doc["environment"] = environment(found.tuning, f"<job>/{RULES_NAME}")
+        doc["rules_file"] = found.tuning.rules_text()
+    return doc
+
+
+def _show_measured(found: InForce | None, image: str) -> None:
+    from hpcenv.tuning.apply import RULES_NAME, environment
+
+    typer.echo(f"measured tuning for {image}:")
+    if found is None:
+        typer.echo("  none in force: nothing measured for this site and layout "
+                   "(hpcenv tune --measure)")  # fmt: skip
+        return
+    if found.tuning is None:
+        typer.echo(f"  none in force: {found.warning or found.why}")
+        return
+    t = found.tuning
+    typer.echo(f"  in force: {found.path}")
+    typer.echo(f"  {found.why}; layout {t.layout.describe()}; sweep took {t.seconds:.0f} s")
+    for r in t.reasons:
+        typer.echo(f"  - {r}")
+    for k, v in environment(t, f"<job step dir>/{RULES_NAME}").items():
+        typer.echo(f"  {k}={v}")
+    text = t.rules_text()
+    if text:
+        typer.echo("  coll_tuned rules file (allreduce):")
+        for line in text.splitlines():
+            typer.echo(f"    {line}")
+    for key, cands in t.rendered_only.items():
+        typer.echo(f"  rendered only, {key}: "
+                   + "; ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in cands))  # fmt: skip
+
+
+def _print_sweep(p: Plan, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"mpi": p.mpi, "openmpi": p.openmpi, "horovod": p.horovod,
+                               "rendered_only": p.rendered_only, "reasons": p.reasons}, indent=2))  # fmt: skip
+        return
+    for line in p.lines():
+        typer.echo(line)
+    for key, cands in p.rendered_only.items():
+        typer.echo(f"  {key}: " + "; ".join(" ".join(f"{k}={v}" for k, v in c.items())
+                                            for c in cands))  # fmt: skip

@@ -1,0 +1,326 @@
+"""Job services behind the commands: a typed request in, one function, a result out.
+
+Issue 18 ("a thin CLI"): a command parses its options into a typed object and calls one
+service function; it no longer builds jobs. :class:`SubmitRequest` is ``hpcenv submit``'s
+options as data; :func:`submit_request` checks how they combine, builds the
+:class:`~hpcenv.jobs.spec.JobSpec`, looks up measured tuning, prepares the plan and script,
+and (unless a dry run) makes the transport, checks the local image and dataset manifest,
+submits and waits. :func:`job_status`, :func:`cancel_job` and :func:`job_logs` find a job's
+record (or ask a site's scheduler) for ``status``/``cancel``/``logs``.
+
+Nothing here prints: lines for stderr (warnings, a manifest written, ``--wait``'s state
+changes) go to the callbacks given, and the results say what the command shows. Heavy imports
+stay inside the functions, as in the CLI, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcenv.choices import TransportKind
+
+if TYPE_CHECKING:
+    from hpcenv.jobs.render import RenderedJob
+    from hpcenv.jobs.spec import JobSpec
+    from hpcenv.jobs.status import JobStatus
+    from hpcenv.jobs.submit import Submission
+    from hpcenv.jobs.transport import Transport
+    from hpcenv.site import Site
+
+WAIT_MAX_POLL = 30.0  # submit --wait backs off to this (seconds): kind to the scheduler
+
+Notify = Callable[[str], None]
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """Explicit SSH settings; each None falls back to the site's ``ssh`` section."""
+
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """``hpcenv submit``'s options, parsed: what to run where, and how to submit it."""
+
+    site: str
+    command: tuple[str, ...] = ()
+    recipe: str | None = None
+    nodes: int = 1
+    ranks_per_node: int | None = None
+    cores_per_rank: int | None = None
+    ccl_workers: int | None = None
+    image: str | None = None
+    no_container: bool = False
+    name: str | None = None
+    workdir: str | None = None
+    walltime: str | None = None
+    account: str | None = None
+    queue: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    options: tuple[str, ...] = ()
+    single: bool = False
+    stage_in: str | None = None
+    stage_out: str | None = None
+    array: int | None = None
+    after: tuple[str, ...] = ()
+    force: bool = False
+    dry_run: bool = False
+    site_mpi: bool = True
+    transport: TransportKind = TransportKind.local
+    ssh: SshOptions = field(default_factory=SshOptions)
+    wait: bool = False
+    timeout: float = 600
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """A dry run's rendered job, or a submission (with its final status after ``--wait``)."""
+
+    site: str
+    rendered: RenderedJob
+    submission: Submission | None = None
+    status: JobStatus | None = None
+    via: str = ""  # the transport, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.submission is None:
+            r = self.rendered
+            return {"site": self.site, "scheduler": r.scheduler.name, "image": r.image,
+                    "workdir": r.workdir, "placement": r.placement.to_dict(),
+                    "plan": r.plan.to_dict(), "script": r.script}  # fmt: skip
+        doc = self.submission.to_dict()
+        if self.status is not None:
+            doc["status"] = self.status.to_dict()
+        return doc
+
+    def text(self) -> str:
+        """What a person reads: the script (dry run), or a line per submission and status."""
+        if self.submission is None:
+            return self.rendered.script
+        sub = self.submission
+        lines = [f"submitted {sub.job_id} ({sub.name}) to {sub.scheduler} via {self.via}; "
+                 f"workdir {sub.workdir}"]  # fmt: skip
+        if self.status is not None:
+            lines.append(self.status.message())
+        return "\n".join(lines) + "\n"
+
+
+def refuse_empty(**options: str | None) -> None:
+    """An option given as '' is a mistake, not "use the default" (``--image ''`` ran a sweep)."""
+    from hpcenv.errors import ConfigError
+
+    for name, value in options.items():
+        if value is not None and not value.strip():
+            raise ConfigError(
+                f"--{name.replace('_', '-')} is empty: give a value or leave the option out"
+            )
+
+
+def make_transport(site: Site, kind: TransportKind, ssh: SshOptions) -> Transport:
+    from hpcenv.jobs.schedulers import client_env
+    from hpcenv.jobs.transport import LocalTransport, SshTransport, ssh_spec
+
+    if kind is TransportKind.local:
+        return LocalTransport(client_env(site))
+    return SshTransport(
+        ssh_spec(site, ssh.host, ssh.port, ssh.user, ssh.key, ssh.known_hosts, env=client_env(site))
+    )
+
+
+def check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:
+    """Fail early when the local podman runtime lacks the image, when a SIF named by its path
+    (apptainer/singularity, on this machine) is not there, or when the image's MPI cannot take
+    the site's injected MPI (bind model; ``force`` leaves that to the job's preflight)."""
+    from hpcenv.errors import ConfigError, EnvironmentProblem
+    from hpcenv.naming import image_kind
+
+    if image_kind(site.runtime.kind) == "sif":
+        if image.startswith("/") and "$" not in image and not Path(image).is_file():
+            raise EnvironmentProblem(
+                f"SIF {image} not found; build it first (hpcenv build --site ... --format sif) "
+                "or pass --image / --no-container"
+            )
+        return
+    if site.runtime.kind != "podman":
+        return
+    from hpcenv.engines import get_engine
+    from hpcenv.jobs.bindmodel import image_mismatch
+
+    engine = get_engine("podman")
+    if not engine.image_exists(image):
+        raise EnvironmentProblem(
+            f"image {image} not found in local podman storage; build it first "
+            f"(hpcenv build --site {site.name} --recipe ...) or pass --image / --no-container"
+        )
+    if inject and not force and site.mpi.model == "bind":
+        raw = engine.labels(image).get("io.hpcenv.lock")
+        why = image_mismatch(site, image, json.loads(raw)) if raw else None
+        if why:
+            raise ConfigError(why)
+
+
+def ensure_manifest(directory: Path, notify: Notify = _ignore) -> None:
+    """For a local dataset without a manifest, write one now (trusting the current files)."""
+    from hpcenv.jobs.spec import MANIFEST_NAME
+    from hpcenv.jobs.staging import write_manifest
+
+    if directory.is_dir() and not (directory / MANIFEST_NAME).is_file():
+        write_manifest(directory)
+        notify(f"wrote {directory / MANIFEST_NAME} (no manifest was there)")
+
+
+def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
+    """The request's job, after the checks that need the options together."""
+    from pydantic import ValidationError
+
+    from hpcenv.errors import ConfigError
+    from hpcenv.jobs.containers import default_image
+    from hpcenv.jobs.schedulers import option_pair
+    from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut
+    from hpcenv.safe import validation_message
+
+    for opt in req.options:
+        option_pair(opt)  # one clear line per bad --option, before the job model
+    refuse_empty(image=req.image, stage_in=req.stage_in, stage_out=req.stage_out)
+    image = req.image
+    if image and req.no_container:
+        raise ConfigError("--image and --no-container exclude each other")
+    if not image and not req.no_container:
+        if not req.recipe:
+            raise ConfigError("give --recipe (default image), --image, or --no-container")
+        image = default_image(site, req.recipe)
+    try:
+        return JobSpec(
+            name=req.name or req.recipe or "hpcenv",
+            command=list(req.command),
+            launch="single" if req.single else "mpi",
+            nodes=req.nodes,
+            ranks_per_node=req.ranks_per_node,
+            cores_per_rank=req.cores_per_rank,
+            ccl_workers=req.ccl_workers,
+            recipe=req.recipe,
+            image=None if req.no_container else image,
+            workdir=req.workdir,
+            walltime=req.walltime,
+            account=req.account,
+            queue=req.queue,
+            qos=req.qos,
+            constraint=req.constraint,
+            scheduler_options=list(req.options),
+            stage_in=StageIn(source=req.stage_in) if req.stage_in is not None else None,
+            stage_out=(
+                StageOut(dest=req.stage_out, force=req.force) if req.stage_out is not None else None
+            ),
+            array=ArraySpec(count=req.array) if req.array is not None else None,
+            force=req.force,
+            site_mpi=req.site_mpi,
+        )
+    except ValidationError as err:
+        raise ConfigError(validation_message(err, "invalid job")) from None
+
+
+def submit_request(
+    req: SubmitRequest,
+    *,
+    notify: Notify = _ignore,
+    on_change: Callable[[JobStatus], None] | None = None,
+) -> SubmitResult:
+    """Render ``req``'s job for its site and, unless a dry run, submit it (and wait).
+
+    ``notify`` gets one-line warnings and notes (the CLI puts them on stderr); ``on_change``
+    gets each state change while waiting."""
+    from hpcenv.jobs.render import prepare
+    from hpcenv.jobs.submit import submit
+    from hpcenv.jobs.submit import wait as wait_for
+    from hpcenv.site import load_site
+    from hpcenv.tuning.apply import for_job
+
+    s = load_site(req.site)
+    job = _job_spec(req, s)
+    measured, warning = for_job(s, job, job.image)
+    if warning:
+        notify(f"warning: {warning}")
+    rendered = prepare(s, job, submitting=True, measured=measured)
+    if req.dry_run:
+        return SubmitResult(s.name, rendered)
+    local = req.transport is TransportKind.local
+    t = make_transport(s, req.transport, req.ssh)
+    st = None
+    try:
+        if job.image and local:
+            check_local_image(s, job.image, job.site_mpi, req.force)
+        if req.stage_in and local and "$" not in req.stage_in:
+            ensure_manifest(Path(req.stage_in), notify)
+        sub = submit(s, job, t, after=list(req.after), rendered=rendered)
+        if req.wait:
+            st = wait_for(sub, t, timeout=req.timeout, poll=1.0, max_poll=WAIT_MAX_POLL,
+                          on_change=on_change)  # fmt: skip
+    finally:
+        t.close()
+    return SubmitResult(s.name, rendered, sub, st, t.describe())
+
+
+def find_job(job_id: str, site: str | None, on: str | None = None) -> tuple[Submission, Transport]:
+    """A submitted job's record, or a bare one for ``site`` (local transport)."""
+    from hpcenv.errors import ConfigError
+    from hpcenv.jobs.schedulers import client_env
+    from hpcenv.jobs.submit import Submission, load_record, transport_for
+    from hpcenv.jobs.transport import LocalTransport, TransportSpec
+
+    sub = load_record(job_id, on)
+    if sub is not None:
+        return sub, transport_for(sub)
+    if site is None:
+        raise ConfigError(f"no record of job {job_id} here; pass --site to ask its scheduler")
+    from hpcenv.site import load_site
+
+    s = load_site(site)
+    spec = TransportSpec(env=client_env(s))
+    bare = Submission(job_id, "?", s.name, s.scheduler.kind, "", spec, (None, None), "")
+    return bare, LocalTransport(spec.env)
+
+
+def job_status(job_id: str, site: str | None = None, on: str | None = None) -> JobStatus:
+    """A job's state in the scheduler's own words."""
+    from hpcenv.jobs.submit import status
+
+    sub, t = find_job(job_id, site, on)
+    try:
+        return status(sub, t)
+    finally:
+        t.close()
+
+
+def cancel_job(job_id: str, site: str | None = None, on: str | None = None) -> None:
+    from hpcenv.jobs.submit import cancel
+
+    sub, t = find_job(job_id, site, on)
+    try:
+        cancel(sub, t)
+    finally:
+        t.close()
+
+
+def job_logs(job_id: str, on: str | None = None) -> str:
+    """A job's stdout and stderr files, as text."""
+    from hpcenv.jobs.submit import logs
+
+    sub, t = find_job(job_id, None, on)
+    try:
+        return logs(sub, t)
+    finally:
+        t.close()
