@@ -34,7 +34,8 @@ test: images               ## the whole test suite (unit + real podman/Slurm/ssh
 unit: venv                 ## fast tests only (no containers or services)
 	$(PY) -m pytest -q tests -m "not podman and not slurm and not ssh and not apptainer"
 
-lint: venv
+lint: venv                 ## one formatting policy (ruff format), ruff's checks and mypy; tests/test_style.py runs the same under make test
+	$(VENV)/bin/ruff format --check hpcenv tests
 	$(VENV)/bin/ruff check hpcenv tests
 	$(VENV)/bin/mypy hpcenv
 

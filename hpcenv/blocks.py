@@ -50,8 +50,14 @@ class Primitive:
 
     def __post_init__(self) -> None:
         """One line per value: a newline would start a new instruction in either format."""
-        for value in (*self.commands, *(x for pair in self.pairs for x in pair), self.src,
-                      self.dst, self.from_stage or "", self.text):  # fmt: skip
+        for value in (
+            *self.commands,
+            *(x for pair in self.pairs for x in pair),
+            self.src,
+            self.dst,
+            self.from_stage or "",
+            self.text,
+        ):
             one_line(value, f"{self.kind} instruction")
 
 
@@ -440,9 +446,7 @@ class Blocks:
         pkgs = self.apt["mpich"]
         return Parts(
             build=[
-                comment(
-                    f"daal4py side MPI: {d4p.options['side_mpi']} as {soname} in {lib_dir}"
-                ),
+                comment(f"daal4py side MPI: {d4p.options['side_mpi']} as {soname} in {lib_dir}"),
                 apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 shell(
                     "update-alternatives --set mpirun /usr/bin/mpirun.openmpi",
@@ -470,9 +474,7 @@ class Blocks:
         plugin = self.lock.components.get("net-plugin")
         if not plugin or plugin.source != "image":
             return Parts()  # from the host at run time (see the lock's reason), or none
-        return aws_ofi_nccl(
-            plugin.version, self.lock.build["accelerator"], self.lock.build["jobs"]
-        )
+        return aws_ofi_nccl(plugin.version, self.lock.build["accelerator"], self.lock.build["jobs"])
 
     def nccl(self) -> Parts:
         nccl = self.lock.components.get("nccl")
@@ -553,17 +555,18 @@ class Blocks:
             return Parts()
         runtime_env = {k: v for k, v in ccl.options.items() if k.startswith("CCL_")}
         return oneccl_pypi(
-            ccl.version, ccl.options["package"], ccl.options.get("impi_rt", ""),
-            ccl.options["prefix"], runtime_env,
-        )  # fmt: skip
+            ccl.version,
+            ccl.options["package"],
+            ccl.options.get("impi_rt", ""),
+            ccl.options["prefix"],
+            runtime_env,
+        )
 
     def horovod(self) -> Parts:
         hvd = self.lock.components.get("horovod")
         if not hvd:
             return Parts()
-        flags = {
-            k: v for k, v in sorted(hvd.options.items()) if k.startswith(("HOROVOD_", "CCL_"))
-        }
+        flags = {k: v for k, v in sorted(hvd.options.items()) if k.startswith(("HOROVOD_", "CCL_"))}
         env_words = " ".join(f"{k}={v}" for k, v in flags.items())
         src = f"/tmp/horovod-{hvd.version}"
         cmds = [
@@ -662,8 +665,16 @@ class Blocks:
         return out
 
     def import_check(self) -> str:
-        mods = [m for n, m in (("torch", "torch"), ("horovod", "horovod.torch"), ("mpi4py", "mpi4py"),
-                               ("daal4py", "daal4py")) if n in self.lock.components]  # fmt: skip
+        mods = [
+            m
+            for n, m in (
+                ("torch", "torch"),
+                ("horovod", "horovod.torch"),
+                ("mpi4py", "mpi4py"),
+                ("daal4py", "daal4py"),
+            )
+            if n in self.lock.components
+        ]
         lines = [f"import {m}" for m in mods] or ["import sys"]
         hvd = self.lock.components.get("horovod")
         if hvd and hvd.options.get("HOROVOD_CPU_OPERATIONS") == "CCL":

@@ -171,9 +171,13 @@ def build_image(
     log = build_log_path(plan)
     with context_ready(plan) as context, build_secrets(plan.site) as secrets:
         return engine.build(
-            context, context / "Dockerfile", plan.tag, log_path=log, on_step=on_step,
+            context,
+            context / "Dockerfile",
+            plan.tag,
+            log_path=log,
+            on_step=on_step,
             secrets=secrets,
-        )  # fmt: skip
+        )
 
 
 def build_secrets(site: Site) -> AbstractContextManager[dict[str, Path]]:

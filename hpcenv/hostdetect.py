@@ -42,17 +42,23 @@ COMMANDS: dict[str, list[str]] = {
     "modules": ["bash", "-lc", "module -t avail 2>&1"],
     "findmnt": ["findmnt", "-rn", "-t", "lustre,gpfs,nfs,nfs4", "-o", "TARGET,FSTYPE"],
     "node-local": [
-        "sh", "-c",
-        'for d in /mnt/bb /local/scratch /lscratch /dev/shm /tmp; do '
+        "sh",
+        "-c",
+        "for d in /mnt/bb /local/scratch /lscratch /dev/shm /tmp; do "
         '[ -d "$d" ] && df -Pk "$d" | tail -n 1; done',
     ],
-}  # fmt: skip
+}
 
 # Installed memory is a nominal DIMM total; MemTotal is that less firmware/kernel reservations.
 NOMINAL_GB = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 # Node-local folders, most preferred first: (path, kind).
-NODE_LOCAL = (("/mnt/bb", "nvme"), ("/local/scratch", "ssd"), ("/lscratch", "ssd"),
-              ("/dev/shm", "shm"), ("/tmp", "tmp"))  # fmt: skip
+NODE_LOCAL = (
+    ("/mnt/bb", "nvme"),
+    ("/local/scratch", "ssd"),
+    ("/lscratch", "ssd"),
+    ("/dev/shm", "shm"),
+    ("/tmp", "tmp"),
+)
 
 
 def _scheduler_commands() -> dict[str, list[str]]:
@@ -80,8 +86,9 @@ class LocalHost:
 
     def run(self, key: str) -> tuple[int, str]:
         try:
-            proc = subprocess.run(command(key), capture_output=True, text=True, timeout=30,
-                                  stdin=subprocess.DEVNULL)  # fmt: skip
+            proc = subprocess.run(
+                command(key), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+            )
         except FileNotFoundError:
             return 127, ""
         except (OSError, subprocess.TimeoutExpired) as err:
@@ -124,15 +131,25 @@ class Detection:
     assumed: dict[str, str] = field(default_factory=dict)
     placeholder: dict[str, str] = field(default_factory=dict)
 
-    def set(self, dotted: str, value: Any, *, verified: str = "", assumed: str = "",
-            placeholder: str = "") -> None:  # fmt: skip
+    def set(
+        self,
+        dotted: str,
+        value: Any,
+        *,
+        verified: str = "",
+        assumed: str = "",
+        placeholder: str = "",
+    ) -> None:
         cur = self.data
         *parents, last = dotted.split(".")
         for part in parents:
             cur = cur.setdefault(part, {})
         cur[last] = value
-        for book, why in ((self.verified, verified), (self.assumed, assumed),
-                          (self.placeholder, placeholder)):  # fmt: skip
+        for book, why in (
+            (self.verified, verified),
+            (self.assumed, assumed),
+            (self.placeholder, placeholder),
+        ):
             book.pop(dotted, None)
             if why:
                 book[dotted] = why
@@ -151,9 +168,12 @@ def parse_colon_table(text: str) -> dict[str, str]:
 
 def parse_lscpu(text: str) -> dict[str, Any]:
     t = parse_colon_table(text)
-    return {"arch": t.get("Architecture"), "sockets": int(t["Socket(s)"]),
-            "cores_per_socket": int(t["Core(s) per socket"]),
-            "threads_per_core": int(t.get("Thread(s) per core", "1"))}  # fmt: skip
+    return {
+        "arch": t.get("Architecture"),
+        "sockets": int(t["Socket(s)"]),
+        "cores_per_socket": int(t["Core(s) per socket"]),
+        "threads_per_core": int(t.get("Thread(s) per core", "1")),
+    }
 
 
 def parse_meminfo_gb(text: str) -> tuple[int, float]:
@@ -260,8 +280,14 @@ def _by(key: str) -> str:
 
 def _purpose(path: str) -> str:
     low = path.lower()
-    for word, purpose in (("home", "home"), ("proj", "project"), ("cfs", "project"), ("sw", "software"),
-                          ("software", "software"), ("dataset", "datasets")):  # fmt: skip
+    for word, purpose in (
+        ("home", "home"),
+        ("proj", "project"),
+        ("cfs", "project"),
+        ("sw", "software"),
+        ("software", "software"),
+        ("dataset", "datasets"),
+    ):
         if word in low.split("/") or f"/{word}" in low:
             return purpose
     return "scratch"
@@ -296,8 +322,11 @@ def _node(host: CommandHost, d: Detection, on: str) -> None:
     if mem is None:
         raise _cannot("meminfo", host)
     nominal, gib = parse_meminfo_gb(mem)
-    d.set("node.memory_gb", nominal,
-          assumed=f"MemTotal {gib:.1f} GiB ({_by('meminfo')}{on}) rounded to the nominal size")  # fmt: skip
+    d.set(
+        "node.memory_gb",
+        nominal,
+        assumed=f"MemTotal {gib:.1f} GiB ({_by('meminfo')}{on}) rounded to the nominal size",
+    )
 
 
 def _gpu(host: CommandHost, d: Detection, on: str) -> None:
@@ -325,8 +354,11 @@ def _gpu(host: CommandHost, d: Detection, on: str) -> None:
         return
     key = {"nvidia": "nvidia-smi", "amd": "rocm-smi", "intel": "xpu-smi"}[d.data["gpu"]["vendor"]]
     d.set("node.gpus", count, verified=_by(key) + on)
-    d.set("node.gpu_model", re.sub(r"[^A-Za-z0-9_.+-]+", "-", model).strip("-"),
-          verified=_by(key) + on)  # fmt: skip
+    d.set(
+        "node.gpu_model",
+        re.sub(r"[^A-Za-z0-9_.+-]+", "-", model).strip("-"),
+        verified=_by(key) + on,
+    )
 
 
 def _scheduler(host: CommandHost, d: Detection, on: str) -> None:
@@ -336,8 +368,11 @@ def _scheduler(host: CommandHost, d: Detection, on: str) -> None:
         if config := _ok(host, key):
             d.set("scheduler.kind", sched.name, verified=_by(key) + on)
         elif sched.installed and host.run(sched.installed[0])[0] != 127:
-            d.set("scheduler.kind", sched.name,
-                  assumed=f"{sched.installed[0]} is installed but no controller answered{on}")  # fmt: skip
+            d.set(
+                "scheduler.kind",
+                sched.name,
+                assumed=f"{sched.installed[0]} is installed but no controller answered{on}",
+            )
         else:
             continue
         *others, (last, why) = sched.launchers
@@ -346,12 +381,16 @@ def _scheduler(host: CommandHost, d: Detection, on: str) -> None:
         if sched.name == "slurm":
             _slurm(host, d, on, config or "")
         if sched.needs_account:
-            d.set("scheduler.account", "PROJ123",
-                  placeholder=f"your project id ({sched.submit_command} {sched.account_flag})")  # fmt: skip
+            d.set(
+                "scheduler.account",
+                "PROJ123",
+                placeholder=f"your project id ({sched.submit_command} {sched.account_flag})",
+            )
         return
     tried = list(_scheduler_commands())
-    d.set("scheduler.kind", NO_SCHEDULER,
-          verified=f"no {', '.join(tried[:-1])} or {tried[-1]}" + on)  # fmt: skip
+    d.set(
+        "scheduler.kind", NO_SCHEDULER, verified=f"no {', '.join(tried[:-1])} or {tried[-1]}" + on
+    )
     d.set("scheduler.launcher", "mpirun", assumed="no scheduler: mpirun")
 
 
@@ -360,15 +399,21 @@ def _slurm(host: CommandHost, d: Detection, on: str, config: str) -> None:
     conf = parse_scontrol(config)
     plugins, major = parse_srun_mpi_list(_ok(host, "srun-mpi") or "")
     default = conf.get("MpiDefault", "none")
-    plugin = default if default != "none" else next(
-        (p for p in ("cray_shasta", "pmix", "pmi2") if p in plugins), None)  # fmt: skip
+    plugin = (
+        default
+        if default != "none"
+        else next((p for p in ("cray_shasta", "pmix", "pmi2") if p in plugins), None)
+    )
     if plugin:
         src = "MpiDefault in " + _by("scontrol") if default != "none" else _by("srun-mpi")
         d.set("scheduler.mpi_plugin", plugin, verified=src + on)
     d.data["_srun"] = {"plugins": plugins, "pmix_major": major}
     if "associations" in conf.get("AccountingStorageEnforce", ""):
-        d.set("scheduler.account", "PROJ123",
-              placeholder="your project id (AccountingStorageEnforce has associations)")  # fmt: skip
+        d.set(
+            "scheduler.account",
+            "PROJ123",
+            placeholder="your project id (AccountingStorageEnforce has associations)",
+        )
 
 
 def _mpi(host: CommandHost, d: Detection, on: str) -> None:
@@ -383,8 +428,11 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
                 found, src = parsed, _by(key)
                 break
     if found is None:
-        d.set("mpi.spec", "openmpi@4.1.6",
-              placeholder="no MPI found on this host: name@version of the site's MPI")  # fmt: skip
+        d.set(
+            "mpi.spec",
+            "openmpi@4.1.6",
+            placeholder="no MPI found on this host: name@version of the site's MPI",
+        )
         found = ("openmpi", "4.1.6")
     else:
         d.set("mpi.spec", f"{found[0]}@{found[1]}", verified=src + on)
@@ -394,11 +442,17 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
     if name == "cray-mpich":
         d.set("mpi.pmi", "cray-pmi@6", assumed="Cray MPICH starts through Cray PMI (cray_shasta)")
         d.set("mpi.fabric", "libfabric", assumed="Cray MPICH runs over libfabric (Slingshot)")
-        d.set("mpi.root", f"/opt/cray/pe/mpich/{version}",
-              assumed="the HPE Cray PE install prefix; check `module show cray-mpich`")  # fmt: skip
+        d.set(
+            "mpi.root",
+            f"/opt/cray/pe/mpich/{version}",
+            assumed="the HPE Cray PE install prefix; check `module show cray-mpich`",
+        )
         if d.data["scheduler"]["kind"] == "slurm" and "mpi_plugin" not in d.data["scheduler"]:
-            d.set("scheduler.mpi_plugin", "cray_shasta",
-                  assumed="HPE Cray EX: srun starts Cray MPICH through the cray_shasta plugin")  # fmt: skip
+            d.set(
+                "scheduler.mpi_plugin",
+                "cray_shasta",
+                assumed="HPE Cray EX: srun starts Cray MPICH through the cray_shasta plugin",
+            )
     elif "pmix" in srun["plugins"] or (pmix := _ok(host, "pmix")):
         major = srun["pmix_major"]
         if major is None and (pmix := _ok(host, "pmix")):
@@ -414,9 +468,15 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
         d.set("mpi.pmi", "pmi2", assumed="no PMIx found; PMI-2 is the common fallback")
     if "fabric" not in d.data["mpi"]:
         d.set("mpi.fabric", "shm", assumed="no fabric library detected; shared memory only")
-    d.set("mpi.model", "bind" if bind else "hybrid",
-          assumed=("the site MPI is bound into images" if bind else
-                   "the image carries its own MPI of the same family and PMI"))  # fmt: skip
+    d.set(
+        "mpi.model",
+        "bind" if bind else "hybrid",
+        assumed=(
+            "the site MPI is bound into images"
+            if bind
+            else "the image carries its own MPI of the same family and PMI"
+        ),
+    )
     picks = [f"{m}/{modules[m][0]}" for m in ("cray-mpich", "rocm", "cuda") if modules.get(m)]
     if picks:
         d.set(
@@ -461,16 +521,39 @@ def _cannot(key: str, host: CommandHost) -> Exception:
 
 def site_data(detection: Detection) -> dict[str, Any]:
     """The site file's mapping, fields in the usual order, provenance last."""
-    order = ("name", "description", "arch", "node", "gpu", "mpi", "scheduler", "runtime",
-             "filesystems", "node_local", "modules")  # fmt: skip
+    order = (
+        "name",
+        "description",
+        "arch",
+        "node",
+        "gpu",
+        "mpi",
+        "scheduler",
+        "runtime",
+        "filesystems",
+        "node_local",
+        "modules",
+    )
     data = {k: detection.data[k] for k in order if k in detection.data}
-    provenance = {k: v for k, v in (("verified", detection.verified), ("assumed", detection.assumed),
-                  ("placeholder", detection.placeholder)) if v}  # fmt: skip
+    provenance = {
+        k: v
+        for k, v in (
+            ("verified", detection.verified),
+            ("assumed", detection.assumed),
+            ("placeholder", detection.placeholder),
+        )
+        if v
+    }
     return {**data, "provenance": provenance}
 
 
-def write_site(data: dict[str, Any], out: Path, *, force: bool = False,
-               validate: Callable[[Path], object] | None = None) -> Path:  # fmt: skip
+def write_site(
+    data: dict[str, Any],
+    out: Path,
+    *,
+    force: bool = False,
+    validate: Callable[[Path], object] | None = None,
+) -> Path:
     """Write ``out`` and validate it; a site that does not validate is not kept."""
     import os
 
@@ -480,8 +563,10 @@ def write_site(data: dict[str, Any], out: Path, *, force: bool = False,
 
     if out.exists() and not force:
         raise ConfigError(f"{out} exists; pass --force to replace it")
-    header = ("# Written by `hpcenv sites init --from-host`. provenance says which values were read\n"
-              "# (verified), guessed (assumed) or must be filled in (placeholder).\n")  # fmt: skip
+    header = (
+        "# Written by `hpcenv sites init --from-host`. provenance says which values were read\n"
+        "# (verified), guessed (assumed) or must be filled in (placeholder).\n"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.yaml")
     tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))

@@ -87,18 +87,30 @@ def plot_sweeps(
         t_ax.plot(sizes, [r["time_us"] for r in rows], marker="o", ms=3, color=line.get_color())
         if all("busbw_GBps_min" in r and "time_us_max" in r for r in rows):
             spreads = True
-            bw_ax.fill_between(sizes, [r["busbw_GBps_min"] for r in rows],
-                               [r["busbw_GBps_max"] for r in rows], color=line.get_color(),
-                               alpha=0.2, linewidth=0)  # fmt: skip
-            t_ax.fill_between(sizes, [r["time_us_min"] for r in rows],
-                              [r["time_us_max"] for r in rows], color=line.get_color(),
-                              alpha=0.2, linewidth=0)  # fmt: skip
+            bw_ax.fill_between(
+                sizes,
+                [r["busbw_GBps_min"] for r in rows],
+                [r["busbw_GBps_max"] for r in rows],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
+            t_ax.fill_between(
+                sizes,
+                [r["time_us_min"] for r in rows],
+                [r["time_us_max"] for r in rows],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
     for name, value in (hlines or {}).items():
         bw_ax.axhline(value, linestyle="--", color="grey", linewidth=1, label=name)
     every = [r["bytes"] for rows in series.values() for r in rows]
     ticks = byte_ticks(min(every), max(every))
-    for ax, ylabel, better in ((bw_ax, "bus bandwidth (GB/s)", "higher is better"),
-                               (t_ax, "time per allreduce (µs)", "lower is better")):  # fmt: skip
+    for ax, ylabel, better in (
+        (bw_ax, "bus bandwidth (GB/s)", "higher is better"),
+        (t_ax, "time per allreduce (µs)", "lower is better"),
+    ):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -111,14 +123,28 @@ def plot_sweeps(
         ax.grid(True, which="both", alpha=0.3)
     handles, labels = bw_ax.get_legend_handles_labels()
     ncol = min(len(labels), 3)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
     rows_of_legend = -(-len(labels) // ncol)
     notes = [caption or machine_caption()]
     if spreads:
         notes.append("line: best of the repeated timed loops; band: slowest to fastest loop")
-    fig.text(0.5, 0.045 * rows_of_legend + 0.02, "\n".join(notes), ha="center", va="bottom",
-             fontsize=8, color="dimgrey")  # fmt: skip
+    fig.text(
+        0.5,
+        0.045 * rows_of_legend + 0.02,
+        "\n".join(notes),
+        ha="center",
+        va="bottom",
+        fontsize=8,
+        color="dimgrey",
+    )
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.045 * rows_of_legend + 0.02 + 0.03 * len(notes), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

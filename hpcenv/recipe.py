@@ -14,9 +14,26 @@ from hpcenv.safe import Name, SafeModel
 from hpcenv.yamlsrc import validate_file
 
 COMPONENTS = (
-    "os", "arch", "python", "mpi", "pmix", "ucx", "libfabric", "cuda", "rocm", "nccl", "rccl",
-    "oneccl", "net-plugin", "torch", "horovod", "torch-ccl", "ipex", "mpi4py", "daal4py",
-)  # fmt: skip
+    "os",
+    "arch",
+    "python",
+    "mpi",
+    "pmix",
+    "ucx",
+    "libfabric",
+    "cuda",
+    "rocm",
+    "nccl",
+    "rccl",
+    "oneccl",
+    "net-plugin",
+    "torch",
+    "horovod",
+    "torch-ccl",
+    "ipex",
+    "mpi4py",
+    "daal4py",
+)
 
 
 class Recipe(SafeModel):

@@ -221,9 +221,13 @@ class Resolver:
 
     def choose(self, name: str, picked: Picked, reason: str, src: str, **kw: Any) -> Choice:
         choice = Choice(
-            kw.pop("version", picked.value), reason, src, rules=picked.rules,
-            rejected=picked.rejected, **kw,
-        )  # fmt: skip
+            kw.pop("version", picked.value),
+            reason,
+            src,
+            rules=picked.rules,
+            rejected=picked.rejected,
+            **kw,
+        )
         self.components[name] = choice
         return choice
 
@@ -301,9 +305,12 @@ class Resolver:
         assert picked is not None
         version = row[0] if picked.ok and row else major_minor(picked.value)
         self.choose(
-            "python", picked, f"python3 of {site.os}, in a venv at /opt/venv", "apt",
+            "python",
+            picked,
+            f"python3 of {site.os}, in a venv at /opt/venv",
+            "apt",
             version=version,
-        )  # fmt: skip
+        )
 
     def decide_accelerator(self) -> str:
         """The accelerator as a fact the rules see (``accelerator``), and where torch comes from
@@ -356,7 +363,10 @@ class Resolver:
         pypi = self.site.arch in rule("torch-arch").data["pypi_archs"]
         variant = {"none": "cpu", "cuda": "cuda", "rocm": "rocm", "xpu": "xpu"}[accel]
         reason = self.pin_reason("torch", f"newest torch release allowed by every rule ({variant})")
-        options = {"variant": variant, "dist_backend": {"cuda": "nccl", "rocm": "nccl"}.get(variant, "gloo")}
+        options = {
+            "variant": variant,
+            "dist_backend": {"cuda": "nccl", "rocm": "nccl"}.get(variant, "gloo"),
+        }
         if self.facts["torch.index"].value == "intel":
             options["index"] = kb()["install"]["intel_index"]["xpu"]  # IPEX's torch builds
             options["dist_backend"] = "ccl"
@@ -364,14 +374,20 @@ class Resolver:
             xccl = rule("torch-xpu").data["xccl_from_torch"]
             options["dist_backend"] = "xccl" if at_least(picked.value, xccl) else "gloo"
         self.choose(
-            "torch", picked, reason, "pip" if pypi else "conda (Open-CE)", options=options,
-        )  # fmt: skip
+            "torch",
+            picked,
+            reason,
+            "pip" if pypi else "conda (Open-CE)",
+            options=options,
+        )
         if accel == "rocm":
             rocm = self.site.gpu.rocm or ""
             self.components["rocm"] = Choice(
-                rocm, f"site {self.site.name} ROCm, supported by torch", "base image",
+                rocm,
+                f"site {self.site.name} ROCm, supported by torch",
+                "base image",
                 rules=[r for r in picked.rules if r == "torch-rocm"],
-            )  # fmt: skip
+            )
             self.components["rccl"] = Choice(
                 f"bundled-rocm-{major_minor(rocm)}", "RCCL ships with ROCm", "base image"
             )
@@ -381,14 +397,16 @@ class Resolver:
         assert picked is not None
         torch = self.components["torch"].version
         self.choose(
-            "cuda", picked,
+            "cuda",
+            picked,
             self.pin_reason(
                 "cuda",
                 f"newest CUDA that torch {torch} is built for and driver "
                 f"{self.site.gpu.driver} runs (minor-version compatibility)",
             ),
-            "base image", version=major_minor(picked.value),
-        )  # fmt: skip
+            "base image",
+            version=major_minor(picked.value),
+        )
         self.facts["cuda"] = Fact("cuda", major_minor(picked.value), picked.fact.origin)
 
     def decide_nccl(self) -> None:
@@ -396,9 +414,12 @@ class Resolver:
         picked = self.decide("nccl", releases("nccl"))
         assert picked is not None
         self.choose(
-            "nccl", picked, self.pin_reason("nccl", f"newest NCCL with a +cuda{cuda} build"),
-            "apt (NVIDIA repo)", options={"package": f"libnccl2={picked.value}-1+cuda{cuda}"},
-        )  # fmt: skip
+            "nccl",
+            picked,
+            self.pin_reason("nccl", f"newest NCCL with a +cuda{cuda} build"),
+            "apt (NVIDIA repo)",
+            options={"package": f"libnccl2={picked.value}-1+cuda{cuda}"},
+        )
 
     def decide_mpi(self) -> None:
         host = self.site.mpi
@@ -439,8 +460,13 @@ class Resolver:
         if src == "source" and name == "mpich":
             options["configure"] = rule("cray-mpich-image-mpich").data["configure"]
         soname = rule("debian-mpich-soname").data
-        if (host.model == "bind" and src == "apt" and name == "mpich"
-                and self.site.os in soname["os"] and self.site.arch in soname["lib_dir"]):  # fmt: skip
+        if (
+            host.model == "bind"
+            and src == "apt"
+            and name == "mpich"
+            and self.site.os in soname["os"]
+            and self.site.arch in soname["lib_dir"]
+        ):
             # The site replaces the ABI name; the image must load its MPI under that name.
             options["abi_soname"] = f"{soname['abi_soname']} -> {soname['library']}"
             options["lib_dir"] = soname["lib_dir"][self.site.arch]
@@ -451,8 +477,14 @@ class Resolver:
             )
             picked.rules.append("debian-mpich-soname")
         self.choose(
-            "mpi", picked, reason, src, version=version, implementation=name, options=options,
-        )  # fmt: skip
+            "mpi",
+            picked,
+            reason,
+            src,
+            version=version,
+            implementation=name,
+            options=options,
+        )
         self.decide_pmix()
 
     def decide_pmix(self) -> None:
@@ -473,10 +505,11 @@ class Resolver:
         picked = self.decide(fabric, [pkgs[fabric]])
         assert picked is not None
         self.choose(
-            fabric, picked,
+            fabric,
+            picked,
             f"site {self.site.name} fabric is {fabric}; the image needs its user-space library",
             "apt" if picked.value == pkgs[fabric] else "source",
-        )  # fmt: skip
+        )
 
     def decide_intel_stack(self, accel: str) -> None:
         torch = self.components.get("torch")
@@ -489,21 +522,24 @@ class Resolver:
             if picked is None:
                 continue
             self.choose(
-                comp, picked,
+                comp,
+                picked,
                 self.pin_reason(comp, f"{comp} build with torch's major.minor ({variant})"),
-                f"pip ({index})", options={"index": index},
-            )  # fmt: skip
+                f"pip ({index})",
+                options={"index": index},
+            )
         if "torch-ccl" in self.components:
             ccl = self.components["torch-ccl"].version
             bundled = rule("oneccl-torch-ccl").table.get(major_minor(ccl), [])
             picked = self.decide("oneccl", bundled or ["bundled"])
             assert picked is not None
             self.choose(
-                "oneccl", picked,
+                "oneccl",
+                picked,
                 self.pin_reason("oneccl", f"the oneCCL that torch-ccl {ccl} bundles")
                 + ("" if bundled else " (its version is not in the knowledge base)"),
                 "bundled with torch-ccl",
-            )  # fmt: skip
+            )
 
     def decide_oneccl_pypi(self) -> None:
         """oneCCL itself from PyPI (``oneccl-cpu-devel``), for a recipe that wants it and gets
@@ -517,9 +553,11 @@ class Resolver:
         ahead = self.recipe.requires("horovod") and "oneccl" not in self.pins
         later = {"horovod": releases("horovod")} if ahead else {}
         picked = self.decide(
-            "oneccl", releases("oneccl", "pypi"), later=later,
+            "oneccl",
+            releases("oneccl", "pypi"),
+            later=later,
             required=self.recipe.requires("oneccl"),
-        )  # fmt: skip
+        )
         if picked is None:
             return
         install = kb()["install"]["oneccl_pypi"]
@@ -537,7 +575,9 @@ class Resolver:
             f"build with; installed under {install['prefix']} (not the venv: impi-rt's mpirun "
             "would shadow the image MPI's); ATL over OFI with impi-rt's libfabric",
         )
-        self.choose("oneccl", picked, reason, f"pip ({install['package']}, --prefix)", options=options)
+        self.choose(
+            "oneccl", picked, reason, f"pip ({install['package']}, --prefix)", options=options
+        )
 
     def decide_horovod(self, accel: str) -> None:
         if not self.recipe.wants("horovod"):
@@ -598,9 +638,12 @@ class Resolver:
         where = "built into the image" if plugin.source == "image" else f"host: {plugin.how}"
         lib = "RCCL" if accel == "rocm" else "NCCL"
         self.components["net-plugin"] = Choice(
-            plugin.version or "site build", f"aws-ofi-nccl for {lib} over libfabric, {where}",
-            plugin.source, implementation="aws-ofi-nccl", rules=["network-plugin"],
-        )  # fmt: skip
+            plugin.version or "site build",
+            f"aws-ofi-nccl for {lib} over libfabric, {where}",
+            plugin.source,
+            implementation="aws-ofi-nccl",
+            rules=["network-plugin"],
+        )
 
     def decide_mpi4py(self) -> None:
         if not self.recipe.wants("mpi4py"):
@@ -609,10 +652,13 @@ class Resolver:
         assert picked is not None
         mpi = self.components["mpi"]
         self.choose(
-            "mpi4py", picked,
-            self.pin_reason("mpi4py", f"binary wheel; loads the image's {mpi.implementation} at run time"),
+            "mpi4py",
+            picked,
+            self.pin_reason(
+                "mpi4py", f"binary wheel; loads the image's {mpi.implementation} at run time"
+            ),
             "pip",
-        )  # fmt: skip
+        )
 
     def decide_daal4py(self) -> None:
         """daal4py's SPMD mode needs an MPICH-ABI MPI: the image's, or a side runtime (hybrid)."""
@@ -650,10 +696,10 @@ class Resolver:
             )
             if self.recipe.requires("daal4py"):
                 failed = Picked(
-                    Fact("daal4py", version, f"recipe {self.recipe.name}"), failures=[
-                        Verdict(abi.rule, False, why, (host,))
-                    ], ok=False,
-                )  # fmt: skip
+                    Fact("daal4py", version, f"recipe {self.recipe.name}"),
+                    failures=[Verdict(abi.rule, False, why, (host,))],
+                    ok=False,
+                )
                 self.conflict("daal4py", failed)
                 return
             self.excluded["daal4py"] = f"{why} [rule daal4py-mpich-abi]"

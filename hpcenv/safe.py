@@ -238,8 +238,9 @@ def walltime_seconds(value: str) -> int:
         g.get("d", 0) * 86400
         + (g.get("dh", 0) + g.get("h", 0)) * 3600
         + (g.get("dm", 0) + g.get("m", 0) + g.get("mm", 0)) * 60
-        + g.get("ds", 0) + g.get("s", 0)
-    )  # fmt: skip
+        + g.get("ds", 0)
+        + g.get("s", 0)
+    )
     if seconds <= 0 or seconds > 366 * 86400:
         raise ValueError(f"walltime {value!r} must be more than 0 and at most a year")
     return seconds

@@ -27,8 +27,21 @@ from typing import Any
 
 from hpcenv.site import Site
 
-STUBS = ("sbatch", "srun", "jsrun", "mpiexec", "mpirun", "qsub", "bsub", "module",
-         "apptainer", "singularity", "podman", "podman-hpc", "shifter")  # fmt: skip
+STUBS = (
+    "sbatch",
+    "srun",
+    "jsrun",
+    "mpiexec",
+    "mpirun",
+    "qsub",
+    "bsub",
+    "module",
+    "apptainer",
+    "singularity",
+    "podman",
+    "podman-hpc",
+    "shifter",
+)
 
 # Variables that `module load NAME` sets, as the sites document them (only those a script uses).
 # cray-mpich-abi: CRAY_LD_LIBRARY_PATH holds the ABI-compatible libmpi.so.12 directory
@@ -89,7 +102,7 @@ def rooted(site: Site, root: Path) -> Site:
             "variables": variables,
             "mpi": mpi,
             "runtime": runtime,
-        }  # fmt: skip
+        }
     )
 
 
@@ -154,8 +167,11 @@ class Harness:
             "HPCENV_STUB_LOG": str(self.log),
             "BASH_ENV": str(self.bash_env),
         }
-        env[{"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID"}.get(
-            site.scheduler.kind, "SLURM_JOB_ID")] = job_id  # fmt: skip
+        env[
+            {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID"}.get(
+                site.scheduler.kind, "SLURM_JOB_ID"
+            )
+        ] = job_id
         for name, var in site.variables.items():
             if var.default is None:  # e.g. NERSC's $PSCRATCH: the site sets it on every node
                 env[name] = str(self.root / "site-set" / name.lower() / "alice")
@@ -179,9 +195,14 @@ class Harness:
             self.log.unlink()
         path = self.root / "job.sh"
         path.write_text(script)
-        proc = subprocess.run(["bash", "-euo", "pipefail", str(path)], env=env,
-                              cwd=str(cwd or self.root), capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", str(path)],
+            env=env,
+            cwd=str(cwd or self.root),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         calls: list[list[str]] = []
         if self.log.exists():
             for record in self.log.read_bytes().split(b"\x1e"):
@@ -219,8 +240,13 @@ def script_exports(script: str, env: dict[str, str]) -> dict[str, str]:
     body = "\n".join(ln for ln in script.splitlines() if ln.startswith(("export ", "module ")))
     probe = body + "\n" + "".join(f'printf "%s\\0" "${{{n}}}"\n' for n in names)
     probe += "".join(f'printf "%s\\0" "${{{n}-}}"\n' for n in loaded)
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", probe], env=env,
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     values = dict(zip([*names, *loaded], proc.stdout.split("\0")[:-1], strict=True))
     return {k: v for k, v in values.items() if k in names or v}

@@ -89,8 +89,9 @@ def slurm() -> Iterator[SlurmInfo]:
         pytest.fail(f"slurm-up.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
     conf = STATE / "slurm" / "slurm.conf"
     os.environ["SLURM_CONF"] = str(conf)
-    yield SlurmInfo(conf=conf, node=socket.gethostname().split(".")[0],
-                    jobcomp=STATE / "slurm" / "jobcomp.txt")  # fmt: skip
+    yield SlurmInfo(
+        conf=conf, node=socket.gethostname().split(".")[0], jobcomp=STATE / "slurm" / "jobcomp.txt"
+    )
     if not was_up:
         _script("slurm-down.sh")
 
@@ -108,8 +109,12 @@ def two_node() -> Iterator[TwoNodeInfo]:
     if proc.returncode != 0:
         _script("slurm-2node-down.sh")
         pytest.fail(f"slurm-2node-up.sh failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    yield TwoNodeInfo(conf=state / "slurm.conf", nodes=("node1", "node2"), state=state,
-                      node_local=Path("/tmp/hpcenv-2node-local"))  # fmt: skip
+    yield TwoNodeInfo(
+        conf=state / "slurm.conf",
+        nodes=("node1", "node2"),
+        state=state,
+        node_local=Path("/tmp/hpcenv-2node-local"),
+    )
     if not was_up:
         down = _script("slurm-2node-down.sh")
         assert down.returncode == 0, down.stderr

@@ -243,8 +243,12 @@ def test_plugin_registers_scheme_and_backend_builds_command(
 
 
 # -- real Apptainer --------------------------------------------------------------------------
-needs_runtime = needs_tool("apptainer", "singularity", "podman",
-                           why="Apptainer runs natively or in hpcenv's helper container under podman")
+needs_runtime = needs_tool(
+    "apptainer",
+    "singularity",
+    "podman",
+    why="Apptainer runs natively or in hpcenv's helper container under podman",
+)
 
 
 @pytest.fixture(scope="session")
@@ -357,16 +361,28 @@ def test_real_def_build_reads_a_secret_that_stays_out(base_archive: Path, tmp_pa
     from hpcenv.render import _environment
 
     secret = f"apt-password-{os.getpid()}-{time.time_ns()}"
-    step = Primitive("shell", commands=(
-        "test -r /run/secrets/hpcenv-apt-auth",
-        "sha256sum /run/secrets/hpcenv-apt-auth | cut -d' ' -f1 > /opt/secret.sha256",
-    ), secrets=("hpcenv-apt-auth",))  # fmt: skip
+    step = Primitive(
+        "shell",
+        commands=(
+            "test -r /run/secrets/hpcenv-apt-auth",
+            "sha256sum /run/secrets/hpcenv-apt-auth | cut -d' ' -f1 > /opt/secret.sha256",
+        ),
+        secrets=("hpcenv-apt-auth",),
+    )
     lock = SimpleNamespace(site="t", recipe="t", build={"platform": "linux/amd64"})
-    text = _environment().get_template("Singularity.def.j2").render(
-        version="test", lock=lock, stages=[Stage("runtime", "base", [step])],
-        bootstrap="oci-archive", bootstrap_from=str(base_archive), test_commands=["true"],
-        secrets_dir=SECRETS_DIR,
-    )  # fmt: skip
+    text = (
+        _environment()
+        .get_template("Singularity.def.j2")
+        .render(
+            version="test",
+            lock=lock,
+            stages=[Stage("runtime", "base", [step])],
+            bootstrap="oci-archive",
+            bootstrap_from=str(base_archive),
+            test_commands=["true"],
+            secrets_dir=SECRETS_DIR,
+        )
+    )
     assert "%setup" in text and secret not in text
     ctx = tmp_path / "ctx"
     ctx.mkdir()
@@ -374,13 +390,15 @@ def test_real_def_build_reads_a_secret_that_stays_out(base_archive: Path, tmp_pa
     runner = Apptainer()
     with secret_files({"hpcenv-apt-auth": secret}, tmp_path / "secrets") as files:
         folder = files["hpcenv-apt-auth"].parent
-        sif = runner.build_from_def(ctx / "Singularity.def", tmp_path / "s.sif", ctx,
-                                    secrets_dir=folder)  # fmt: skip
+        sif = runner.build_from_def(
+            ctx / "Singularity.def", tmp_path / "s.sif", ctx, secrets_dir=folder
+        )
     assert not folder.exists()
     seen = runner.exec(sif, ["sh", "-c", "cat /opt/secret.sha256; ls -A /run/secrets; true"])
     assert seen.stdout.splitlines() == [hashlib.sha256(secret.encode()).hexdigest()]
-    deffile = runner._run(runner.command(["inspect", "--deffile", str(sif)],
-                                         paths=[sif.parent]), timeout=120)  # fmt: skip
+    deffile = runner._run(
+        runner.command(["inspect", "--deffile", str(sif)], paths=[sif.parent]), timeout=120
+    )
     assert "/run/secrets/hpcenv-apt-auth" in deffile.stdout and secret not in deffile.stdout
     image_dirs = "/etc /opt /usr /var /run /srv"  # not the host paths Apptainer binds
     listing = runner.exec(sif, ["sh", "-c", f"grep -rl -e '{secret}' {image_dirs}; true"])

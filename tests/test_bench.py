@@ -114,8 +114,14 @@ def sample_report() -> BenchReport:
     sec.plots.append("allreduce_bandwidth.png")
     sec.data["series"] = {"host": [row(8, 1.0)]}
     failed = Section("kmeans", "K-Means", error="BenchCommandError: boom")
-    meta = {"date": "2026-01-01 00:00 UTC", "machine": "test box", "image": "img:tag",
-            "quick": True, "seconds": 42.0, "notes": ["checks mounted"]}  # fmt: skip
+    meta = {
+        "date": "2026-01-01 00:00 UTC",
+        "machine": "test box",
+        "image": "img:tag",
+        "quick": True,
+        "seconds": 42.0,
+        "notes": ["checks mounted"],
+    }
     return BenchReport(meta, [sec, failed])
 
 
@@ -242,8 +248,15 @@ def test_hpccm_recipe_renders_the_same_stack() -> None:
 
     text = recipe(base_image="localhost/base:1", pip_packages=["mpi4py==4.1.2", "pkg==1"])
     assert text.startswith("FROM localhost/base:1")
-    for needle in ("openmpi-bin", "mpich", "libmpi.so.12", "/opt/venv/bin/pip",
-                   "mpi4py==4.1.2 pkg==1", "COPY checks /opt/hpcenv/checks", "USER hpc"):  # fmt: skip
+    for needle in (
+        "openmpi-bin",
+        "mpich",
+        "libmpi.so.12",
+        "/opt/venv/bin/pip",
+        "mpi4py==4.1.2 pkg==1",
+        "COPY checks /opt/hpcenv/checks",
+        "USER hpc",
+    ):
         assert needle in text
     assert "ca.crt" not in text  # build-time trust is mounted, never copied
 
@@ -359,11 +372,15 @@ def test_targets_table_says_met_or_missed_per_goal() -> None:
     assert goal_met(">= 1.2", None) is None
     with pytest.raises(ValueError):
         goal_met("about 1.2", 1.0)
-    sec = Section("t", "T", headline=[
-        Headline("geomean (goal >= 1.2)", "", "1.16x", ">= 1.2", 1.16),
-        Headline("first step (goal < 4 s)", "", "3.1 s", "< 4", 3.1),
-        Headline("no goal", "", "1.0x"),
-    ])  # fmt: skip
+    sec = Section(
+        "t",
+        "T",
+        headline=[
+            Headline("geomean (goal >= 1.2)", "", "1.16x", ">= 1.2", 1.16),
+            Headline("first step (goal < 4 s)", "", "3.1 s", "< 4", 3.1),
+            Headline("no goal", "", "1.0x"),
+        ],
+    )
     md = render_markdown(BenchReport({"date": "d"}, [sec]))
     targets = md.split("## Targets", 1)[1].split("## Headline", 1)[0]
     assert "| geomean (goal >= 1.2) | >= 1.2 | 1.16 | MISSED |" in targets

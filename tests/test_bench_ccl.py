@@ -22,8 +22,9 @@ SIZE = 64 << 20
 def _ctx(tmp_path: Path) -> BenchContext:
     site = load_site("local")
     cfg = BenchConfig(out=tmp_path, sections=("ccl",))
-    return BenchContext(cfg=cfg, image="x", echo=lambda line: None, site=site,
-                        tuning=place(site, 1, 2))  # fmt: skip
+    return BenchContext(
+        cfg=cfg, image="x", echo=lambda line: None, site=site, tuning=place(site, 1, 2)
+    )
 
 
 def _exists(rc: int) -> Any:
@@ -48,8 +49,11 @@ class FakeContainer:
     def run(self, command: str, env: dict[str, str], timeout: float) -> Result:
         self.calls.append((command, env))
         name = env["HOROVOD_CPU_OPERATIONS"]
-        doc = {"sweep": [{"bytes": SIZE, "busbw_GBps": self.bw[name], "mismatches": 0}],
-               "exact": [{"mismatches": 0}], "built": {"ccl": True}}  # fmt: skip
+        doc = {
+            "sweep": [{"bytes": SIZE, "busbw_GBps": self.bw[name], "mismatches": 0}],
+            "exact": [{"mismatches": 0}],
+            "built": {"ccl": True},
+        }
         log = ""
         if env.get("CCL_LOG_LEVEL") == "debug":  # the transport probe
             log = "|CCL_INFO| libfabric version: 2.1.0-impi\n|CCL_DEBUG| select nic: has_shm 0\n"

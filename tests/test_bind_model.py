@@ -56,7 +56,10 @@ def test_local_bind_sif_injects_the_same_site_mpi_into_sif_ranks() -> None:
     preflight = script.index("/opt/site/apptainer/bin/apptainer exec")
     assert preflight < script.index("\nsrun ") and "bind model ABI mismatch" in script
     control = render_job(site, _job(site_mpi=False), "/scratch/x.sif")
-    assert "--bind /opt/site/intel-mpi" not in control and "APPTAINERENV_LD_LIBRARY_PATH" not in control
+    assert (
+        "--bind /opt/site/intel-mpi" not in control
+        and "APPTAINERENV_LD_LIBRARY_PATH" not in control
+    )
 
 
 def test_the_local_bind_image_loads_its_mpich_under_the_abi_name() -> None:
@@ -174,8 +177,16 @@ def site_root(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("command", ["resolve", "build"])
 def test_resolver_refuses_open_mpi_image_under_mpich_abi_site(command: str) -> None:
-    argv = [HPCENV, command, "--site", "local-bind", "--recipe", "horovod-cpu", "--set",
-            "mpi=openmpi"]  # fmt: skip
+    argv = [
+        HPCENV,
+        command,
+        "--site",
+        "local-bind",
+        "--recipe",
+        "horovod-cpu",
+        "--set",
+        "mpi=openmpi",
+    ]
     if command == "build":
         argv.append("--dry-run")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -194,8 +205,11 @@ def test_submit_check_reads_the_image_lock() -> None:
     local_lock = json.loads(Path("tests/golden/local__horovod-cpu/stack.lock.json").read_text())
     # Open MPI image with Debian MPICH as daal4py's side runtime: the site MPI replaces that one.
     assert image_mismatch(site, IMAGE, local_lock) is None
-    openmpi_only = {"components": {"mpi": {"implementation": "openmpi", "version": "4.1.4",
-                                           "options": {"abi": "openmpi"}}}}  # fmt: skip
+    openmpi_only = {
+        "components": {
+            "mpi": {"implementation": "openmpi", "version": "4.1.4", "options": {"abi": "openmpi"}}
+        }
+    }
     why = image_mismatch(site, "img", openmpi_only)
     assert why is not None
     assert "openmpi@4.1.4 (openmpi ABI)" in why and "intel-mpi@2021.18.1 (libmpi.so.12" in why

@@ -30,7 +30,11 @@ def dockerfile(parts: Parts) -> str:
 
 def test_every_block_is_registered_and_documented() -> None:
     assert set(BLOCKS) == {
-        "mpich-source", "xpu-runtime", "aws-ofi-nccl", "mpich-abi-soname", "oneccl-pypi"
+        "mpich-source",
+        "xpu-runtime",
+        "aws-ofi-nccl",
+        "mpich-abi-soname",
+        "oneccl-pypi",
     }
     for name, fn in BLOCKS.items():
         assert fn.__doc__ and "Example:" in fn.__doc__, name
@@ -109,8 +113,13 @@ CMD ["/bin/bash"]"""
     assert 'ENV NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/libnccl-net.so"' in cuda
 
 
-_ABI_SONAME_ARGS = ("libmpich.so.12", "libmpi.so.12", "/usr/lib/x86_64-linux-gnu",
-                    ["libmpichcxx.so.12"], apt_install(["patchelf"], None, None))  # fmt: skip
+_ABI_SONAME_ARGS = (
+    "libmpich.so.12",
+    "libmpi.so.12",
+    "/usr/lib/x86_64-linux-gnu",
+    ["libmpichcxx.so.12"],
+    apt_install(["patchelf"], None, None),
+)
 
 
 def test_mpich_abi_soname_exact_text() -> None:
@@ -139,9 +148,12 @@ CMD ["/bin/bash"]"""
 
 
 ONECCL_ARGS = (
-    "2021.16.2", "oneccl-cpu-devel==2021.16.2", "impi-rt==2021.16.*", "/opt/oneccl",
+    "2021.16.2",
+    "oneccl-cpu-devel==2021.16.2",
+    "impi-rt==2021.16.*",
+    "/opt/oneccl",
     {"CCL_ATL_TRANSPORT": "ofi"},
-)  # fmt: skip
+)
 
 
 def test_oneccl_pypi_exact_text() -> None:

@@ -33,7 +33,14 @@ def test_sites_validate_and_schema(runner: CliRunner, tmp_path: Path) -> None:
 
 def test_recipes(runner: CliRunner) -> None:
     names = {r["name"] for r in json.loads(run(runner, "recipes", "--json").stdout)}
-    assert names == {"horovod-cpu", "horovod-ccl", "horovod-gpu", "torch-ccl", "torch-gpu", "daal4py"}
+    assert names == {
+        "horovod-cpu",
+        "horovod-ccl",
+        "horovod-gpu",
+        "torch-ccl",
+        "torch-gpu",
+        "daal4py",
+    }
 
 
 def test_resolve_json_shape(runner: CliRunner) -> None:
@@ -54,8 +61,18 @@ def test_render_writes_files(runner: CliRunner, tmp_path: Path) -> None:
 
 
 def test_build_dry_run_frontier_lists_delivery(runner: CliRunner, tmp_path: Path) -> None:
-    out = run(runner, "build", "--site", "frontier", "-r", "torch-gpu", "--dry-run", "--json",
-              "--out", str(tmp_path))  # fmt: skip
+    out = run(
+        runner,
+        "build",
+        "--site",
+        "frontier",
+        "-r",
+        "torch-gpu",
+        "--dry-run",
+        "--json",
+        "--out",
+        str(tmp_path),
+    )
     assert out.exit_code == 0, out.output
     (plan,) = json.loads(out.stdout)
     assert plan["components"]["mpi"] == "mpich@4.1.3"
@@ -69,8 +86,19 @@ def test_build_dry_run_frontier_lists_delivery(runner: CliRunner, tmp_path: Path
 
 
 def test_build_dry_run_perlmutter_migrates_and_pushes(runner: CliRunner, tmp_path: Path) -> None:
-    out = run(runner, "build", "--site", "perlmutter", "-r", "torch-gpu", "--dry-run",
-              "--push", "registry.nersc.gov/m0000/torch-gpu:1", "--out", str(tmp_path))  # fmt: skip
+    out = run(
+        runner,
+        "build",
+        "--site",
+        "perlmutter",
+        "-r",
+        "torch-gpu",
+        "--dry-run",
+        "--push",
+        "registry.nersc.gov/m0000/torch-gpu:1",
+        "--out",
+        str(tmp_path),
+    )
     assert out.exit_code == 0, out.output
     assert (
         "deliver: podman push localhost/hpcenv/torch-gpu:perlmutter "
@@ -84,21 +112,44 @@ def test_build_dry_run_perlmutter_migrates_and_pushes(runner: CliRunner, tmp_pat
 
 def test_build_dry_run_summit_refuses(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", "from hpcenv.cli.main import main; main()",
-         "build", "--site", "summit", "--dry-run", "--out", str(tmp_path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from hpcenv.cli.main import main; main()",
+            "build",
+            "--site",
+            "summit",
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: conflict between mpi (any of openmpi@4.1.2) (releases) and host.mpi spectrum-mpi@10.4")
+    assert proc.stderr.startswith(
+        "error: conflict between mpi (any of openmpi@4.1.2) (releases) and host.mpi spectrum-mpi@10.4"
+    )
     assert "rule image-mpi-host-only" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", "from hpcenv.cli.main import main; main()",
-         "resolve", "-s", "summit", "-r", "horovod-gpu", "--set", "cuda=12.4"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from hpcenv.cli.main import main; main()",
+            "resolve",
+            "-s",
+            "summit",
+            "-r",
+            "horovod-gpu",
+            "--set",
+            "cuda=12.4",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
@@ -115,9 +166,17 @@ def test_bad_site_file_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nbogus: 1\n")
     proc = subprocess.run(
-        [sys.executable, "-c", "from hpcenv.cli.main import main; main()", "sites", "validate", str(bad)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from hpcenv.cli.main import main; main()",
+            "sites",
+            "validate",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert f"{bad}:2: field 'bogus': unknown field" in proc.stderr
 

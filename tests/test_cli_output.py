@@ -54,17 +54,28 @@ def test_render_format_matches_the_written_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["render", "-s", "frontier", "-r", "horovod-gpu", "-f", "dockr"],
-         "error: --format 'dockr' (did you mean 'docker'?): one of docker, singularity, job, lock"),
-        (["resolve", "--site", "frontir", "--recipe", "horovod-gpu"],
-         "error: unknown site 'frontir' (did you mean 'frontier'?); known:"),
-        (["resolve", "--site", "frontier", "--recipe", "horovod-gpus"],
-         "error: unknown recipe 'horovod-gpus' (did you mean 'horovod-gpu'?); known:"),
-        (["resolve", "--site", "frontier", "--recipe", "horovod-gpu", "--set", "troch=2.1.0"],
-         "error: --set troch: unknown component (did you mean 'torch'?); known:"),
-        (["sites", "fields", "mpi.pim"], "error: no site field 'mpi.pim' (did you mean 'mpi.pmi'?)"),
+        (
+            ["render", "-s", "frontier", "-r", "horovod-gpu", "-f", "dockr"],
+            "error: --format 'dockr' (did you mean 'docker'?): one of docker, singularity, job, lock",
+        ),
+        (
+            ["resolve", "--site", "frontir", "--recipe", "horovod-gpu"],
+            "error: unknown site 'frontir' (did you mean 'frontier'?); known:",
+        ),
+        (
+            ["resolve", "--site", "frontier", "--recipe", "horovod-gpus"],
+            "error: unknown recipe 'horovod-gpus' (did you mean 'horovod-gpu'?); known:",
+        ),
+        (
+            ["resolve", "--site", "frontier", "--recipe", "horovod-gpu", "--set", "troch=2.1.0"],
+            "error: --set troch: unknown component (did you mean 'torch'?); known:",
+        ),
+        (
+            ["sites", "fields", "mpi.pim"],
+            "error: no site field 'mpi.pim' (did you mean 'mpi.pmi'?)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_did_you_mean(args: list[str], message: str) -> None:
     proc = hpcenv(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -89,8 +100,13 @@ def _smoke_env(tmp_path: Path, path: str) -> dict[str, str]:
 def test_smoke_checks_the_image_before_staging_data(tmp_path: Path) -> None:
     """Without podman the run stops before MNIST is fetched or staged."""
     env = _smoke_env(tmp_path, str(tmp_path))
-    proc = subprocess.run([str(HPCENV), "smoke", "--site", "local"], capture_output=True,
-                          text=True, env=env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [str(HPCENV), "smoke", "--site", "local"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "podman" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "cache" / "data").exists()
@@ -102,8 +118,13 @@ def test_smoke_missing_image_names_the_build_command(tmp_path: Path) -> None:
 
     env = _smoke_env(tmp_path, os.environ["PATH"])
     # a real site whose image was never built here (an unknown site is refused before this)
-    proc = subprocess.run([str(HPCENV), "smoke", "--site", "generic-slurm", "--recipe", "horovod-cpu"],
-                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [str(HPCENV), "smoke", "--site", "generic-slurm", "--recipe", "horovod-cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (
         "error: image localhost/hpcenv/horovod-cpu:generic-slurm does not exist in podman; "
@@ -167,9 +188,24 @@ def test_json_on_render_and_sites_validate(tmp_path: Path) -> None:
 
 
 def test_every_data_command_offers_json() -> None:
-    for args in (["sites", "list"], ["sites", "show"], ["sites", "validate"], ["sites", "fields"],
-                 ["sites", "init"], ["recipes"], ["resolve"], ["render"], ["build"], ["doctor"],
-                 ["data", "mnist"], ["smoke"], ["bench"], ["submit"], ["status"], ["tune"]):  # fmt: skip
+    for args in (
+        ["sites", "list"],
+        ["sites", "show"],
+        ["sites", "validate"],
+        ["sites", "fields"],
+        ["sites", "init"],
+        ["recipes"],
+        ["resolve"],
+        ["render"],
+        ["build"],
+        ["doctor"],
+        ["data", "mnist"],
+        ["smoke"],
+        ["bench"],
+        ["submit"],
+        ["status"],
+        ["tune"],
+    ):
         proc = hpcenv(*args, "--help")
         assert "--json" in proc.stdout, args
 
@@ -178,9 +214,26 @@ def test_missing_scheduler_command_says_where_to_submit(tmp_path: Path) -> None:
     import os
 
     env = {**os.environ, "PATH": "/usr/bin:/bin", "HPCENV_CACHE": str(tmp_path / "c")}
-    proc = subprocess.run([str(HPCENV), "submit", "--site", "summit", "-r", "horovod-gpu", "-A", "CSC1",
-                           "--workdir", str(tmp_path), "--", "true"],
-                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            str(HPCENV),
+            "submit",
+            "--site",
+            "summit",
+            "-r",
+            "horovod-gpu",
+            "-A",
+            "CSC1",
+            "--workdir",
+            str(tmp_path),
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (
         "error: bsub is not on this host: summit takes jobs through lsf; submit from a login node "

@@ -86,7 +86,12 @@ def test_rendered_files_hold_no_credentials(tmp_path: Path) -> None:
     assert "-o Dir::Etc::netrc=/run/secrets/hpcenv-apt-auth" in rendered.singularity
     assert "export PIP_CONFIG_FILE=/run/secrets/hpcenv-pip.conf" in rendered.singularity
     # Apptainer binds only onto existing folders: each stage makes the mount point first.
-    assert rendered.singularity.count('mkdir -p "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}/run/secrets"') == 2
+    assert (
+        rendered.singularity.count(
+            'mkdir -p "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}/run/secrets"'
+        )
+        == 2
+    )
 
 
 def test_credentialed_dockerfile_passes_hadolint(tmp_path: Path) -> None:
@@ -94,8 +99,9 @@ def test_credentialed_dockerfile_passes_hadolint(tmp_path: Path) -> None:
     site = load_site(str(credentialed_site(tmp_path)))
     path = tmp_path / "Dockerfile"
     path.write_text(render(resolve(site, load_recipe("daal4py")), site).dockerfile)
-    proc = subprocess.run([hadolint, "--failure-threshold", "error", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [hadolint, "--failure-threshold", "error", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -140,9 +146,13 @@ def test_engine_passes_secrets_as_build_secrets(tmp_path: Path) -> None:
     secret = tmp_path / "s"
     secret.write_text(PASSWORD)
     (tmp_path / "Dockerfile").write_text("FROM scratch\n")
-    result = PodmanEngine(str(fake)).build(tmp_path, tmp_path / "Dockerfile", "t",
-                                           log_path=tmp_path / "log",
-                                           secrets={"hpcenv-apt-auth": secret})  # fmt: skip
+    result = PodmanEngine(str(fake)).build(
+        tmp_path,
+        tmp_path / "Dockerfile",
+        "t",
+        log_path=tmp_path / "log",
+        secrets={"hpcenv-apt-auth": secret},
+    )
     text = result.log_path.read_text()
     assert f"id=hpcenv-apt-auth,src={secret}" in text and PASSWORD not in text
 
@@ -166,8 +176,9 @@ def test_cli_never_prints_credentials(tmp_path: Path) -> None:
     env = {**os.environ, "HPCENV_CACHE": str(tmp_path / "cache")}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(HPCENV), *args], capture_output=True, text=True, env=env,
-                              timeout=120)  # fmt: skip
+        return subprocess.run(
+            [str(HPCENV), *args], capture_output=True, text=True, env=env, timeout=120
+        )
 
     shown = run("sites", "show", str(site), "--json")
     assert shown.returncode == 0 and "https://***@pypi.example/simple" in shown.stdout

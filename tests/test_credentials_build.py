@@ -98,8 +98,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if self.path.startswith("/debian/"):
             try:
-                with urllib.request.urlopen(self.server.upstream + self.path[len("/debian"):],
-                                            timeout=60) as up:  # fmt: skip
+                with urllib.request.urlopen(
+                    self.server.upstream + self.path[len("/debian") :], timeout=60
+                ) as up:
                     body, status = up.read(), up.status
             except urllib.error.HTTPError as err:
                 body, status = b"", err.code
@@ -135,8 +136,9 @@ def server() -> Iterator[_Server]:
 
 
 def _podman(*args: str, **kw: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["podman", *args], capture_output=True, check=True, timeout=600,
-                          env={**os.environ}, **kw)  # type: ignore[call-overload]  # fmt: skip
+    return subprocess.run(
+        ["podman", *args], capture_output=True, check=True, timeout=600, env={**os.environ}, **kw
+    )  # type: ignore[call-overload]
 
 
 def _files_holding(archive: Path, needle: bytes) -> list[str]:
@@ -165,8 +167,11 @@ def test_credentials_stay_out_of_the_image(
     engine = get_engine("podman")
     base = need_image(default_tag(), "the credentialed build starts from the local base image")
     conf = tmp_path / "containers.conf"  # hpcenv's settings + host network for build steps
-    conf.write_text(containers_conf_path().read_text().replace(
-        "[containers]\n", '[containers]\nnetns = "host"\n'))  # fmt: skip
+    conf.write_text(
+        containers_conf_path()
+        .read_text()
+        .replace("[containers]\n", '[containers]\nnetns = "host"\n')
+    )
     monkeypatch.setenv("CONTAINERS_CONF", str(conf))
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
     port = server.server_address[1]
@@ -184,19 +189,28 @@ def test_credentials_stay_out_of_the_image(
 
     # hpcenv's own apt and pip steps, in hpcenv's two-stage shape.
     blocks = Blocks(resolve(site, load_recipe("daal4py")), site)
-    build_steps = [*blocks.trust().build,
-                   apt_install(["python3-venv"], site.build.apt_mirror, "bookworm"),
-                   shell("python3 -m venv /opt/venv",
-                         "/opt/venv/bin/pip install --no-deps hpcenv-secret-probe")]  # fmt: skip
-    build_steps = [replace(s, secrets=(*s.secrets, PIP_CONF)) if s.kind == "shell" else s
-                   for s in build_steps]  # fmt: skip
-    runtime_steps = [comment("runtime"),
-                     apt_install(["hello", "python3"], site.build.apt_mirror, "bookworm"),
-                     copy("/opt/venv", "/opt/venv", from_stage="build")]  # fmt: skip
+    build_steps = [
+        *blocks.trust().build,
+        apt_install(["python3-venv"], site.build.apt_mirror, "bookworm"),
+        shell(
+            "python3 -m venv /opt/venv", "/opt/venv/bin/pip install --no-deps hpcenv-secret-probe"
+        ),
+    ]
+    build_steps = [
+        replace(s, secrets=(*s.secrets, PIP_CONF)) if s.kind == "shell" else s for s in build_steps
+    ]
+    runtime_steps = [
+        comment("runtime"),
+        apt_install(["hello", "python3"], site.build.apt_mirror, "bookworm"),
+        copy("/opt/venv", "/opt/venv", from_stage="build"),
+    ]
     stages = [Stage("build", base, build_steps), Stage("runtime", base, runtime_steps)]
     lock = SimpleNamespace(site="credsite", recipe="probe", build={"platform": "linux/amd64"})
-    dockerfile = _environment().get_template("Dockerfile.j2").render(
-        version="test", lock=lock, stages=stages)  # fmt: skip
+    dockerfile = (
+        _environment()
+        .get_template("Dockerfile.j2")
+        .render(version="test", lock=lock, stages=stages)
+    )
     context = tmp_path / "context"
     (context / "hpcenv-build").mkdir(parents=True)
     (context / "Dockerfile").write_text(dockerfile)
@@ -209,18 +223,30 @@ def test_credentials_stay_out_of_the_image(
         with build_secrets(site) as secrets:
             assert set(secrets) == {"hpcenv-apt-auth", "hpcenv-pip.conf"}
             engine.build(context, context / "Dockerfile", TAG, log_path=log, secrets=secrets)
-            _podman("build", "--target", "build", "-t", TAG + "-build", *sum(
-                (["--secret", f"id={k},src={v}"] for k, v in secrets.items()), []),
-                str(context))  # fmt: skip
+            _podman(
+                "build",
+                "--target",
+                "build",
+                "-t",
+                TAG + "-build",
+                *sum((["--secret", f"id={k},src={v}"] for k, v in secrets.items()), []),
+                str(context),
+            )
         # The credentials were needed and used: refused without, accepted with.
         assert any(path.startswith("/debian/") and ok for path, ok in server.requests)
         assert any(path.startswith("/files/") and ok for path, ok in server.requests)
         with pytest.raises(urllib.error.HTTPError, match="401"):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/simple/", timeout=10)
-        run = _podman("run", "--rm", TAG, "bash", "-c",
-                      "hello && /opt/venv/bin/python -c 'import hpcenv_secret_probe as p; "
-                      "print(p.VALUE)'; cat /etc/apt/sources.list 2>/dev/null; "
-                      "ls /run/secrets 2>/dev/null; true")  # fmt: skip
+        run = _podman(
+            "run",
+            "--rm",
+            TAG,
+            "bash",
+            "-c",
+            "hello && /opt/venv/bin/python -c 'import hpcenv_secret_probe as p; "
+            "print(p.VALUE)'; cat /etc/apt/sources.list 2>/dev/null; "
+            "ls /run/secrets 2>/dev/null; true",
+        )
         assert b"Hello, world!" in run.stdout and b"42" in run.stdout
         assert PASSWORD.encode() not in run.stdout
 
@@ -235,8 +261,10 @@ def test_credentials_stay_out_of_the_image(
             _podman("save", "--format", "docker-archive", "-o", str(archive), tag)
             assert _files_holding(archive, PASSWORD.encode()) == [], tag
             if tag == TAG:  # the scan does read the layers: it finds what the build installed
-                assert any("hpcenv_secret_probe/__init__.py" in h
-                           for h in _files_holding(archive, b"VALUE = 42"))  # fmt: skip
+                assert any(
+                    "hpcenv_secret_probe/__init__.py" in h
+                    for h in _files_holding(archive, b"VALUE = 42")
+                )
             archive.unlink()
         logged = log.read_text()
         assert PASSWORD not in logged and f"{USER}:" not in logged

@@ -20,8 +20,10 @@ HPCENV = Path(sys.executable).with_name("hpcenv")
 
 
 def with_scratch(site: Site, path: str) -> Site:
-    fs = [f.model_copy(update={"path": path}) if f.purpose == "scratch" else f
-          for f in site.filesystems]  # fmt: skip
+    fs = [
+        f.model_copy(update={"path": path}) if f.purpose == "scratch" else f
+        for f in site.filesystems
+    ]
     return site.model_copy(update={"filesystems": fs})
 
 
@@ -65,8 +67,9 @@ def test_sif_copy_is_real_and_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not list(dest.parent.glob("*.partial"))
 
 
-def test_sif_copy_pending_when_a_site_variable_is_unset(monkeypatch: pytest.MonkeyPatch,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_sif_copy_pending_when_a_site_variable_is_unset(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("PROJ", raising=False)
     (step,) = plan_delivery(load_site("frontier"), "torch-gpu", "t", "sif")
     sif = tmp_path / "x.sif"
@@ -76,8 +79,9 @@ def test_sif_copy_pending_when_a_site_variable_is_unset(monkeypatch: pytest.Monk
     assert outcome.detail.startswith("pending:") and str(sif) in outcome.detail
 
 
-def test_migrate_runs_podman_hpc_or_says_pending(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_migrate_runs_podman_hpc_or_says_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     step = DeliveryStep("migrate", "t", ("podman-hpc", "migrate", "localhost/hpcenv/x:p"))
     monkeypatch.setenv("PATH", str(tmp_path))
     pending = deliver(step)
@@ -95,10 +99,23 @@ def test_migrate_runs_podman_hpc_or_says_pending(tmp_path: Path,
 def test_cli_push_bad_ref_exits_2(tmp_path: Path) -> None:
     assert HPCENV.is_file()
     proc = subprocess.run(
-        [str(HPCENV), "build", "--site", "perlmutter", "-r", "torch-gpu", "--dry-run",
-         "--push", "Not A Ref", "--out", str(tmp_path)],
-        capture_output=True, text=True, env={**os.environ},
-    )  # fmt: skip
+        [
+            str(HPCENV),
+            "build",
+            "--site",
+            "perlmutter",
+            "-r",
+            "torch-gpu",
+            "--dry-run",
+            "--push",
+            "Not A Ref",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --push 'Not A Ref': not a registry reference")
 
@@ -108,8 +125,9 @@ def test_refusals_exit_2_as_a_process(tmp_path: Path) -> None:
     for site, rule in (("frontier", "horovod-rocm"), ("aurora", "horovod-xpu")):
         proc = subprocess.run(
             [str(HPCENV), "resolve", "--site", site, "--recipe", "horovod-gpu"],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("error: conflict between horovod")
         assert f"[rule {rule}; source: " in proc.stderr and "Traceback" not in proc.stderr
@@ -123,14 +141,16 @@ def test_refusals_exit_2_as_a_process(tmp_path: Path) -> None:
     site.write_text(text + "\n")
     proc = subprocess.run(
         [str(HPCENV), "resolve", "--site", str(site), "--recipe", "horovod-gpu"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: no nvidia/cuda ubuntu-22.04 image for ppc64le")
 
 
-def test_account_and_site_defaults_expand_the_sif_path(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_account_and_site_defaults_expand_the_sif_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a login node the job's path is known from --account and the site's variables (their
     documented default where this host does not set them): the SIF lands there for real."""
     from hpcenv.delivery import delivery_env
@@ -158,10 +178,22 @@ def test_account_and_site_defaults_expand_the_sif_path(tmp_path: Path,
 def test_cli_build_bad_account_exits_2(tmp_path: Path) -> None:
     for bad, message in (("PROJ123", "is a placeholder"), ("../x", "a project id")):
         proc = subprocess.run(
-            [str(HPCENV), "build", "--site", "frontier", "-r", "torch-gpu", "--dry-run",
-             "-A", bad, "--out", str(tmp_path)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                str(HPCENV),
+                "build",
+                "--site",
+                "frontier",
+                "-r",
+                "torch-gpu",
+                "--dry-run",
+                "-A",
+                bad,
+                "--out",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
 

@@ -66,7 +66,9 @@ def test_resolve_conflict_exits_2() -> None:
 
 def test_resolve_refused_oneccl_exits_2() -> None:
     """A PyPI oneCCL whose wheels cannot work alone: one line naming the missing piece."""
-    proc = hpcenv("resolve", "--site", "local", "--recipe", "horovod-ccl", "--set", "oneccl=2022.0.0")
+    proc = hpcenv(
+        "resolve", "--site", "local", "--recipe", "horovod-ccl", "--set", "oneccl=2022.0.0"
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(
         "error: conflict between oneccl 2022.0.0 (--set) and oneccl.from pypi (recipe horovod-ccl)"
@@ -116,8 +118,10 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "wait-forever"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.2)
@@ -156,18 +160,71 @@ def test_aurora_queue_outside_its_node_range_exits_2() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["submit", "--site", "local", "--recipe", "horovod-cpu", "--image", "", "--dry-run",
-          "--", "true"], "--image is empty"),
-        (["submit", "--site", "local", "--recipe", "horovod-cpu", "--stage-in", "", "--dry-run",
-          "--", "true"], "--stage-in is empty"),
-        (["submit", "--site", "local", "--recipe", "horovod-cpu", "--array", "0", "--dry-run",
-          "--", "true"], "must be at least 1 (got 0)"),
+        (
+            [
+                "submit",
+                "--site",
+                "local",
+                "--recipe",
+                "horovod-cpu",
+                "--image",
+                "",
+                "--dry-run",
+                "--",
+                "true",
+            ],
+            "--image is empty",
+        ),
+        (
+            [
+                "submit",
+                "--site",
+                "local",
+                "--recipe",
+                "horovod-cpu",
+                "--stage-in",
+                "",
+                "--dry-run",
+                "--",
+                "true",
+            ],
+            "--stage-in is empty",
+        ),
+        (
+            [
+                "submit",
+                "--site",
+                "local",
+                "--recipe",
+                "horovod-cpu",
+                "--array",
+                "0",
+                "--dry-run",
+                "--",
+                "true",
+            ],
+            "must be at least 1 (got 0)",
+        ),
         (["tune", "--site", "local", "--image", "", "--measure"], "--image is empty"),
-        (["submit", "--site", "local", "--transport", "ssh", "--ssh-host", "h", "--ssh-port",
-          "99999", "--", "true"], "less than or equal to 65535"),
+        (
+            [
+                "submit",
+                "--site",
+                "local",
+                "--transport",
+                "ssh",
+                "--ssh-host",
+                "h",
+                "--ssh-port",
+                "99999",
+                "--",
+                "true",
+            ],
+            "less than or equal to 65535",
+        ),
         (["smoke", "--site", "nosuch"], "nosuch"),
     ],
-)  # fmt: skip
+)
 def test_empty_or_out_of_range_options_exit_2(args: list[str], message: str) -> None:
     """Found in review: '' fell back to a default (``tune --image ''`` ran a 5-minute sweep),
     ``--array 0`` submitted a plain job, an unknown smoke site was reported as a missing image."""
@@ -182,8 +239,19 @@ def test_submit_of_a_missing_sif_exits_2_before_submitting(tmp_path: Path) -> No
     """An Apptainer site given a SIF path that is not there stops before anything is submitted
     (no scheduler is asked: the local-2node rehearsal need not run)."""
     missing = tmp_path / "nowhere" / "horovod-cpu-local.sif"
-    proc = hpcenv("submit", "--site", "local-2node-sif", "--image", str(missing), "--nodes", "2",
-                  "--workdir", str(tmp_path), "--", "true")  # fmt: skip
+    proc = hpcenv(
+        "submit",
+        "--site",
+        "local-2node-sif",
+        "--image",
+        str(missing),
+        "--nodes",
+        "2",
+        "--workdir",
+        str(tmp_path),
+        "--",
+        "true",
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: SIF {missing} not found; build it first (hpcenv build --site ... --format sif) "

@@ -30,8 +30,10 @@ TAG = image_tag(recipe=RECIPE, site="local")
 def image() -> str:
     proc = subprocess.run(
         [str(HPCENV), "build", "--site", "local", "--recipe", RECIPE, "--format", "oci"],
-        capture_output=True, text=True, timeout=3000,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return TAG
 
@@ -39,8 +41,12 @@ def image() -> str:
 def in_image(image: str, script: str) -> str:
     return subprocess.run(
         ["podman", "run", "--rm", image, "bash", "-c", script],
-        capture_output=True, text=True, env=engine_env(), check=True, timeout=300,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        check=True,
+        timeout=300,
+    ).stdout
 
 
 def test_image_has_horovod_built_on_oneccl(image: str) -> None:
@@ -49,7 +55,7 @@ def test_image_has_horovod_built_on_oneccl(image: str) -> None:
     out = in_image(
         image,
         "python -c 'import horovod.torch as h; print(h.ccl_built(), h.mpi_built(), h.gloo_built())';"
-        " ls /opt/oneccl/lib; readlink -f \"$(command -v mpirun)\"; echo CCL_ATL=$CCL_ATL_TRANSPORT;"
+        ' ls /opt/oneccl/lib; readlink -f "$(command -v mpirun)"; echo CCL_ATL=$CCL_ATL_TRANSPORT;'
         " cat /opt/hpcenv/stack.lock.json",
     )
     lines = out.splitlines()
@@ -73,9 +79,12 @@ def test_ccl_smoke_checks_with_hpcenv_placement(image: str, tmp_path: Path) -> N
     launch = launch_settings(load_site("local"), image, recipe=RECIPE)
     assert launch.env["CCL_WORKER_COUNT"] == "1" and launch.env["CCL_WORKER_AFFINITY"] == "0,1"
     report = run_smoke(
-        image, tmp_path / "results", data_dir=prepare_mnist().directory,
-        pytest_args=["-k", "ccl"], launch=launch,
-    )  # fmt: skip
+        image,
+        tmp_path / "results",
+        data_dir=prepare_mnist().directory,
+        pytest_args=["-k", "ccl"],
+        launch=launch,
+    )
     tests = {t.name: t for t in report.tests}
     failed = {n: (t.message or "")[-3000:] for n, t in tests.items() if t.outcome != "passed"}
     allreduce, mnist = tests["test_allreduce[horovod-ccl]"], tests["test_mnist_horovod_ccl"]

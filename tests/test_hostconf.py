@@ -14,11 +14,26 @@ from hpcenv import hostconf
 from hpcenv.errors import ConfigError
 from hpcenv.hostconf import HostFacts, host_needs, podman_conf
 
-GOOD = HostFacts(euid=0, cgroup_layout="unified", systemd=True, cap_sys_resource=True,
-                 nofile_hard=1 << 20, nproc_hard=1 << 20, crun=True, runc=True)  # fmt: skip
+GOOD = HostFacts(
+    euid=0,
+    cgroup_layout="unified",
+    systemd=True,
+    cap_sys_resource=True,
+    nofile_hard=1 << 20,
+    nproc_hard=1 << 20,
+    crun=True,
+    runc=True,
+)
 # the project's machine: hybrid cgroups, no systemd, root without CAP_SYS_RESOURCE, runc only
-THIS_KIND = replace(GOOD, cgroup_layout="hybrid", systemd=False, cap_sys_resource=False,
-                    nofile_hard=20000, nproc_hard=96365, crun=False)  # fmt: skip
+THIS_KIND = replace(
+    GOOD,
+    cgroup_layout="hybrid",
+    systemd=False,
+    cap_sys_resource=False,
+    nofile_hard=20000,
+    nproc_hard=96365,
+    crun=False,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -58,9 +73,11 @@ def test_new_podman_gets_an_override_with_only_hpcenv_keys(tmp_path: Path) -> No
 
 def test_old_podman_gets_the_users_file_merged_under_hpcenv_keys(tmp_path: Path) -> None:
     mine = tmp_path / "mine.conf"
-    mine.write_text('[containers]\nenv = ["A=1"]\ndefault_ulimits = ["nofile=5:5"]\n'
-                    '[engine]\nruntime = "crun"\nimage_parallel_copies = 2\n'
-                    '[engine.runtimes]\nrunc = ["/opt/runc"]\n')  # fmt: skip
+    mine.write_text(
+        '[containers]\nenv = ["A=1"]\ndefault_ulimits = ["nofile=5:5"]\n'
+        '[engine]\nruntime = "crun"\nimage_parallel_copies = 2\n'
+        '[engine.runtimes]\nrunc = ["/opt/runc"]\n'
+    )
     conf = podman_conf({"CONTAINERS_CONF": str(mine)}, THIS_KIND, version=(4, 3, 1))
     assert conf.how == "merged" and set(conf.env) == {"CONTAINERS_CONF"}
     text = Path(conf.env["CONTAINERS_CONF"]).read_text()
@@ -91,8 +108,18 @@ def test_unreadable_user_conf_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_toml_writer_round_trips() -> None:
-    data = {"a": {"s": 'q"\\\n', "n": 3, "f": 1.5, "b": True, "l": ["x", 2],
-                  "t": {"u": {"v": []}}, "weird key": {"k": 1}}, "empty": {}}  # fmt: skip
+    data = {
+        "a": {
+            "s": 'q"\\\n',
+            "n": 3,
+            "f": 1.5,
+            "b": True,
+            "l": ["x", 2],
+            "t": {"u": {"v": []}},
+            "weird key": {"k": 1},
+        },
+        "empty": {},
+    }
     assert tomllib.loads(hostconf.to_toml(data)) == data
 
 
@@ -150,8 +177,11 @@ def test_real_podman_reads_override_exactly_when_hpcenv_thinks_so(tmp_path: Path
     probe = tmp_path / "override.conf"
     probe.write_text('[containers]\nenv = ["HPCENV_PROBE=from-the-override"]\n')
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAINERS_CONF", "HPCENV_"))}
-    env = {**base, "CONTAINERS_CONF": str(containers_conf_path()),
-           "CONTAINERS_CONF_OVERRIDE": str(probe)}  # fmt: skip
+    env = {
+        **base,
+        "CONTAINERS_CONF": str(containers_conf_path()),
+        "CONTAINERS_CONF_OVERRIDE": str(probe),
+    }
     proc = _podman_printenv(env, image)
     assert proc.returncode == 0, proc.stderr
     honoured = proc.stdout == "from-the-override"

@@ -69,9 +69,15 @@ PAYLOADS: dict[str, str] = {
     "long": "a" * 5000,
 }
 NUMBERS: dict[str, Any] = {
-    "zero": 0, "negative": -1, "huge": 10**9, "exp-string": "1e9", "float": 1.5,
-    "bool": True, "string": "2", "null": None,
-}  # fmt: skip
+    "zero": 0,
+    "negative": -1,
+    "huge": 10**9,
+    "exp-string": "1e9",
+    "float": 1.5,
+    "bool": True,
+    "string": "2",
+    "null": None,
+}
 SHELL_META = re.compile(r"[$`;'\"|&<>()\\]")
 
 
@@ -97,8 +103,14 @@ def render_all(site: Any, recipe: str = "horovod-cpu", sets: list[str] | None = 
     r = render(lock, site)
     job = JobSpec(name="hostile", command=["python3", "/opt/hpcenv/checks/allreduce_mpi.py"])
     script = render_job(site, job, f"localhost/hpcenv/{lock.recipe}:{site.name}")
-    return Outputs({"Dockerfile": r.dockerfile, "Singularity.def": r.singularity,
-                    "pip.conf": pip_conf(site), "job.sh": script})  # fmt: skip
+    return Outputs(
+        {
+            "Dockerfile": r.dockerfile,
+            "Singularity.def": r.singularity,
+            "pip.conf": pip_conf(site),
+            "job.sh": script,
+        }
+    )
 
 
 def quote_state(line: str) -> list[str]:
@@ -231,12 +243,21 @@ def record(kind: str, label: str, outcome: str, problems: list[str], found: list
 # -- a site with every field filled with a benign value ----------------------------------------
 def full_site() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((site_configs_dir() / "local.yaml").read_text())
-    data["node"] |= {"gpu_model": "none", "nic_model": "onboard", "reserved_cores": [],
-                     "ranks_per_node": 2}  # fmt: skip
+    data["node"] |= {
+        "gpu_model": "none",
+        "nic_model": "onboard",
+        "reserved_cores": [],
+        "ranks_per_node": 2,
+    }
     data["mpi"] |= {"env": {"OMPI_MCA_x": "1"}}
-    data["scheduler"] |= {"account": "chem101", "queue": "batch", "qos": "normal",
-                          "extra_directives": ["--exclusive"], "login_host": "login1",
-                          "launcher_flags": ["--cpu-bind=cores"]}  # fmt: skip
+    data["scheduler"] |= {
+        "account": "chem101",
+        "queue": "batch",
+        "qos": "normal",
+        "extra_directives": ["--exclusive"],
+        "login_host": "login1",
+        "launcher_flags": ["--cpu-bind=cores"],
+    }
     data["runtime"] |= {"binds": ["/data"], "flags": ["--log-level=warn"]}
     data["node_local"] |= {"size_gb": 100, "request": ["--tmp=100G"]}
     data["modules"] = ["gcc/12"]
@@ -247,8 +268,13 @@ def full_site() -> dict[str, Any]:
         "pip_extra_index_urls": ["https://extra.example.org/simple"],
     }
     data["tuning"] |= {"HOROVOD_FUSION_THRESHOLD": "67108864"}
-    data["ssh"] = {"host": "login.example.org", "user": "me", "port": 22,
-                   "key_file": "/home/me/.ssh/id_ed25519", "known_hosts": "/home/me/.ssh/kh"}  # fmt: skip
+    data["ssh"] = {
+        "host": "login.example.org",
+        "user": "me",
+        "port": 22,
+        "key_file": "/home/me/.ssh/id_ed25519",
+        "known_hosts": "/home/me/.ssh/kh",
+    }
     return data
 
 
@@ -334,8 +360,15 @@ def test_site_fields(tmp_path: Path, benign: tuple[dict[str, Any], Outputs]) -> 
 
 
 KNOWLEDGE_CASES = {
-    "mpi.spec": ["mvapich3@3.0", "foompi@1", "Open MPI", "openmpi@4.1.99", "spectrum-mpi@10.4",
-                 "openmpi@4.1.4 ", "openmpi@not.a.version"],
+    "mpi.spec": [
+        "mvapich3@3.0",
+        "foompi@1",
+        "Open MPI",
+        "openmpi@4.1.99",
+        "spectrum-mpi@10.4",
+        "openmpi@4.1.4 ",
+        "openmpi@not.a.version",
+    ],
     "mpi.pmi": ["pmix@x", "slurm-pmi@2", "pmix@4\n"],
     "scheduler.launcher": ["jsrun", "aprun"],
     "scheduler.walltime": ["soon", "00:30", "25:00", "-5", "0", "1-25", "00:61:00", "99999999"],
@@ -344,17 +377,27 @@ KNOWLEDGE_CASES = {
     "ssh.port": [0, 65536, -22, "22; rm"],
     "node.cores_per_socket": [10**9, "1e9", 0],
     "node.reserved_cores": [[0, 1], [99]],
-    "build.base_image": ["--privileged", "UPPER/Case:tag", f"debian:12\nRUN touch {MARK}",
-                         "debian:bookworm extra", "localhost/x:y@sha256:abc"],
-    "build.apt_mirror": ["ftp://mirror", "http://m/debian\n%setup", "http://m/ x",
-                         "http://m/'$(id)'", "javascript:alert(1)"],
+    "build.base_image": [
+        "--privileged",
+        "UPPER/Case:tag",
+        f"debian:12\nRUN touch {MARK}",
+        "debian:bookworm extra",
+        "localhost/x:y@sha256:abc",
+    ],
+    "build.apt_mirror": [
+        "ftp://mirror",
+        "http://m/debian\n%setup",
+        "http://m/ x",
+        "http://m/'$(id)'",
+        "javascript:alert(1)",
+    ],
     "build.pip_index_url": ["https://x/simple\ntrusted-host = *", "https://x/ simple", "x"],
     "build.jobs": [0, 5000, "2"],
     "defaults.torch": ["not-a-version", "2.99.0", "2.2.0\nRUN x", "2.99.0!"],
     "defaults.pytorch": ["2.2.0"],
     "name": ["Local", "local site", "-local", "local\n"],
     "recipes": [["horovod-cpu", "../etc/passwd"]],
-}  # fmt: skip
+}
 
 
 def test_site_knowledge(tmp_path: Path, benign: tuple[dict[str, Any], Outputs]) -> None:
@@ -507,8 +550,11 @@ def test_recipe_fields(tmp_path: Path) -> None:
             mutations.append(
                 (f"components.<key>={label}", rename_key(base_data, ("components",), payload))
             )
-    for label, value in {"accelerator": ["cuda", 1], "components": [[], "torch"],
-                         "horovod_operations": ["mpi", ["rdma"]]}.items():  # fmt: skip
+    for label, value in {
+        "accelerator": ["cuda", 1],
+        "components": [[], "torch"],
+        "horovod_operations": ["mpi", ["rdma"]],
+    }.items():
         mutations += [(f"{label}={v!r}", set_at(base_data, (label,), v)) for v in value]
     for i, (label, data) in enumerate(mutations):
         f = write_yaml(tmp_path, f"r{i}", data)
@@ -519,9 +565,14 @@ def test_recipe_fields(tmp_path: Path) -> None:
             from hpcenv.render import pip_conf
 
             job = JobSpec(name="hostile", command=["python3", "x.py"], recipe=recipe.name)
-            return Outputs({"Dockerfile": r.dockerfile, "Singularity.def": r.singularity,
-                            "pip.conf": pip_conf(site),
-                            "job.sh": render_job(site, job, f"localhost/hpcenv/{recipe.name}:local")})  # fmt: skip
+            return Outputs(
+                {
+                    "Dockerfile": r.dockerfile,
+                    "Singularity.def": r.singularity,
+                    "pip.conf": pip_conf(site),
+                    "job.sh": render_job(site, job, f"localhost/hpcenv/{recipe.name}:local"),
+                }
+            )
 
         payload = label.split("=", 1)[1]
         text = PAYLOADS.get(payload, "")
@@ -532,9 +583,23 @@ def test_recipe_fields(tmp_path: Path) -> None:
 
 
 SET_VALUES = [
-    *PAYLOADS.values(), "not-a-version", "2.99.0", "abc", "source", "Open MPI", "1.0.0rc1",
-    "2.2.0 ", " 2.2.0", "2.2.0!!", "!", "=2.2.0", "2.2.0==", "v2.2.0", "2.2.*", ">=2.1",
-]  # fmt: skip
+    *PAYLOADS.values(),
+    "not-a-version",
+    "2.99.0",
+    "abc",
+    "source",
+    "Open MPI",
+    "1.0.0rc1",
+    "2.2.0 ",
+    " 2.2.0",
+    "2.2.0!!",
+    "!",
+    "=2.2.0",
+    "2.2.0==",
+    "v2.2.0",
+    "2.2.*",
+    ">=2.1",
+]
 
 
 def test_set_values() -> None:
@@ -579,8 +644,14 @@ def test_issue_set_values_are_one_line_errors(pair: str, message: str) -> None:
 
 JOB_FIELDS: dict[str, list[Any]] = {
     "name": list(PAYLOADS.values()),
-    "image": [*PAYLOADS.values(), "--privileged", "-v/:/host", "localhost/x:y --privileged",
-              "x.sif; id", "/scratch/$USER/x.sif"],
+    "image": [
+        *PAYLOADS.values(),
+        "--privileged",
+        "-v/:/host",
+        "localhost/x:y --privileged",
+        "x.sif; id",
+        "/scratch/$USER/x.sif",
+    ],
     "workdir": list(PAYLOADS.values()),
     "walltime": [*PAYLOADS.values(), "soon", "00:30", "1-25"],
     "account": list(PAYLOADS.values()),
@@ -590,7 +661,7 @@ JOB_FIELDS: dict[str, list[Any]] = {
     "recipe": list(PAYLOADS.values()),
     "nodes": list(NUMBERS.values()),
     "ranks_per_node": list(NUMBERS.values()),
-}  # fmt: skip
+}
 
 
 def test_job_options() -> None:
@@ -615,9 +686,14 @@ def test_job_options() -> None:
             outcome, problems = attempt(lambda f=field, v=value: job_outputs({f: v}), None, text)
             record("job", f"{field}={value!r}"[:60], outcome, problems, found)
     for label, payload in PAYLOADS.items():
-        for fields in ({"command": ["python3", payload]}, {"env": {"X": payload}},
-                       {"env": {payload or "x y": "1"}}, {"env": {"CONTAINERS_CONF": payload}},
-                       {"stage_in": {"source": payload}}, {"stage_out": {"dest": payload}}):  # fmt: skip
+        for fields in (
+            {"command": ["python3", payload]},
+            {"env": {"X": payload}},
+            {"env": {payload or "x y": "1"}},
+            {"env": {"CONTAINERS_CONF": payload}},
+            {"stage_in": {"source": payload}},
+            {"stage_out": {"dest": payload}},
+        ):
             outcome, problems = attempt(lambda f=fields: job_outputs(f), None, payload)
             record("job", f"{next(iter(fields))}={label}", outcome, problems, found)
     assert "python3" in base
@@ -650,9 +726,20 @@ def test_the_checks_can_fail() -> None:
     assert not problems(f"export X='{payload}'\n")
     assert not problems(f"# note: {payload}\n")
     assert quote_state("a 'b' \"c\" # d") == [
-        "none", "none", "single", "single", "single", "none", "double", "double", "double",
-        "none", "comment", "comment", "comment",
-    ]  # fmt: skip
+        "none",
+        "none",
+        "single",
+        "single",
+        "single",
+        "none",
+        "double",
+        "double",
+        "double",
+        "none",
+        "comment",
+        "comment",
+        "comment",
+    ]
     base = Outputs({**empty, "job.sh": "a\n"})
     bigger = Outputs({**empty, "job.sh": "a\nb\n"})
     assert base.shape() != bigger.shape()
@@ -719,24 +806,113 @@ def process_cases(tmp: Path) -> dict[str, list[str]]:
     dup = tmp / "dup.yaml"
     dup.write_bytes((site_configs_dir() / "local.yaml").read_bytes() + b"name: evil\n")
     return {
-        "set-newline": ["resolve", "-s", "local", "-r", "horovod-cpu", "--set", f"torch=2.2.0\nRUN touch {MARK}"],
-        "set-not-a-version": ["resolve", "-s", "local", "-r", "horovod-cpu", "--set", "torch=not-a-version"],
-        "set-unknown-release": ["render", "-s", "local", "-r", "horovod-cpu", "--set", "torch=2.99.0", "-o", str(tmp / "o1")],
+        "set-newline": [
+            "resolve",
+            "-s",
+            "local",
+            "-r",
+            "horovod-cpu",
+            "--set",
+            f"torch=2.2.0\nRUN touch {MARK}",
+        ],
+        "set-not-a-version": [
+            "resolve",
+            "-s",
+            "local",
+            "-r",
+            "horovod-cpu",
+            "--set",
+            "torch=not-a-version",
+        ],
+        "set-unknown-release": [
+            "render",
+            "-s",
+            "local",
+            "-r",
+            "horovod-cpu",
+            "--set",
+            "torch=2.99.0",
+            "-o",
+            str(tmp / "o1"),
+        ],
         "set-mpi-words": ["resolve", "-s", "local", "-r", "horovod-cpu", "--set", "mpi=Open MPI"],
-        "set-spectrum": ["resolve", "-s", "local", "-r", "horovod-cpu", "--set", "mpi=spectrum-mpi@10.4"],
+        "set-spectrum": [
+            "resolve",
+            "-s",
+            "local",
+            "-r",
+            "horovod-cpu",
+            "--set",
+            "mpi=spectrum-mpi@10.4",
+        ],
         "set-cuda-abc": ["resolve", "-s", "perlmutter", "-r", "horovod-gpu", "--set", "cuda=abc"],
         "alias-bomb": ["sites", "validate", str(bomb)],
         "duplicate-key": ["sites", "validate", str(dup)],
-        "base-image-newline": ["render", "-s", write_site(tmp, "bi", ("build", "base_image"), f"debian\nRUN touch {MARK}"), "-r", "horovod-cpu", "-o", str(tmp / "o2")],
-        "mirror-setup": ["build", "-s", write_site(tmp, "am", ("build", "apt_mirror"), "http://m/\n%setup\n touch /pwned"), "--dry-run"],
-        "mpi-spec-newline": ["resolve", "-s", write_site(tmp, "ms", ("mpi", "spec"), "openmpi@4.1.4\ntouch /pwned"), "-r", "horovod-cpu"],
-        "launcher-jsrun": ["sites", "validate", write_site(tmp, "js", ("scheduler", "launcher"), "jsrun")],
-        "cores-1e9": ["sites", "validate", write_site(tmp, "co", ("node", "cores_per_socket"), "1e9")],
-        "image-option": ["submit", "-s", "local", "--dry-run", "--image=--privileged", "--", "true"],
-        "walltime-soon": ["submit", "-s", "local", "--dry-run", "--no-container", "--walltime", "soon", "--", "true"],
-        "job-name-newline": ["submit", "-s", "local", "--dry-run", "--no-container", "--name", "a\nb", "--", "true"],
+        "base-image-newline": [
+            "render",
+            "-s",
+            write_site(tmp, "bi", ("build", "base_image"), f"debian\nRUN touch {MARK}"),
+            "-r",
+            "horovod-cpu",
+            "-o",
+            str(tmp / "o2"),
+        ],
+        "mirror-setup": [
+            "build",
+            "-s",
+            write_site(tmp, "am", ("build", "apt_mirror"), "http://m/\n%setup\n touch /pwned"),
+            "--dry-run",
+        ],
+        "mpi-spec-newline": [
+            "resolve",
+            "-s",
+            write_site(tmp, "ms", ("mpi", "spec"), "openmpi@4.1.4\ntouch /pwned"),
+            "-r",
+            "horovod-cpu",
+        ],
+        "launcher-jsrun": [
+            "sites",
+            "validate",
+            write_site(tmp, "js", ("scheduler", "launcher"), "jsrun"),
+        ],
+        "cores-1e9": [
+            "sites",
+            "validate",
+            write_site(tmp, "co", ("node", "cores_per_socket"), "1e9"),
+        ],
+        "image-option": [
+            "submit",
+            "-s",
+            "local",
+            "--dry-run",
+            "--image=--privileged",
+            "--",
+            "true",
+        ],
+        "walltime-soon": [
+            "submit",
+            "-s",
+            "local",
+            "--dry-run",
+            "--no-container",
+            "--walltime",
+            "soon",
+            "--",
+            "true",
+        ],
+        "job-name-newline": [
+            "submit",
+            "-s",
+            "local",
+            "--dry-run",
+            "--no-container",
+            "--name",
+            "a\nb",
+            "--",
+            "true",
+        ],
         "recipe-path-newline": ["resolve", "-s", "local", "-r", f"x\n{MARK}"],
-    }  # fmt: skip
+    }
 
 
 def test_installed_hpcenv_gives_one_line_errors(tmp_path: Path) -> None:

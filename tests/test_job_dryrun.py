@@ -111,10 +111,12 @@ def test_every_job_script_runs_with_stub_launchers(
         data = values["HPCENV_DATA"]
         assert stage[: len(per_node)] == per_node
         assert stage[len(per_node) :] == [
-            "bash", f"{values['HPCENV_WORKDIR']}/.hpcenv/4242/stage-in.sh",
-            expand(f"{_scratch(site)}/datasets/mnist", values), data,
+            "bash",
+            f"{values['HPCENV_WORKDIR']}/.hpcenv/4242/stage-in.sh",
+            expand(f"{_scratch(site)}/datasets/mnist", values),
+            data,
             expand(f"{_scratch(site)}/datasets/mnist/.hpcenv-manifest", values),
-        ]  # fmt: skip
+        ]
         # Stage-out ran for real in the batch shell: the results are where the job said.
         dest = Path(expand(f"{_scratch(site)}/results/run1", values))
         assert (dest / ".hpcenv-manifest").is_file(), run.stderr
@@ -151,9 +153,17 @@ def test_a_missing_directory_fails_the_run(tmp_path: Path) -> None:
 def _launch(
     tmp_path: Path, name: str, recipe: str, nodes: int = 2
 ) -> tuple[list[str], dict[str, str], DryRun]:
-    site, rendered, run, values = _dry(tmp_path, name, lambda s: JobSpec(
-        name="train", command=["python3", "train.py"], nodes=nodes, recipe=recipe,
-        account=ACCOUNT))  # fmt: skip
+    site, rendered, run, values = _dry(
+        tmp_path,
+        name,
+        lambda s: JobSpec(
+            name="train",
+            command=["python3", "train.py"],
+            nodes=nodes,
+            recipe=recipe,
+            account=ACCOUNT,
+        ),
+    )
     assert run.returncode == 0, run.stderr
     return [c for c in run.calls if c[0] in LAUNCHERS][-1], values, run
 
@@ -163,23 +173,55 @@ def test_frontier_launch_as_olcf_documents(tmp_path: Path) -> None:
     r = str(tmp_path)
     wd = f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv-jobs"
     assert argv == [
-        "srun", "--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-task=1",
-        "--gpu-bind=closest", "--mpi=cray_shasta",
-        "apptainer", "exec", "--rocm", "--bind", f"{r}/lustre/orion", "--bind", f"{r}/mnt/bb",
-        "--bind", wd, "--bind", f"{r}/opt/cray/pe/mpich/9.1.0", "--bind", f"{r}/opt/cray",
-        "--bind", f"{r}/usr/share/libdrm", "--bind", f"{r}/var/spool/slurmd",
-        "--pwd", wd, f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv/images/torch-gpu-frontier.sif",
-        "python3", "train.py",
-    ]  # fmt: skip
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=8",
+        "--cpus-per-task=7",
+        "--gpus-per-task=1",
+        "--gpu-bind=closest",
+        "--mpi=cray_shasta",
+        "apptainer",
+        "exec",
+        "--rocm",
+        "--bind",
+        f"{r}/lustre/orion",
+        "--bind",
+        f"{r}/mnt/bb",
+        "--bind",
+        wd,
+        "--bind",
+        f"{r}/opt/cray/pe/mpich/9.1.0",
+        "--bind",
+        f"{r}/opt/cray",
+        "--bind",
+        f"{r}/usr/share/libdrm",
+        "--bind",
+        f"{r}/var/spool/slurmd",
+        "--pwd",
+        wd,
+        f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/hpcenv/images/torch-gpu-frontier.sif",
+        "python3",
+        "train.py",
+    ]
     # OLCF submit642.sbatch: GTL preloaded and first on the loader path, from $CRAY_MPICH_ROOTDIR
     # that cray-mpich-abi sets; lib-abi-mpich through $CRAY_LD_LIBRARY_PATH
-    assert v["APPTAINERENV_LD_PRELOAD"] == f"{r}/opt/cray/pe/mpich/9.1.0/gtl/lib/libmpi_gtl_hsa.so.0"
+    assert (
+        v["APPTAINERENV_LD_PRELOAD"] == f"{r}/opt/cray/pe/mpich/9.1.0/gtl/lib/libmpi_gtl_hsa.so.0"
+    )
     ld = v["APPTAINERENV_LD_LIBRARY_PATH"].split(":")
     assert ld[0] == f"{r}/opt/cray/pe/mpich/9.1.0/gtl/lib"
     assert f"{r}/opt/cray/pe/mpich/9.1.0/ofi/crayclang/17.0/lib-abi-mpich" in ld
     assert v["MPICH_GPU_SUPPORT_ENABLED"] == "1" and v["FI_CXI_RDZV_PROTO"] == "alt_read"
-    assert ["module", "load", "PrgEnv-gnu/8.7.0", "cpe/26.03", "rocm/7.1.1",
-            "craype-accel-amd-gfx90a", "cray-mpich-abi/9.1.0", "rccl-net-plugin"] in run.calls  # fmt: skip
+    assert [
+        "module",
+        "load",
+        "PrgEnv-gnu/8.7.0",
+        "cpe/26.03",
+        "rocm/7.1.1",
+        "craype-accel-amd-gfx90a",
+        "cray-mpich-abi/9.1.0",
+        "rccl-net-plugin",
+    ] in run.calls
 
 
 def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
@@ -187,10 +229,16 @@ def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
     r = str(tmp_path)
     wd = f"{r}/lus/flare/projects/{ACCOUNT}/hpcenv-jobs"
     assert argv[:9] == [
-        "mpiexec", "-n", "24", "--ppn", "12", "--cpu-bind",
+        "mpiexec",
+        "-n",
+        "24",
+        "--ppn",
+        "12",
+        "--cpu-bind",
         "list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96",
-        "--gpu-bind", "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
-    ]  # fmt: skip
+        "--gpu-bind",
+        "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
+    ]
     assert argv[9:12] == ["apptainer", "exec", "--bind"] and wd in argv
     assert v["CCL_WORKER_AFFINITY"].split(",")[:4] == ["5", "6", "7", "8"]
     assert ["module", "load", "apptainer"] in run.calls
@@ -202,8 +250,24 @@ def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
 
 def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
     argv, v, _ = _launch(tmp_path, "summit", "horovod-gpu")
-    assert argv[:16] == ["jsrun", "-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b",
-                         "packed:7", "--smpiargs=-disable_gpu_hooks", "apptainer", "exec"]  # fmt: skip
+    assert argv[:16] == [
+        "jsrun",
+        "-n",
+        "12",
+        "-r",
+        "6",
+        "-a",
+        "1",
+        "-c",
+        "7",
+        "-g",
+        "1",
+        "-b",
+        "packed:7",
+        "--smpiargs=-disable_gpu_hooks",
+        "apptainer",
+        "exec",
+    ]
     assert v["HPCENV_WORKDIR"] == f"{tmp_path}/gpfs/alpine2/scratch/alice/{ACCOUNT}/hpcenv-jobs"
     # OLCF containers_on_summit.rst (olcf-user-docs 3ad6d6c): `--bind $MPI_ROOT:$MPI_ROOT` after
     # `module load spectrum-mpi`, never a guessed prefix
@@ -215,10 +279,19 @@ def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
 def test_perlmutter_launch_as_nersc_documents(tmp_path: Path) -> None:
     argv, v, _ = _launch(tmp_path, "perlmutter", "horovod-gpu")
     assert argv[:12] == [
-        "srun", "--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=32", "--gpus-per-task=1",
-        "--gpu-bind=closest", "--mpi=cray_shasta", "--cpu-bind=cores",
-        "podman-hpc", "run", "--rm", "--gpu",
-    ]  # fmt: skip
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=4",
+        "--cpus-per-task=32",
+        "--gpus-per-task=1",
+        "--gpu-bind=closest",
+        "--mpi=cray_shasta",
+        "--cpu-bind=cores",
+        "podman-hpc",
+        "run",
+        "--rm",
+        "--gpu",
+    ]
     assert argv[12:14] == ["--mpi", "--nccl"]
     # podman-hpc's mpich module injects Cray MPICH: hpcenv adds no MPI volume or loader path.
     assert not [a for a in argv if "LD_LIBRARY_PATH" in a or "/opt/cray" in a]
@@ -239,19 +312,32 @@ def test_submit_creates_the_workdir_the_script_enters(
     env = harness.env(site)
     saved = tmp_path / "submitted.sh"
     submit_cmd = {"slurm": "sbatch", "lsf": "bsub", "pbs": "qsub"}[site.scheduler.kind]
-    reply = {"sbatch": "4242", "bsub": "Job <4242> is submitted to queue <batch>.",
-             "qsub": "4242.aurora-pbs-0001"}[submit_cmd]  # fmt: skip
+    reply = {
+        "sbatch": "4242",
+        "bsub": "Job <4242> is submitted to queue <batch>.",
+        "qsub": "4242.aurora-pbs-0001",
+    }[submit_cmd]
     (harness.bin / submit_cmd).write_text(f"#!/bin/bash\ncat >{saved}\necho '{reply}'\n")
     for k, val in env.items():
         monkeypatch.setenv(k, val)
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
-    harness.provide(site, env, {"HPCENV_PROJECT": ACCOUNT, **{
-        k: expand(v.default, {**env, "USER": "alice"}) for k, v in site.variables.items()
-        if v.default}})  # fmt: skip
+    harness.provide(
+        site,
+        env,
+        {
+            "HPCENV_PROJECT": ACCOUNT,
+            **{
+                k: expand(v.default, {**env, "USER": "alice"})
+                for k, v in site.variables.items()
+                if v.default
+            },
+        },
+    )
     from hpcenv.jobs.submit import submit
 
-    job = JobSpec(name="train", command=["python3", "train.py"], recipe=site.recipes[0],
-                  account=ACCOUNT)  # fmt: skip
+    job = JobSpec(
+        name="train", command=["python3", "train.py"], recipe=site.recipes[0], account=ACCOUNT
+    )
     sub = submit(site, job, LocalTransport(), image=default_image(site, job.recipe))
     assert sub.job_id.startswith("4242")
     assert Path(sub.workdir).is_dir() and sub.workdir.endswith("/hpcenv-jobs")

@@ -84,10 +84,18 @@ def test_every_site_renders_shellcheck_clean(name: str, container: bool, tmp_pat
 )
 def test_every_runtime_on_slurm(kind: str, tmp_path: Path) -> None:
     local = load_site("local")
-    site = local.model_copy(update={"runtime": local.runtime.model_copy(
-        update={"kind": kind, "binds": ["/data/$USER"], "flags": []})})  # fmt: skip
-    script = render_job(site, JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2),
-                        image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    site = local.model_copy(
+        update={
+            "runtime": local.runtime.model_copy(
+                update={"kind": kind, "binds": ["/data/$USER"], "flags": []}
+            )
+        }
+    )
+    script = render_job(
+        site,
+        JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2),
+        image="localhost/hpcenv/horovod-cpu:local",
+    )
     shellcheck(script, tmp_path)
     run = next(ln for ln in script.splitlines() if ln.startswith("srun "))
     expected = {
@@ -105,8 +113,11 @@ def test_every_runtime_on_slurm(kind: str, tmp_path: Path) -> None:
 def test_podman_rank_recipe(tmp_path: Path) -> None:
     """The per-rank podman wrapper is a step file of the job; run for real with a podman that
     prints its argv, it adds the PMIx store and the flags every rank needs."""
-    plan = plan_job(load_site("local"), JobSpec(name="t", command=["python3", "x.py"],
-                    ranks_per_node=2), image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    plan = plan_job(
+        load_site("local"),
+        JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2),
+        image="localhost/hpcenv/horovod-cpu:local",
+    )
     launch = plan.launch
     assert launch is not None and launch.prefix[:2] == ("bash", "$HPCENV_STEPS/podman-rank.sh")
     assert "--env=OMP_NUM_THREADS" in launch.prefix
@@ -118,8 +129,13 @@ def test_podman_rank_recipe(tmp_path: Path) -> None:
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     fake.chmod(0o755)
     env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "PMIX_SERVER_TMPDIR": "/run/pmix-7"}
-    proc = subprocess.run(["bash", str(tmp_path / "podman-rank.sh"), "--workdir=/w", "img", "id"],
-                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "podman-rank.sh"), "--workdir=/w", "img", "id"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     argv = proc.stdout.splitlines()
     assert argv[:5] == ["run", "--rm", "--network=host", "--ipc=host", "--pid=host"]
     assert argv[5:7] == ["--user", f"{os.getuid()}:{os.getgid()}"]
@@ -127,12 +143,18 @@ def test_podman_rank_recipe(tmp_path: Path) -> None:
         assert ["--env", name] in [argv[i : i + 2] for i in range(len(argv) - 1)]
     assert argv[-4:] == ["--volume=/run/pmix-7:/run/pmix-7", "--workdir=/w", "img", "id"]
     env.pop("PMIX_SERVER_TMPDIR")  # no PMIx server (mpirun inside the allocation): no store
-    proc = subprocess.run(["bash", str(tmp_path / "podman-rank.sh"), "img", "id"],
-                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "podman-rank.sh"), "img", "id"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     assert not any(a.startswith("--volume") for a in proc.stdout.splitlines())
     script = render_plan(plan)
-    assert re.search(r'^export CONTAINERS_CONF="\$\{CONTAINERS_CONF:-/\S+containers.conf\}"$',
-                     script, re.M)  # fmt: skip
+    assert re.search(
+        r'^export CONTAINERS_CONF="\$\{CONTAINERS_CONF:-/\S+containers.conf\}"$', script, re.M
+    )
 
 
 @needs_shellcheck
@@ -206,9 +228,15 @@ def test_slurm_directives_merge_constraints() -> None:
     d = directives(script, "#SBATCH")
     assert '#SBATCH -C "gpu&nvme"' in d
     # NERSC's Slurm counts hardware threads: 16 cores per rank are -c 32.
-    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=32",
-            "#SBATCH --gpus-per-task=1", "#SBATCH --account=stf007", "#SBATCH --time=00:30:00",
-            "#SBATCH --qos=regular"} <= d  # fmt: skip
+    assert {
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --cpus-per-task=32",
+        "#SBATCH --gpus-per-task=1",
+        "#SBATCH --account=stf007",
+        "#SBATCH --time=00:30:00",
+        "#SBATCH --qos=regular",
+    } <= d
 
 
 def test_perlmutter_preflight_looks_where_podman_hpc_puts_cray_mpich() -> None:
@@ -222,8 +250,11 @@ def test_perlmutter_preflight_looks_where_podman_hpc_puts_cray_mpich() -> None:
     plan = plan_job(site, full_job(site), image="docker:x")
     step = next(s for s in plan.steps if s.kind == "preflight")
     tail = list(step.argv[step.argv.index("$HPCENV_STEPS/bind-preflight.sh") + 1 :])
-    assert tail[:3] == ["libmpi.so.12", "/opt/udiImage/modules/mpich",
-                        "/opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep"]  # fmt: skip
+    assert tail[:3] == [
+        "libmpi.so.12",
+        "/opt/udiImage/modules/mpich",
+        "/opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep",
+    ]
     assert "/opt/cray" not in script
 
 
@@ -241,7 +272,9 @@ def test_frontier_bind_model_and_nvme_request() -> None:
     assert "export MPICH_GPU_SUPPORT_ENABLED=1" in lines
     # OLCF submit642.sbatch (cpe/25.09+, cray-mpich-abi 9.x): GTL and loader path from the
     # variables the cray-mpich modules set
-    assert 'export APPTAINERENV_LD_PRELOAD="$CRAY_MPICH_ROOTDIR/gtl/lib/libmpi_gtl_hsa.so.0"' in lines
+    assert (
+        'export APPTAINERENV_LD_PRELOAD="$CRAY_MPICH_ROOTDIR/gtl/lib/libmpi_gtl_hsa.so.0"' in lines
+    )
     containlibs = next(ln for ln in lines if ln.startswith("export APPTAINER_CONTAINLIBS="))
     assert "/usr/lib64/libcxi.so.1" in containlibs and "/usr/lib64/libxpmem.so.0" in containlibs
     ld = next(ln for ln in lines if ln.startswith("export APPTAINERENV_LD_LIBRARY_PATH="))
@@ -259,13 +292,22 @@ def test_frontier_bind_model_and_nvme_request() -> None:
 def test_quoting_survives_hostile_arguments(tmp_path: Path) -> None:
     """Render a host job with shell metacharacters and run its launch line in real bash."""
     hostile = ["$(touch PWNED1)", "`touch PWNED2`", "a b; touch PWNED3", "it's", "{nodata}x", "*"]
-    job = JobSpec(name="q", command=["printf", "<%s>\\n", *hostile], launch="single",
-                  cores_per_rank=1, env={"NOTE": "it's $(touch PWNED4)"})  # fmt: skip
+    job = JobSpec(
+        name="q",
+        command=["printf", "<%s>\\n", *hostile],
+        launch="single",
+        cores_per_rank=1,
+        env={"NOTE": "it's $(touch PWNED4)"},
+    )
     script = render_job(load_site("local"), job)
     launch = script.split("# Run (in the batch shell).\n", 1)[1].splitlines()[0]
     note = next(ln for ln in script.splitlines() if ln.startswith("export NOTE="))
-    proc = subprocess.run(["bash", "-c", f"{note}; {launch}; printf '%s\\n' \"$NOTE\""],
-                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", f"{note}; {launch}; printf '%s\\n' \"$NOTE\""],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"<{h}>" for h in hostile] + ["it's $(touch PWNED4)"]
     assert list(tmp_path.iterdir()) == []
@@ -307,27 +349,65 @@ def test_clean_errors_for_unknown_names_and_bad_jobs() -> None:
 
 def test_array_and_stitch_scripts() -> None:
     local = load_site("local")
-    arr = render_job(local, JobSpec(name="inf", command=["echo", "{task}"], launch="single",
-                                    cores_per_rank=1, array=ArraySpec(count=4, parallel=2)))  # fmt: skip
+    arr = render_job(
+        local,
+        JobSpec(
+            name="inf",
+            command=["echo", "{task}"],
+            launch="single",
+            cores_per_rank=1,
+            array=ArraySpec(count=4, parallel=2),
+        ),
+    )
     assert "#SBATCH --array=0-3%2" in arr and "#SBATCH --output=inf-%A_%a.out" in arr
     assert "export HPCENV_TASK_ID=${SLURM_ARRAY_TASK_ID}" in arr
     assert 'echo "${HPCENV_TASK_ID}"' in arr
-    st = render_job(local, JobSpec(name="s", launch="single", cores_per_rank=1,
-                                   stitch=Stitch(parts="/w/parts", count=4, output="/w/all")))  # fmt: skip
+    st = render_job(
+        local,
+        JobSpec(
+            name="s",
+            launch="single",
+            cores_per_rank=1,
+            stitch=Stitch(parts="/w/parts", count=4, output="/w/all"),
+        ),
+    )
     assert "bash \"$HPCENV_STEPS/stitch.sh\" /w/parts 4 part- '' /w/all 0\n" in st
-    lsf = render_job(load_site("summit"), JobSpec(name="inf", command=["true"], launch="single",
-                     array=ArraySpec(count=4, parallel=2)))  # fmt: skip
+    lsf = render_job(
+        load_site("summit"),
+        JobSpec(
+            name="inf", command=["true"], launch="single", array=ArraySpec(count=4, parallel=2)
+        ),
+    )
     assert '#BSUB -J "inf[1-4]%2"' not in lsf and "#BSUB -J inf[1-4]%2" in lsf
     assert "export HPCENV_TASK_ID=$((LSB_JOBINDEX - 1))" in lsf
 
 
 @needs_shellcheck
 def test_cli_dry_run_summit_renders_bsub_jsrun_with_nvme(runner: CliRunner, tmp_path: Path) -> None:
-    res = runner.invoke(app, ["submit", "--site", "summit", "--recipe", "horovod-gpu", "-N", "2",
-                              "--account", "stf007",
-                              "--stage-in", "$MEMBERWORK/stf007/mnist",
-                              "--stage-out", "$MEMBERWORK/stf007/out/run1",
-                              "--dry-run", "--", "python3", "train.py", "--data", "{data}"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "submit",
+            "--site",
+            "summit",
+            "--recipe",
+            "horovod-gpu",
+            "-N",
+            "2",
+            "--account",
+            "stf007",
+            "--stage-in",
+            "$MEMBERWORK/stf007/mnist",
+            "--stage-out",
+            "$MEMBERWORK/stf007/out/run1",
+            "--dry-run",
+            "--",
+            "python3",
+            "train.py",
+            "--data",
+            "{data}",
+        ],
+    )
     assert res.exit_code == 0, res.output
     script = res.stdout
     shellcheck(script, tmp_path)
@@ -338,8 +418,22 @@ def test_cli_dry_run_summit_renders_bsub_jsrun_with_nvme(runner: CliRunner, tmp_
     assert "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7" in script
     assert '"$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif"' in script
     assert 'bash "$HPCENV_STEPS/stage-out.sh"' in script
-    res = runner.invoke(app, ["submit", "--site", "summit", "-r", "horovod-gpu", "--dry-run",
-                              "-A", "stf007", "--json", "--", "true"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "submit",
+            "--site",
+            "summit",
+            "-r",
+            "horovod-gpu",
+            "--dry-run",
+            "-A",
+            "stf007",
+            "--json",
+            "--",
+            "true",
+        ],
+    )
     data = json.loads(res.stdout)
     assert data["scheduler"] == "lsf" and data["placement"]["ranks_per_node"] == 6
     plan = data["plan"]
@@ -403,8 +497,9 @@ def test_a_new_runtime_is_one_class() -> None:
         local = load_site("local")
         runtime = Runtime.model_construct(**{**local.runtime.model_dump(), "kind": "charliecloud"})
         site = local.model_copy(update={"runtime": runtime})
-        plan = plan_job(site, JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2),
-                        image="/img/x")  # fmt: skip
+        plan = plan_job(
+            site, JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2), image="/img/x"
+        )
         assert plan.launch is not None
         assert plan.launch.prefix[0] == "ch-run" and plan.launch.prefix[-2:] == ("/img/x", "--")
         assert plan.launch.head[0] == "srun" and plan.launch.command == ("python3", "x.py")

@@ -69,8 +69,14 @@ def test_job_id_parsing_is_strict() -> None:
     )
     assert Pbs().parse_job_id(ok("9013[].pbs01\n")) == "9013[].pbs01"
     with pytest.raises(JobError, match="slurm rejected the job: sbatch: error: Batch job"):
-        Slurm().parse_job_id(Completed(1, "", "sbatch: error: Batch job submission failed: "
-                                              "Invalid account or account/partition combination"))  # fmt: skip
+        Slurm().parse_job_id(
+            Completed(
+                1,
+                "",
+                "sbatch: error: Batch job submission failed: "
+                "Invalid account or account/partition combination",
+            )
+        )
     with pytest.raises(JobError, match="lsf rejected the job: .*Request aborted by esub"):
         Lsf().parse_job_id(Completed(0, "Request aborted by esub. Job not submitted.\n", ""))
     with pytest.raises(JobError, match="submitted fine"):
@@ -97,11 +103,15 @@ def test_slurm_status_failed_and_jobcomp_fallback() -> None:
     assert st.message() == "job 19: FAILED exit=3:0 reason=NonZeroExitCode (scontrol)"
     assert st.stderr == "/tmp/jobs-test/boom-19.err"
 
-    purged = FakeTransport({
-        "scontrol show job -o 25": Completed(1, "", "slurm_load_jobs error: Invalid job id specified"),
-        "scontrol show config": ok("JobCompLoc              = /var/tmp/s/jobcomp.txt\n"),
-        "grep -E": ok(JOBCOMP + "\n"),
-    })  # fmt: skip
+    purged = FakeTransport(
+        {
+            "scontrol show job -o 25": Completed(
+                1, "", "slurm_load_jobs error: Invalid job id specified"
+            ),
+            "scontrol show config": ok("JobCompLoc              = /var/tmp/s/jobcomp.txt\n"),
+            "grep -E": ok(JOBCOMP + "\n"),
+        }
+    )
     st = Slurm().status(purged, "25")
     assert (st.state, st.phase, st.source) == ("COMPLETED", "done", "jobcomp")
     assert "grep -E '^JobId=25 ' /var/tmp/s/jobcomp.txt" in purged.ran
@@ -126,9 +136,23 @@ def test_slurm_blocked_reasons() -> None:
 
 
 def test_lsf_status_from_bjobs_json() -> None:
-    out = json.dumps({"COMMAND": "bjobs", "JOBS": 1, "RECORDS": [
-        {"JOBID": "5678", "STAT": "EXIT", "EXIT_CODE": "1", "EXIT_REASON": "TERM_RUNLIMIT: job killed after reaching LSF run time limit",
-         "PEND_REASON": "", "OUTPUT_FILE": "/gpfs/w/t-5678.out", "ERROR_FILE": "/gpfs/w/t-5678.err"}]})  # fmt: skip
+    out = json.dumps(
+        {
+            "COMMAND": "bjobs",
+            "JOBS": 1,
+            "RECORDS": [
+                {
+                    "JOBID": "5678",
+                    "STAT": "EXIT",
+                    "EXIT_CODE": "1",
+                    "EXIT_REASON": "TERM_RUNLIMIT: job killed after reaching LSF run time limit",
+                    "PEND_REASON": "",
+                    "OUTPUT_FILE": "/gpfs/w/t-5678.out",
+                    "ERROR_FILE": "/gpfs/w/t-5678.err",
+                }
+            ],
+        }
+    )
     t = FakeTransport({"bjobs": ok(out)})
     st = Lsf().status(t, "5678")
     assert st.phase == "failed" and st.state == "EXIT" and "TERM_RUNLIMIT" in (st.reason or "")
@@ -141,9 +165,18 @@ def test_lsf_status_from_bjobs_json() -> None:
 
 
 def test_pbs_status_from_qstat_json() -> None:
-    out = json.dumps({"Jobs": {"9012.pbs": {"job_state": "F", "Exit_status": 271,
-                                            "comment": "Job run at ... and failed",
-                                            "Output_Path": "login1:/lus/flare/w/t.o9012"}}})  # fmt: skip
+    out = json.dumps(
+        {
+            "Jobs": {
+                "9012.pbs": {
+                    "job_state": "F",
+                    "Exit_status": 271,
+                    "comment": "Job run at ... and failed",
+                    "Output_Path": "login1:/lus/flare/w/t.o9012",
+                }
+            }
+        }
+    )
     st = Pbs().status(FakeTransport({"qstat": ok(out)}), "9012.pbs")
     assert st.phase == "failed" and st.exit_code == "271" and st.stdout == "/lus/flare/w/t.o9012"
     running = json.dumps({"Jobs": {"9013.pbs": {"job_state": "R"}}})
@@ -156,7 +189,11 @@ def test_pbs_status_from_qstat_json() -> None:
 
 def test_dependencies_and_cancel() -> None:
     assert Slurm().submit_argv(["1", "2"]) == [
-        "sbatch", "--parsable", "--dependency=afterok:1:2", "--kill-on-invalid-dep=yes"]  # fmt: skip
+        "sbatch",
+        "--parsable",
+        "--dependency=afterok:1:2",
+        "--kill-on-invalid-dep=yes",
+    ]
     assert Lsf().submit_argv(["1", "2"]) == ["bsub", "-w", "done(1) && done(2)"]
     assert Pbs().submit_argv(["1.pbs"]) == ["qsub", "-W", "depend=afterok:1.pbs"]
     t = FakeTransport(
@@ -174,7 +211,10 @@ def test_dependencies_and_cancel() -> None:
 
 def test_directive_words_and_walltime() -> None:
     assert directive_pairs(["-C", "gpu", "--exclusive", "--qos=debug"]) == [
-        ("-C", "gpu"), ("--exclusive", None), ("--qos", "debug")]  # fmt: skip
+        ("-C", "gpu"),
+        ("--exclusive", None),
+        ("--qos", "debug"),
+    ]
     assert _lsf_walltime("01:30:00") == "01:30" and _lsf_walltime("00:00:30") == "00:01"
     # one format for sites and jobs: "30" is 30 minutes; "00:30" is ambiguous and refused
     assert _lsf_walltime("30") == "00:30" and _lsf_walltime("1-02") == "26:00"

@@ -103,8 +103,16 @@ def transport(request: pytest.FixtureRequest, slurm: SlurmInfo) -> Iterator[Tran
         yield LocalTransport()
         return
     info: SshdInfo = request.getfixturevalue("sshd")
-    t = SshTransport(TransportSpec(kind="ssh", host=info.host, port=info.port, user="root",
-                                   key_file=str(info.key), known_hosts=str(info.known_hosts)))  # fmt: skip
+    t = SshTransport(
+        TransportSpec(
+            kind="ssh",
+            host=info.host,
+            port=info.port,
+            user="root",
+            key_file=str(info.key),
+            known_hosts=str(info.known_hosts),
+        )
+    )
     yield t
     t.close()
 
@@ -123,17 +131,25 @@ def _script(tmp: Path, name: str, text: str) -> Path:
 @needs_mpi4py
 def test_allreduce_bare_host_srun_pmix(site: Site, transport: Transport, tmp_path: Path) -> None:
     prog = _script(tmp_path, "allreduce.py", ALLREDUCE)
-    job = JobSpec(name="allreduce", command=[sys.executable, str(prog)], ranks_per_node=2,
-                  workdir=str(tmp_path))  # fmt: skip
+    job = JobSpec(
+        name="allreduce",
+        command=[sys.executable, str(prog)],
+        ranks_per_node=2,
+        workdir=str(tmp_path),
+    )
     sub = submit(site, job, transport)
     st = wait(sub, transport, timeout=120)
     assert st.state == "COMPLETED" and st.exit_code == "0:0"
     out = logs(sub, transport)
     ranks = sorted(ln for ln in out.splitlines() if ln.startswith("allreduce "))
     assert [r.split(" python=")[0] for r in ranks] == [
-        "allreduce rank=0 size=2 sum=3.0", "allreduce rank=1 size=2 sum=3.0"]  # fmt: skip
-    assert "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix" in Path(
-        sub.script_path).read_text()  # fmt: skip
+        "allreduce rank=0 size=2 sum=3.0",
+        "allreduce rank=1 size=2 sum=3.0",
+    ]
+    assert (
+        "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix"
+        in Path(sub.script_path).read_text()
+    )
 
 
 def test_allreduce_in_image_podman_under_srun(
@@ -141,8 +157,13 @@ def test_allreduce_in_image_podman_under_srun(
 ) -> None:
     image = local_image
     _script(tmp_path, "allreduce.py", ALLREDUCE)
-    job = JobSpec(name="allreduce-image", command=["python3", "{workdir}/allreduce.py"],
-                  ranks_per_node=2, workdir=str(tmp_path), image=image)  # fmt: skip
+    job = JobSpec(
+        name="allreduce-image",
+        command=["python3", "{workdir}/allreduce.py"],
+        ranks_per_node=2,
+        workdir=str(tmp_path),
+        image=image,
+    )
     sub = submit(site, job, transport)
     wait(sub, transport, timeout=240)
     out = logs(sub, transport)
@@ -165,10 +186,13 @@ def test_training_chain_stage_in_train_stage_out(
     train = _script(tmp_path, "train.py", TRAIN)
     results = tmp_path / "project" / "results" / "run1"
     chain = training_chain(
-        name=name, dataset=str(dataset), scratch=str(tmp_path / "scratch"),
-        command=[sys.executable, str(train), "{data}", "{output}"], results=str(results),
+        name=name,
+        dataset=str(dataset),
+        scratch=str(tmp_path / "scratch"),
+        command=[sys.executable, str(train), "{data}", "{output}"],
+        results=str(results),
         ranks_per_node=2,
-    )  # fmt: skip
+    )
     chain = [j.model_copy(update={"workdir": str(tmp_path)}) for j in chain]
     try:
         subs = submit_chain(site, chain, transport)
@@ -176,8 +200,9 @@ def test_training_chain_stage_in_train_stage_out(
         for sub in subs:
             assert status(sub, transport).state == "COMPLETED"
         whole = b"".join(blobs[k] for k in sorted(blobs))
-        expected = (f"files=3 sha256={hashlib.sha256(whole).hexdigest()} ranks=2 "
-                    f"total={2 * sum(whole)}\n").encode()  # fmt: skip
+        expected = (
+            f"files=3 sha256={hashlib.sha256(whole).hexdigest()} ranks=2 total={2 * sum(whole)}\n"
+        ).encode()
         model = (results / "model.txt").read_bytes()
         assert hashlib.sha256(model).hexdigest() == hashlib.sha256(expected).hexdigest()
         ckpt = (results / "ckpt" / "step-1.bin").read_bytes()
@@ -195,10 +220,16 @@ def test_training_chain_stage_in_train_stage_out(
 
 
 def test_chain_stops_after_a_failure(site: Site, transport: Transport, tmp_path: Path) -> None:
-    first = JobSpec(name="breaks", command=["false"], launch="single", cores_per_rank=1,
-                    workdir=str(tmp_path))  # fmt: skip
-    second = JobSpec(name="never", command=["touch", str(tmp_path / "ran")], launch="single",
-                     cores_per_rank=1, workdir=str(tmp_path))  # fmt: skip
+    first = JobSpec(
+        name="breaks", command=["false"], launch="single", cores_per_rank=1, workdir=str(tmp_path)
+    )
+    second = JobSpec(
+        name="never",
+        command=["touch", str(tmp_path / "ran")],
+        launch="single",
+        cores_per_rank=1,
+        workdir=str(tmp_path),
+    )
     subs = submit_chain(site, [first, second], transport)
     with pytest.raises(JobError) as err:
         wait(subs[1], transport, timeout=120)
@@ -207,13 +238,21 @@ def test_chain_stops_after_a_failure(site: Site, transport: Transport, tmp_path:
 
 
 def test_array_with_stitched_results(site: Site, transport: Transport, tmp_path: Path) -> None:
-    code = ("import os, sys; t = int(sys.argv[1]); os.makedirs(sys.argv[2], exist_ok=True); "
-            "open(os.path.join(sys.argv[2], f'part-{t}.txt'), 'w')"
-            ".write(f'chunk {t}: {sum(range(t * 1000, (t + 1) * 1000))}\\n')")  # fmt: skip
+    code = (
+        "import os, sys; t = int(sys.argv[1]); os.makedirs(sys.argv[2], exist_ok=True); "
+        "open(os.path.join(sys.argv[2], f'part-{t}.txt'), 'w')"
+        ".write(f'chunk {t}: {sum(range(t * 1000, (t + 1) * 1000))}\\n')"
+    )
     parts, output = tmp_path / "parts", tmp_path / "out" / "inference.txt"
     chunks = 5
-    jobs = array_chain(name="infer", command=[sys.executable, "-c", code, "{task}", str(parts)],
-                       chunks=chunks, parts=str(parts), output=str(output), suffix=".txt")  # fmt: skip
+    jobs = array_chain(
+        name="infer",
+        command=[sys.executable, "-c", code, "{task}", str(parts)],
+        chunks=chunks,
+        parts=str(parts),
+        output=str(output),
+        suffix=".txt",
+    )
     jobs = [j.model_copy(update={"workdir": str(tmp_path)}) for j in jobs]
     subs = submit_chain(site, jobs, transport)
     st = wait(subs[0], transport, timeout=180)
@@ -229,8 +268,13 @@ def test_array_with_stitched_results(site: Site, transport: Transport, tmp_path:
 def test_failing_job_reports_slurms_message(
     site: Site, transport: Transport, tmp_path: Path
 ) -> None:
-    job = JobSpec(name="fails", command=["bash", "-c", "echo 'disk quota exceeded' >&2; exit 3"],
-                  launch="single", cores_per_rank=1, workdir=str(tmp_path))  # fmt: skip
+    job = JobSpec(
+        name="fails",
+        command=["bash", "-c", "echo 'disk quota exceeded' >&2; exit 3"],
+        launch="single",
+        cores_per_rank=1,
+        workdir=str(tmp_path),
+    )
     sub = submit(site, job, transport)
     with pytest.raises(JobError) as err:
         wait(sub, transport, timeout=120)
@@ -243,8 +287,11 @@ def test_rejected_submission_carries_sbatch_error(
     site: Site, tmp_path: Path, slurm: SlurmInfo
 ) -> None:
     job = JobSpec(name="nowhere", command=["true"], queue="nosuchpartition", workdir=str(tmp_path))
-    with pytest.raises(JobError, match=r"slurm rejected the job: sbatch: error: invalid partition "
-                                       r"specified: nosuchpartition .*Batch job submission failed"):  # fmt: skip
+    with pytest.raises(
+        JobError,
+        match=r"slurm rejected the job: sbatch: error: invalid partition "
+        r"specified: nosuchpartition .*Batch job submission failed",
+    ):
         submit(site, job, LocalTransport())
 
 
@@ -259,14 +306,28 @@ def test_job_on_drained_node_is_reported(site: Site, tmp_path: Path, slurm: Slur
     ]
     subprocess.run(drain, check=True)
     try:
-        sub = submit(site, JobSpec(name="blocked", command=["true"], launch="single",
-                                   cores_per_rank=1, workdir=str(tmp_path)), t)  # fmt: skip
-        with pytest.raises(JobError, match=r"job cannot start: .*PENDING reason=(ReqNodeNotAvail"
-                                           r"|Nodes_required_for_job_are_DOWN,_DRAINED)"):  # fmt: skip
+        sub = submit(
+            site,
+            JobSpec(
+                name="blocked",
+                command=["true"],
+                launch="single",
+                cores_per_rank=1,
+                workdir=str(tmp_path),
+            ),
+            t,
+        )
+        with pytest.raises(
+            JobError,
+            match=r"job cannot start: .*PENDING reason=(ReqNodeNotAvail"
+            r"|Nodes_required_for_job_are_DOWN,_DRAINED)",
+        ):
             wait(sub, t, timeout=30)
     finally:
         subprocess.run(["scontrol", "update", f"NodeName={slurm.node}", "State=RESUME"], check=True)
-    wait(sub, t, timeout=60, blocked_after=None)  # runs once the node is back (its old reason may linger a poll)
+    wait(
+        sub, t, timeout=60, blocked_after=None
+    )  # runs once the node is back (its old reason may linger a poll)
 
 
 def test_too_many_nodes_is_reported(site: Site, tmp_path: Path, slurm: SlurmInfo) -> None:
@@ -281,8 +342,13 @@ def test_too_many_nodes_is_reported(site: Site, tmp_path: Path, slurm: SlurmInfo
 @needs_mpi4py
 def test_forced_oversubscription_runs(site: Site, tmp_path: Path, slurm: SlurmInfo) -> None:
     prog = _script(tmp_path, "allreduce.py", ALLREDUCE)
-    job = JobSpec(name="over", command=[sys.executable, str(prog)], ranks_per_node=3, force=True,
-                  workdir=str(tmp_path))  # fmt: skip
+    job = JobSpec(
+        name="over",
+        command=[sys.executable, str(prog)],
+        ranks_per_node=3,
+        force=True,
+        workdir=str(tmp_path),
+    )
     t = LocalTransport()
     sub = submit(site, job, t)
     wait(sub, t, timeout=120)
@@ -292,9 +358,24 @@ def test_forced_oversubscription_runs(site: Site, tmp_path: Path, slurm: SlurmIn
 @needs_mpi4py
 def test_cli_submit_status_logs_cancel(runner: CliRunner, tmp_path: Path, slurm: SlurmInfo) -> None:
     prog = _script(tmp_path, "allreduce.py", ALLREDUCE)
-    res = runner.invoke(app, ["submit", "--site", "local", "--no-container", "-n", "2",
-                              "--workdir", str(tmp_path), "--wait", "--json", "--",
-                              sys.executable, str(prog)])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "submit",
+            "--site",
+            "local",
+            "--no-container",
+            "-n",
+            "2",
+            "--workdir",
+            str(tmp_path),
+            "--wait",
+            "--json",
+            "--",
+            sys.executable,
+            str(prog),
+        ],
+    )
     assert res.exit_code == 0, res.output
     job_id = json.loads(res.stdout)["job_id"]
     st = runner.invoke(app, ["status", job_id, "--json"])
@@ -305,8 +386,22 @@ def test_cli_submit_status_logs_cancel(runner: CliRunner, tmp_path: Path, slurm:
     comp = Slurm().status_from_jobcomp(LocalTransport(), job_id)
     assert comp is not None and comp.state == "COMPLETED" and comp.source == "jobcomp"
 
-    res = runner.invoke(app, ["submit", "--site", "local", "--no-container", "--single",
-                              "--workdir", str(tmp_path), "--json", "--", "sleep", "60"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "submit",
+            "--site",
+            "local",
+            "--no-container",
+            "--single",
+            "--workdir",
+            str(tmp_path),
+            "--json",
+            "--",
+            "sleep",
+            "60",
+        ],
+    )
     sleeper = json.loads(res.stdout)["job_id"]
     assert runner.invoke(app, ["cancel", sleeper]).exit_code == 0
     st = json.loads(runner.invoke(app, ["status", sleeper, "--json"]).stdout)

@@ -28,8 +28,14 @@ pytestmark = [pytest.mark.ssh, pytest.mark.timeout(120)]
 
 
 def _spec(info: SshdInfo, known_hosts: Path) -> TransportSpec:
-    return TransportSpec(kind="ssh", host=info.host, port=info.port, user="root",
-                         key_file=str(info.key), known_hosts=str(known_hosts))  # fmt: skip
+    return TransportSpec(
+        kind="ssh",
+        host=info.host,
+        port=info.port,
+        user="root",
+        key_file=str(info.key),
+        known_hosts=str(known_hosts),
+    )
 
 
 def test_ssh_runs_commands_with_stdin(sshd: SshdInfo) -> None:
@@ -69,11 +75,39 @@ def test_cli_submit_over_ssh_then_status_and_logs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
-    common = ["--transport", "ssh", "--ssh-host", sshd.host, "--ssh-port", str(sshd.port),
-              "--ssh-user", "root", "--ssh-key", str(sshd.key), "--known-hosts", str(sshd.known_hosts)]  # fmt: skip
-    res = runner.invoke(app, ["submit", "--site", "local", "--no-container", "--single",
-                              "--workdir", str(tmp_path / "remote"), "--json", "--wait", *common,
-                              "--", "bash", "-c", "echo from-ssh-job on $(hostname -s)"])  # fmt: skip
+    common = [
+        "--transport",
+        "ssh",
+        "--ssh-host",
+        sshd.host,
+        "--ssh-port",
+        str(sshd.port),
+        "--ssh-user",
+        "root",
+        "--ssh-key",
+        str(sshd.key),
+        "--known-hosts",
+        str(sshd.known_hosts),
+    ]
+    res = runner.invoke(
+        app,
+        [
+            "submit",
+            "--site",
+            "local",
+            "--no-container",
+            "--single",
+            "--workdir",
+            str(tmp_path / "remote"),
+            "--json",
+            "--wait",
+            *common,
+            "--",
+            "bash",
+            "-c",
+            "echo from-ssh-job on $(hostname -s)",
+        ],
+    )
     assert res.exit_code == 0, res.output
     sub = json.loads(res.stdout)
     assert sub["transport"]["kind"] == "ssh" and sub["status"]["state"] == "COMPLETED"
@@ -81,9 +115,24 @@ def test_cli_submit_over_ssh_then_status_and_logs(
     assert st.stdout.startswith(f"job {sub['job_id']}: COMPLETED")
     assert "from-ssh-job on" in runner.invoke(app, ["logs", sub["job_id"]]).stdout
 
-    res = runner.invoke(app, ["submit", "--site", "local", "--no-container", "--single",
-                              "--workdir", str(tmp_path / "remote"), "--wait", *common,
-                              "--", "bash", "-c", "echo 'no such dataset' >&2; exit 4"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "submit",
+            "--site",
+            "local",
+            "--no-container",
+            "--single",
+            "--workdir",
+            str(tmp_path / "remote"),
+            "--wait",
+            *common,
+            "--",
+            "bash",
+            "-c",
+            "echo 'no such dataset' >&2; exit 4",
+        ],
+    )
     assert isinstance(res.exception, JobError)
     assert "FAILED exit=4:0 reason=NonZeroExitCode" in str(res.exception)
     assert "no such dataset" in str(res.exception)
@@ -152,23 +201,32 @@ class _DropsFirstReply(Transport):
 
 
 def _squeue_comments() -> str:
-    return subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i %k"],
-                          capture_output=True, text=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i %k"], capture_output=True, text=True
+    ).stdout
 
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("before", [False, True], ids=["reply-lost", "never-sent"])
 def test_retry_after_a_dropped_connection_submits_once(
-    slurm: SlurmInfo, sshd: SshdInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    slurm: SlurmInfo,
+    sshd: SshdInfo,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     before: bool,
-) -> None:  # fmt: skip
+) -> None:
     from hpcenv.jobs.submit import submit
     from hpcenv.site import load_site
 
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
     t = _DropsFirstReply(SshTransport(_spec(sshd, sshd.known_hosts)), before)
-    job = JobSpec(name="once", command=["true"], launch="single", cores_per_rank=1,
-                  workdir=str(tmp_path / "remote"))  # fmt: skip
+    job = JobSpec(
+        name="once",
+        command=["true"],
+        launch="single",
+        cores_per_rank=1,
+        workdir=str(tmp_path / "remote"),
+    )
     try:
         sub = submit(load_site("local"), job, t, retry_wait=0.5)
     finally:

@@ -39,10 +39,24 @@ def test_a_new_launcher_is_one_class() -> None:
         p = place(site, nodes=2)
         # frontier's launcher_flags belong to srun: a launcher the site does not use gets none
         assert launch_argv(site, p, launcher="flux") == [
-            "flux", "run", "-N", "2", "-n", "16", "-c", "7", "-g", "1"
-        ]  # fmt: skip
-        flux_site = site.model_copy(update={"scheduler": site.scheduler.model_copy(
-            update={"launcher": "flux", "launcher_flags": ["--exclusive"]})})  # fmt: skip
+            "flux",
+            "run",
+            "-N",
+            "2",
+            "-n",
+            "16",
+            "-c",
+            "7",
+            "-g",
+            "1",
+        ]
+        flux_site = site.model_copy(
+            update={
+                "scheduler": site.scheduler.model_copy(
+                    update={"launcher": "flux", "launcher_flags": ["--exclusive"]}
+                )
+            }
+        )
         assert launch_argv(flux_site, p)[-1] == "--exclusive"
     finally:
         LAUNCHERS.pop("flux")

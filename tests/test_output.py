@@ -26,8 +26,13 @@ RENDERED = ["Dockerfile", "Singularity.def", "stack.lock.json", "job.sh", "check
 
 
 def hpcenv(*args: str, env: dict[str, str] | None = None, timeout: int = 120):
-    return subprocess.run([str(HPCENV), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(HPCENV), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def render(out: Path, *extra: str, recipe: str = "daal4py"):
@@ -43,8 +48,11 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_render_makes_a_marked_folder_and_replaces_it_whole(tmp_path: Path) -> None:
@@ -94,9 +102,23 @@ def test_render_out_file_root_and_symlink_are_refused(tmp_path: Path) -> None:
     here = tmp_path / "here"
     (here / "sub").mkdir(parents=True)
     for out in (".", ".."):
-        proc = subprocess.run([str(HPCENV), "render", "--site", "local", "--recipe", "daal4py",
-                               "--out", out, "--force"], capture_output=True, text=True,
-                              cwd=here / "sub", timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [
+                str(HPCENV),
+                "render",
+                "--site",
+                "local",
+                "--recipe",
+                "daal4py",
+                "--out",
+                out,
+                "--force",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=here / "sub",
+            timeout=120,
+        )
         assert "current folder" in one_line_error(proc)
     assert sorted(p.name for p in here.rglob("*")) == ["sub"]
 
@@ -118,8 +140,18 @@ def test_ctrl_c_while_writing_keeps_the_old_output(tmp_path: Path) -> None:
         "from hpcenv.cli.main import main\n"
         "main()\n"
     )
-    argv = [sys.executable, "-c", code, "render", "--site", "local", "--recipe", "horovod-cpu",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        code,
+        "render",
+        "--site",
+        "local",
+        "--recipe",
+        "horovod-cpu",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
@@ -137,8 +169,11 @@ def tmpfs(path: Path, size_kb: int) -> Iterator[Path]:
     for tool in ("mount", "umount"):
         need_tool(tool, why=why, how="util-linux provides it (apt-get install util-linux)")
     path.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         need(f"a tmpfs mount (mount said: {proc.stderr.strip()})", why, AS_ROOT)
     try:
@@ -219,8 +254,11 @@ def test_racing_renders_take_turns_and_never_mix(tmp_path: Path) -> None:
                     with os.fdopen(file_fd, "rb") as fh:
                         text = fh.read().decode()
                     for recipe in ("daal4py", "horovod-cpu"):
-                        if f"recipe {recipe}" in text or f'"recipe": "{recipe}"' in text or \
-                                f"hpcenv-{recipe}" in text:  # fmt: skip
+                        if (
+                            f"recipe {recipe}" in text
+                            or f'"recipe": "{recipe}"' in text
+                            or f"hpcenv-{recipe}" in text
+                        ):
                             recipes.add(recipe)
                 if len(recipes) != 1:
                     mixed.append(f"recipes {sorted(recipes)}")
@@ -233,10 +271,13 @@ def test_racing_renders_take_turns_and_never_mix(tmp_path: Path) -> None:
     watcher = threading.Thread(target=watch)
     watcher.start()
     recipes = ["daal4py", "horovod-cpu"] * 12
-    argv = [[str(HPCENV), "render", "--site", "local", "--recipe", r, "--out", str(out)]
-            for r in recipes]  # fmt: skip
-    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for a in argv]  # fmt: skip
+    argv = [
+        [str(HPCENV), "render", "--site", "local", "--recipe", r, "--out", str(out)]
+        for r in recipes
+    ]
+    procs = [
+        subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in argv
+    ]
     results = [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in procs]
     stop.set()
     watcher.join()
@@ -251,14 +292,20 @@ def test_racing_renders_take_turns_and_never_mix(tmp_path: Path) -> None:
 
 def test_build_dry_run_writes_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    proc = hpcenv("build", "--site", "local", "--dry-run", env={"HPCENV_CACHE": str(cache)},
-                  )  # fmt: skip
+    proc = hpcenv(
+        "build",
+        "--site",
+        "local",
+        "--dry-run",
+        env={"HPCENV_CACHE": str(cache)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "context:" in proc.stdout
     assert not cache.exists()
     out = tmp_path / "ctx"
-    proc = hpcenv("build", "--site", "local", "--dry-run", "--out", str(out),
-                  env={"HPCENV_CACHE": str(cache)})  # fmt: skip
+    proc = hpcenv(
+        "build", "--site", "local", "--dry-run", "--out", str(out), env={"HPCENV_CACHE": str(cache)}
+    )
     assert proc.returncode == 0 and not out.exists() and not cache.exists()
 
 
@@ -285,8 +332,9 @@ def test_corrupt_job_record_is_one_line(tmp_path: Path, content: bytes) -> None:
     assert "job record" in line and "unreadable" in line
 
 
-def test_job_records_are_keyed_by_transport_and_private(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_job_records_are_keyed_by_transport_and_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hpcenv.jobs.submit import Submission, load_record, record_key, records_dir
     from hpcenv.jobs.transport import TransportSpec
     from hpcenv.output import write_private
@@ -311,8 +359,9 @@ def test_job_records_are_keyed_by_transport_and_private(tmp_path: Path,
     assert "--on local" in one_line_error(proc)
 
 
-def test_swap_without_renameat2_still_replaces_whole(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_swap_without_renameat2_still_replaces_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Kernels or libcs without RENAME_EXCHANGE: two renames, same result, nothing left."""
     import hpcenv.output as output
 
@@ -327,14 +376,22 @@ def test_swap_without_renameat2_still_replaces_whole(tmp_path: Path,
 def test_unreadable_or_vanished_places_are_one_line(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     gone.mkdir()
-    proc = subprocess.Popen([str(HPCENV), "render", "--site", "local", "--recipe", "daal4py",
-                             "--out", "rel-out"], cwd=gone, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(HPCENV), "render", "--site", "local", "--recipe", "daal4py", "--out", "rel-out"],
+        cwd=gone,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     gone.rmdir()  # usually before the process resolves the relative --out
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err
     absolute = tmp_path / "abs-out"
-    ok = subprocess.run([str(HPCENV), "render", "--site", "local", "--recipe", "daal4py",
-                         "--out", str(absolute)], cwd=tmp_path, capture_output=True, text=True,
-                        timeout=120)  # fmt: skip
+    ok = subprocess.run(
+        [str(HPCENV), "render", "--site", "local", "--recipe", "daal4py", "--out", str(absolute)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0 and (absolute / MARKER).is_file()

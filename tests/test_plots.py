@@ -13,7 +13,12 @@ from hpcenv.plots import byte_ticks, format_bytes, plot_sweeps
 
 def test_byte_units() -> None:
     assert [format_bytes(n) for n in (8, 1024, 1536, 64 << 20, 3 << 30)] == [
-        "8 B", "1 KiB", "1.5 KiB", "64 MiB", "3 GiB"]  # fmt: skip
+        "8 B",
+        "1 KiB",
+        "1.5 KiB",
+        "64 MiB",
+        "3 GiB",
+    ]
     ticks = byte_ticks(8, 64 << 20)
     assert ticks[0] == 8 and ticks[-1] == 64 << 20 and len(ticks) <= 10
     assert [format_bytes(t) for t in ticks][:3] == ["8 B", "32 B", "256 B"]
@@ -36,8 +41,11 @@ def test_plot_has_byte_ticks_caption_and_legend_below(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [bandwidth(n, n / 1e9 + 1e-6, 2, [n / 1e9 + 1e-6, n / 0.8e9 + 1e-6, n / 0.9e9 + 1e-6])
-            | {"bytes": n} for n in (8, 512, 32768, 1 << 21, 64 << 20)]  # fmt: skip
+    rows = [
+        bandwidth(n, n / 1e9 + 1e-6, 2, [n / 1e9 + 1e-6, n / 0.8e9 + 1e-6, n / 0.9e9 + 1e-6])
+        | {"bytes": n}
+        for n in (8, 512, 32768, 1 << 21, 64 << 20)
+    ]
     figures = []
     real_savefig = plt.Figure.savefig
 
@@ -46,8 +54,12 @@ def test_plot_has_byte_ticks_caption_and_legend_below(
         return real_savefig(fig, *args, **kwargs)
 
     monkeypatch.setattr(plt.Figure, "savefig", keep)
-    out = plot_sweeps({"image mpi4py": rows}, tmp_path / "p.png", title="allreduce, 2 ranks",
-                      caption="box, 2 cores; 2 ranks, one node; image x:y")  # fmt: skip
+    out = plot_sweeps(
+        {"image mpi4py": rows},
+        tmp_path / "p.png",
+        title="allreduce, 2 ranks",
+        caption="box, 2 cores; 2 ranks, one node; image x:y",
+    )
     assert out is not None and out.stat().st_size > 10_000
     fig = figures[0]
     bw_ax = fig.axes[0]
@@ -62,15 +74,30 @@ def test_plot_has_byte_ticks_caption_and_legend_below(
 @pytest.mark.parametrize(
     ("measure", "better"),
     [
-        ("Container tax: mpi4py allreduce 64 MiB busbw, image / bare host", "higher = image better"),
+        (
+            "Container tax: mpi4py allreduce 64 MiB busbw, image / bare host",
+            "higher = image better",
+        ),
         ("Container tax: mpi4py allreduce 8 B time, image / bare host", "lower = image better"),
-        ("Tuning: mpi4py allreduce 64 MiB, hpcenv launch + per-size rules / naive", "higher = hpcenv better"),
-        ("Tuning: Horovod MNIST step time, naive / adjacent hpcenv-launch runs (speed-up)", "higher = hpcenv better"),
+        (
+            "Tuning: mpi4py allreduce 64 MiB, hpcenv launch + per-size rules / naive",
+            "higher = hpcenv better",
+        ),
+        (
+            "Tuning: Horovod MNIST step time, naive / adjacent hpcenv-launch runs (speed-up)",
+            "higher = hpcenv better",
+        ),
         ("Build (daal4py): image size, naive / hpcenv", "higher = hpcenv better"),
-        ("Build (daal4py): hpcenv warm rebuild after a last-layer change / cold", "lower = hpcenv better"),
-        ("K-Means float32: scikit-learn / daal4py batch, time per iteration (speed-up)", "higher = daal4py better"),
+        (
+            "Build (daal4py): hpcenv warm rebuild after a last-layer change / cold",
+            "lower = hpcenv better",
+        ),
+        (
+            "K-Means float32: scikit-learn / daal4py batch, time per iteration (speed-up)",
+            "higher = daal4py better",
+        ),
         ("CLI: `hpcenv --help`", ""),
     ],
-)  # fmt: skip
+)
 def test_headline_ratios_say_which_way_is_better(measure: str, better: str) -> None:
     assert better_direction(measure) == better

@@ -18,9 +18,11 @@ def test_plain_lines_without_a_terminal() -> None:
         p.step(2, 3, "RUN make", 1.25)
         p.phase("SIF from oci with Apptainer")
     assert buf.getvalue().splitlines() == [
-        "  log: /x/build.log", "  [1/3] FROM base", "  [2/3] RUN make  (previous step 1.2 s)",
+        "  log: /x/build.log",
+        "  [1/3] FROM base",
+        "  [2/3] RUN make  (previous step 1.2 s)",
         "  SIF from oci with Apptainer",
-    ]  # fmt: skip
+    ]
 
 
 def test_live_steps_on_a_terminal_keep_each_step() -> None:
@@ -32,8 +34,11 @@ def test_live_steps_on_a_terminal_keep_each_step() -> None:
         p.step(2, 2, "RUN make", 0.5)
         p.phase("SIF from oci with Apptainer")
         tasks = p._progress.tasks
-        assert [t.description for t in tasks] == ["[1/2] FROM base", "[2/2] RUN make",
-                                                   "SIF from oci with Apptainer"]  # fmt: skip
+        assert [t.description for t in tasks] == [
+            "[1/2] FROM base",
+            "[2/2] RUN make",
+            "SIF from oci with Apptainer",
+        ]
         assert [t.finished for t in tasks] == [True, True, False]
     assert "SIF from oci with Apptainer" in buf.getvalue()
 

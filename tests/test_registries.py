@@ -61,8 +61,11 @@ def test_compat_launchers_cover_every_kind() -> None:
 
 def test_doctor_checks_every_registered_scheduler_and_nothing_else(tmp_path: Path) -> None:
     host = doctor.Host(str(tmp_path))
-    checked = [f.keywords["scheduler"] for f in doctor.all_checks() if isinstance(f, partial)
-               and "scheduler" in f.keywords]  # fmt: skip
+    checked = [
+        f.keywords["scheduler"]
+        for f in doctor.all_checks()
+        if isinstance(f, partial) and "scheduler" in f.keywords
+    ]
     assert checked == list(SCHEDULERS.values())
     for cls in SCHEDULERS.values():
         c = doctor.check_scheduler(host, cls)
@@ -85,8 +88,17 @@ def test_sites_init_says_which_commands_it_tried(tmp_path: Path) -> None:
 def test_every_scheduler_is_complete(name: str) -> None:
     cls = SCHEDULERS[name]
     assert not getattr(cls, "__abstractmethods__", None), name
-    for attr in ("prefix", "job_id_expr", "task_id_expr", "id_pattern", "submit_command",
-                 "account_flag", "probe", "detect", "launchers"):  # fmt: skip
+    for attr in (
+        "prefix",
+        "job_id_expr",
+        "task_id_expr",
+        "id_pattern",
+        "submit_command",
+        "account_flag",
+        "probe",
+        "detect",
+        "launchers",
+    ):
         assert getattr(cls, attr, None), f"{name}.{attr}"
     assert cls().submit_argv([])[0] == cls.submit_command
     assert cls.probe.answers[-1][0] == cls.probe.command
@@ -141,8 +153,12 @@ class Toy(Scheduler):
         self, site: Site, job: JobSpec, tuning: Placement
     ) -> list[tuple[str, str | None]]:
         out, err = self.log_names(job)
-        pairs: list[tuple[str, str | None]] = [("--name", job.name), ("--nodes", str(tuning.nodes)),
-                                               ("--out", out), ("--err", err)]  # fmt: skip
+        pairs: list[tuple[str, str | None]] = [
+            ("--name", job.name),
+            ("--nodes", str(tuning.nodes)),
+            ("--out", out),
+            ("--err", err),
+        ]
         if job.account:
             pairs.append((self.account_flag, job.account))
         return pairs
@@ -172,8 +188,13 @@ def test_a_registered_class_works_through_the_generic_paths(toy: type[Toy], tmp_
     site = load_site("generic-slurm")
     job = JobSpec(name="t", account="P1", scheduler_options=["--mail=none"])
     lines = sched.directives(site, job, place(site, 2), node_local=False)
-    assert lines[:5] == ["#TOY --name t", "#TOY --nodes 2", "#TOY --out t-%t.out",
-                         "#TOY --err t-%t.err", "#TOY --charge P1"]  # fmt: skip
+    assert lines[:5] == [
+        "#TOY --name t",
+        "#TOY --nodes 2",
+        "#TOY --out t-%t.out",
+        "#TOY --err t-%t.err",
+        "#TOY --charge P1",
+    ]
     assert lines[-1] == "#TOY --mail none"
     assert sched.parse_job_id(Completed(0, "toy job 77\n", "")) == "77"
     # the record's log names become paths hpcenv reads back
@@ -182,15 +203,21 @@ def test_a_registered_class_works_through_the_generic_paths(toy: type[Toy], tmp_
 
     # hpcenv doctor: missing, then broken, then ok, from the probe alone
     host = doctor.Host(str(tmp_path))
-    assert [f.keywords["scheduler"] for f in doctor.all_checks()
-            if isinstance(f, partial) and "scheduler" in f.keywords][-1] is toy  # fmt: skip
+    assert [
+        f.keywords["scheduler"]
+        for f in doctor.all_checks()
+        if isinstance(f, partial) and "scheduler" in f.keywords
+    ][-1] is toy
     assert doctor.check_scheduler(host, toy).status == "missing"
     for name, text in (("toysub", "toysub 1.0"), ("toystat", "toyd asleep")):
         (tmp_path / name).write_text(f"#!/bin/sh\necho {text}\n")
         (tmp_path / name).chmod(0o755)
     broken = doctor.check_scheduler(host, toy)
-    assert (broken.status, broken.why, broken.fix) == ("broken", "toy does not answer: toyd asleep",
-                                                       "start toyd")  # fmt: skip
+    assert (broken.status, broken.why, broken.fix) == (
+        "broken",
+        "toy does not answer: toyd asleep",
+        "start toyd",
+    )
     (tmp_path / "toystat").write_text("#!/bin/sh\necho toyd alive\n")
     assert doctor.check_scheduler(host, toy).status == "ok"
 

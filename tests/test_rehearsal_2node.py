@@ -95,8 +95,12 @@ def _lines(text: str, tag: str) -> list[dict[str, Any]]:
 def _in_node(info: TwoNodeInfo, node: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` inside ``node``'s namespaces (as that node's processes see the world)."""
     holder = (info.state / node / "holder.pid").read_text().strip()
-    return subprocess.run(["nsenter", "-t", holder, "--net", "--uts", "--mount", *argv],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    return subprocess.run(
+        ["nsenter", "-t", holder, "--net", "--uts", "--mount", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_nodes_are_separate_hosts_on_a_veth_link(two_node: TwoNodeInfo) -> None:
@@ -115,8 +119,12 @@ def test_nodes_are_separate_hosts_on_a_veth_link(two_node: TwoNodeInfo) -> None:
     seen = _in_node(two_node, "node2", "cat", f"{two_node.node_local}/probe-{tag}")
     assert seen.returncode != 0
     _in_node(two_node, "node1", "rm", "-f", f"{two_node.node_local}/probe-{tag}")
-    sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
-                           env={**os.environ, "SLURM_CONF": str(two_node.conf)})  # fmt: skip
+    sinfo = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %T"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": str(two_node.conf)},
+    )
     assert sorted(ln.split()[0] for ln in sinfo.stdout.splitlines()) == ["node1", "node2"]
 
 
@@ -181,11 +189,27 @@ def test_allreduce_is_exact_on_both_nodes_over_tcp(
 ) -> None:
     wd = _workdir(shared, "mpi_identity.py")
     proc = _cli(
-        "submit", "--site", ranks_in.site, "--image", ranks_in.image, "--name",
-        f"ar2n-{uuid.uuid4().hex[:6]}", "--nodes", "2", "--ranks-per-node", "1", "--workdir",
-        str(wd), "--wait", "--timeout", "300", "--json", "--", "/opt/venv/bin/python3",
+        "submit",
+        "--site",
+        ranks_in.site,
+        "--image",
+        ranks_in.image,
+        "--name",
+        f"ar2n-{uuid.uuid4().hex[:6]}",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "1",
+        "--workdir",
+        str(wd),
+        "--wait",
+        "--timeout",
+        "300",
+        "--json",
+        "--",
+        "/opt/venv/bin/python3",
         "{workdir}/mpi_identity.py",
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = _cli("logs", json.loads(proc.stdout)["job_id"]).stdout
     ranks = sorted(_lines(log, "mpi-identity"), key=lambda r: r["rank"])
@@ -205,12 +229,37 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     name = f"mnist2n-{uuid.uuid4().hex[:6]}"
     results = tmp_path / "project" / "results"
     proc = _cli(
-        "submit", "--site", ranks_in.site, "--image", ranks_in.image, "--name", name,
-        "--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd),
-        "--stage-in", str(mnist), "--stage-out", str(results), "--wait", "--timeout", "500",
-        "--json", "--", "/opt/venv/bin/python3", "{workdir}/train_two_node.py", "{data}",
-        "{output}", "--epochs", "1", "--threads", "1",
-    )  # fmt: skip
+        "submit",
+        "--site",
+        ranks_in.site,
+        "--image",
+        ranks_in.image,
+        "--name",
+        name,
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "1",
+        "--workdir",
+        str(wd),
+        "--stage-in",
+        str(mnist),
+        "--stage-out",
+        str(results),
+        "--wait",
+        "--timeout",
+        "500",
+        "--json",
+        "--",
+        "/opt/venv/bin/python3",
+        "{workdir}/train_two_node.py",
+        "{data}",
+        "{output}",
+        "--epochs",
+        "1",
+        "--threads",
+        "1",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sub = json.loads(proc.stdout)
     assert sub["status"]["state"] == "COMPLETED"
@@ -232,8 +281,10 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     assert not list(Path(two_node.node_local).glob(f"{name}*"))  # never on the host's /tmp
     # Horovod trained across both: identical parameters on every rank.
     result = _lines(log, "mnist-result")[0]
-    print(f"mnist across 2 nodes ({ranks_in.site}): train {result['train_seconds']:.1f} s, "
-          f"accuracy {result['test_accuracy']:.3f}, job {sub['status'].get('raw', {}).get('RunTime')}")
+    print(
+        f"mnist across 2 nodes ({ranks_in.site}): train {result['train_seconds']:.1f} s, "
+        f"accuracy {result['test_accuracy']:.3f}, job {sub['status'].get('raw', {}).get('RunTime')}"
+    )
     assert result["world_size"] == 2 and result["controller"] == "mpi"
     sums = {c["sha256"] for c in result["param_checksums"]}
     assert len(sums) == 1 and result["param_max_spread"] == 0.0
@@ -263,7 +314,9 @@ def _wait_finished(job: str, timeout: float = 240) -> dict[str, Any]:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_node_failure_mid_job_fails_it_and_keeps_the_previous_result(
@@ -279,11 +332,27 @@ def test_node_failure_mid_job_fails_it_and_keeps_the_previous_result(
     wd.mkdir()
     name = f"nodefail-{uuid.uuid4().hex[:6]}"
     proc = _cli(
-        "submit", "--site", "local-2node", "--no-container", "--name", name, "--nodes", "2",
-        "--ranks-per-node", "1", "--workdir", str(wd), "--stage-out", str(results), "--force",
-        "--json", "--", "bash", "-c",
+        "submit",
+        "--site",
+        "local-2node",
+        "--no-container",
+        "--name",
+        name,
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "1",
+        "--workdir",
+        str(wd),
+        "--stage-out",
+        str(results),
+        "--force",
+        "--json",
+        "--",
+        "bash",
+        "-c",
         "echo started-on-$(hostname); echo partial > {output}/model.txt; sleep 45",
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = json.loads(proc.stdout)["job_id"]
     end = time.monotonic() + 120
@@ -307,8 +376,12 @@ def test_node_failure_mid_job_fails_it_and_keeps_the_previous_result(
         assert _tree(results) == before  # the previous result is intact
         assert not list(results.parent.glob("results.hpcenv-*"))  # no partial stage-out
     finally:
-        up = subprocess.run(["bash", str(Path(__file__).parents[1] / "scripts" / "slurm-2node-up.sh")],
-                            capture_output=True, text=True, timeout=180)  # fmt: skip
+        up = subprocess.run(
+            ["bash", str(Path(__file__).parents[1] / "scripts" / "slurm-2node-up.sh")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert up.returncode == 0, up.stderr
 
 
@@ -331,10 +404,28 @@ def test_corrupted_staged_copy_on_one_node_stops_before_training(
         wd.mkdir()
         name = f"corrupt-{uuid.uuid4().hex[:6]}"
         proc = _cli(
-            "submit", "--site", "local-2node", "--no-container", "--name", name, "--nodes", "2",
-            "--ranks-per-node", "1", "--workdir", str(wd), "--stage-in", str(dataset), "--wait",
-            "--timeout", "180", "--", "bash", "-c", "echo TRAINING-STARTED on $(hostname)",
-        )  # fmt: skip
+            "submit",
+            "--site",
+            "local-2node",
+            "--no-container",
+            "--name",
+            name,
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "1",
+            "--workdir",
+            str(wd),
+            "--stage-in",
+            str(dataset),
+            "--wait",
+            "--timeout",
+            "180",
+            "--",
+            "bash",
+            "-c",
+            "echo TRAINING-STARTED on $(hostname)",
+        )
         assert proc.returncode == 2, proc.stdout + proc.stderr
         job = re.search(r"job (\d+): ", proc.stdout + proc.stderr)
         assert job, proc.stdout + proc.stderr
@@ -357,10 +448,16 @@ def test_array_with_one_failing_task_keeps_the_others_and_stitch_refuses(
     parts.mkdir()
     out = tmp_path / "stitched.txt"
     chain = array_chain(
-        name=f"arr-{uuid.uuid4().hex[:6]}", chunks=3, parts=str(parts), output=str(out),
-        command=["bash", "-c", f"[ {{task}} != 1 ] || exit 3; echo chunk-{{task}}-$(hostname) "
-                 f"> {parts}/part-{{task}}"],
-    )  # fmt: skip
+        name=f"arr-{uuid.uuid4().hex[:6]}",
+        chunks=3,
+        parts=str(parts),
+        output=str(out),
+        command=[
+            "bash",
+            "-c",
+            f"[ {{task}} != 1 ] || exit 3; echo chunk-{{task}}-$(hostname) > {parts}/part-{{task}}",
+        ],
+    )
     chain = [j.model_copy(update={"workdir": str(tmp_path)}) for j in chain]
     subs = submit_chain(site, chain, t)
     st = wait_quiet(subs[0], t)
@@ -392,14 +489,25 @@ def _rank_containers() -> dict[str, str]:
     from hpcenv.engines import engine_env
 
     env = engine_env()
-    ps = subprocess.run(["podman", "ps", "-q", "--no-trunc"], capture_output=True, text=True,
-                        env=env, timeout=60)  # fmt: skip
+    ps = subprocess.run(
+        ["podman", "ps", "-q", "--no-trunc"], capture_output=True, text=True, env=env, timeout=60
+    )
     found = {}
     for cid in ps.stdout.split():
-        pid = subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}", cid],
-                             capture_output=True, text=True, env=env, timeout=60).stdout.strip()  # fmt: skip
-        node = subprocess.run(["ip", "netns", "identify", pid], capture_output=True, text=True,
-                              timeout=30).stdout.strip() if pid.isdigit() else ""  # fmt: skip
+        pid = subprocess.run(
+            ["podman", "inspect", "-f", "{{.State.Pid}}", cid],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        ).stdout.strip()
+        node = (
+            subprocess.run(
+                ["ip", "netns", "identify", pid], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+            if pid.isdigit()
+            else ""
+        )
         if node in ("node1", "node2"):
             found[cid] = node
     return found
@@ -415,8 +523,23 @@ def test_teardown_with_sif_ranks_running_leaves_nothing(
     need_file(SIF, "the local SIF", "local-2node-sif runs its ranks in it")
     wd = shared / "work"
     wd.mkdir()
-    proc = _cli("submit", "--site", "local-2node-sif", "--image", str(SIF), "--nodes", "2",
-                "--ranks-per-node", "1", "--workdir", str(wd), "--json", "--", "sleep", "300")  # fmt: skip
+    proc = _cli(
+        "submit",
+        "--site",
+        "local-2node-sif",
+        "--image",
+        str(SIF),
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "1",
+        "--workdir",
+        str(wd),
+        "--json",
+        "--",
+        "sleep",
+        "300",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     scripts = Path(__file__).parents[1] / "scripts"
     try:
@@ -424,15 +547,28 @@ def test_teardown_with_sif_ranks_running_leaves_nothing(
         while sorted((ranks := _rank_containers()).values()) != ["node1", "node2"]:
             assert time.monotonic() < end, f"SIF ranks not running on both nodes: {ranks}"
             time.sleep(1)
-        down = subprocess.run(["bash", str(scripts / "slurm-2node-down.sh")], capture_output=True,
-                              text=True, timeout=180)  # fmt: skip
+        down = subprocess.run(
+            ["bash", str(scripts / "slurm-2node-down.sh")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert down.returncode == 0, down.stderr
-        left = subprocess.run(["podman", "ps", "-a", "-q", "--no-trunc"], capture_output=True,
-                              text=True, env=engine_env(), timeout=60).stdout.split()  # fmt: skip
+        left = subprocess.run(
+            ["podman", "ps", "-a", "-q", "--no-trunc"],
+            capture_output=True,
+            text=True,
+            env=engine_env(),
+            timeout=60,
+        ).stdout.split()
         assert not set(ranks) & set(left), f"rank containers left behind: {set(ranks) & set(left)}"
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert not {"node1", "node2"} & set(netns.split()), netns
     finally:
-        up = subprocess.run(["bash", str(scripts / "slurm-2node-up.sh")], capture_output=True,
-                            text=True, timeout=180)  # fmt: skip
+        up = subprocess.run(
+            ["bash", str(scripts / "slurm-2node-up.sh")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert up.returncode == 0, up.stderr

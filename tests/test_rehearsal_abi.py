@@ -29,8 +29,11 @@ def wd(tmp_path: Path) -> Path:
 
 # -- an Open MPI image under the MPICH-ABI site MPI ------------------------------------------
 OPENMPI_IMAGE = "localhost/hpcenv-test/openmpi-only:1"
-OPENMPI_LOCK = {"components": {"mpi": {"implementation": "openmpi", "version": "4.1.4",
-                                       "options": {"abi": "openmpi"}}}}  # fmt: skip
+OPENMPI_LOCK = {
+    "components": {
+        "mpi": {"implementation": "openmpi", "version": "4.1.4", "options": {"abi": "openmpi"}}
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +53,13 @@ def openmpi_image(tmp_path_factory: pytest.TempPathFactory) -> str:
             "--no-install-recommends libopenmpi3 && rm -rf /var/lib/apt/lists/*\n"
             f"LABEL io.hpcenv.lock={json.dumps(json.dumps(OPENMPI_LOCK))}\n"
         )
-        proc = subprocess.run(["podman", "build", "-t", OPENMPI_IMAGE, "-f",
-                               str(ctx / "Containerfile"), str(ctx)], capture_output=True,
-                              text=True, timeout=600, env=engine_env())  # fmt: skip
+        proc = subprocess.run(
+            ["podman", "build", "-t", OPENMPI_IMAGE, "-f", str(ctx / "Containerfile"), str(ctx)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=engine_env(),
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return OPENMPI_IMAGE
 

@@ -41,19 +41,26 @@ DATA = Path(__file__).parent / "data"
 PY = "/opt/venv/bin/python3"
 # The image keeps its MPICH-ABI libmpi.so.12 in $HPCENV_MPICH_ABI_LIB (the daal4py side runtime):
 # appended to the loader path, after whatever the job injected in front of it.
-WITH_IMAGE_MPI = ["bash", "-c",
-                  'export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$HPCENV_MPICH_ABI_LIB"'
-                  '; exec "$0" "$@"', PY]  # fmt: skip
+WITH_IMAGE_MPI = [
+    "bash",
+    "-c",
+    'export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$HPCENV_MPICH_ABI_LIB"'
+    '; exec "$0" "$@"',
+    PY,
+]
 
 
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _private_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([HPCENV, *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))  # fmt: skip
+    return subprocess.run(
+        [HPCENV, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+    )
 
 
 def _submit(
@@ -62,8 +69,22 @@ def _submit(
     """``hpcenv submit --site SITE ... --wait`` as a process; (exit code, log, output).
     ``image`` is a tag or SIF path, or ``recipe:NAME`` for the site's own image of NAME."""
     which = ["--recipe", image[7:]] if image.startswith("recipe:") else ["--image", image]
-    proc = _cli("submit", "--site", site, *which, "--ranks-per-node", "2",
-                "--workdir", str(wd), "--wait", "--timeout", "240", *extra, "--", *args)  # fmt: skip
+    proc = _cli(
+        "submit",
+        "--site",
+        site,
+        *which,
+        "--ranks-per-node",
+        "2",
+        "--workdir",
+        str(wd),
+        "--wait",
+        "--timeout",
+        "240",
+        *extra,
+        "--",
+        *args,
+    )
     out = proc.stdout + proc.stderr
     # "submitted ID ..." on success; "error: job ID: FAILED ..." when --wait sees it fail.
     found = re.search(r"^submitted (\S+) |^error: job (\S+): ", out, re.M)
@@ -73,8 +94,9 @@ def _submit(
 
 
 def _ranks(log: str) -> list[dict[str, Any]]:
-    rows = [json.loads(ln.split(" ", 1)[1]) for ln in log.splitlines()
-            if ln.startswith("mpi-identity ")]  # fmt: skip
+    rows = [
+        json.loads(ln.split(" ", 1)[1]) for ln in log.splitlines() if ln.startswith("mpi-identity ")
+    ]
     return sorted(rows, key=lambda r: r["rank"])
 
 
@@ -103,8 +125,9 @@ def test_site_mpi_replaces_the_image_mpi_in_every_rank(
 def test_control_run_without_injection_shows_the_image_mpi(
     slurm: SlurmInfo, site_mpi_prefix: Path, local_image: str, wd: Path
 ) -> None:
-    code, log, out = _submit(local_image, wd, *WITH_IMAGE_MPI, "{workdir}/mpi_identity.py",
-                             extra=("--no-site-mpi",))  # fmt: skip
+    code, log, out = _submit(
+        local_image, wd, *WITH_IMAGE_MPI, "{workdir}/mpi_identity.py", extra=("--no-site-mpi",)
+    )
     ranks = _ranks(log)
     assert ranks, out + log
     for r in ranks:
@@ -118,8 +141,9 @@ def test_daal4py_spmd_kmeans_runs_under_the_site_mpi(
     shutil.copy(DATA / "kmeans_site_mpi.py", wd)
     code, log, out = _submit(local_image, wd, *WITH_IMAGE_MPI, "{workdir}/kmeans_site_mpi.py")
     assert code == 0, out + log
-    maps = [json.loads(ln.split(" ", 1)[1]) for ln in log.splitlines()
-            if ln.startswith("d4p-maps ")]  # fmt: skip
+    maps = [
+        json.loads(ln.split(" ", 1)[1]) for ln in log.splitlines() if ln.startswith("d4p-maps ")
+    ]
     assert len(maps) == 2, log
     for m in maps:
         assert any(x.startswith(f"{site_mpi_prefix}/lib/libmpi.so") for x in m["maps"]), m
@@ -152,23 +176,29 @@ def test_site_mpi_replaces_the_image_mpi_in_sif_ranks(site_mpi_prefix: Path, wd:
     sif_site = site.model_copy(update={"runtime": Runtime(kind="apptainer")})
     cl = get_runtime("apptainer").launch(sif_site, str(SIF), RunContext(workdir=str(wd)))
     inj = site_mpi(site)
-    assert inj is not None and cl.env == {"APPTAINERENV_LD_LIBRARY_PATH": inj.ld_library_path,
-                                          "APPTAINER_CONTAINLIBS": ",".join(inj.libs)}  # fmt: skip
+    assert inj is not None and cl.env == {
+        "APPTAINERENV_LD_LIBRARY_PATH": inj.ld_library_path,
+        "APPTAINER_CONTAINLIBS": ",".join(inj.libs),
+    }
     # mpiexec.hydra brings its own PMI: the site's Slurm-PMIx settings do not apply here.
     env = {k: v for k, v in site.mpi.env.items() if not k.startswith("I_MPI_PMI")} | cl.env
     flags = [x for k, v in env.items() for x in ("-e", f"{k}={v}")]
     # Single files of the site's library list are mounted into the helper one by one.
-    flags += [x for m in (*inj.mounts, *inj.libs) if Path(m).is_file()
-              for x in ("-v", f"{m}:{m}:ro")]  # fmt: skip
+    flags += [
+        x for m in (*inj.mounts, *inj.libs) if Path(m).is_file() for x in ("-v", f"{m}:{m}:ro")
+    ]
     app = Apptainer()
     app.ensure_helper()
     prefix = shlex.join(cl.prefix)
     step = wd / "bind-preflight.sh"  # the job's step file, in a folder the ranks see
     step.write_text(step_script("bind_preflight") + "\n")
-    script = (f"{prefix} sh {step} {shlex.join(preflight_args(inj))} && "
-              f"{inj.root}/bin/mpiexec.hydra -n 2 {prefix} {PY} {wd}/mpi_identity.py")  # fmt: skip
-    argv = app.helper_command(["bash", "-c", script], paths=[Path(p) for p in inj.mounts]
-                              + [SIF.parent, wd], extra=flags)  # fmt: skip
+    script = (
+        f"{prefix} sh {step} {shlex.join(preflight_args(inj))} && "
+        f"{inj.root}/bin/mpiexec.hydra -n 2 {prefix} {PY} {wd}/mpi_identity.py"
+    )
+    argv = app.helper_command(
+        ["bash", "-c", script], paths=[Path(p) for p in inj.mounts] + [SIF.parent, wd], extra=flags
+    )
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=engine_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "replaces the image's /opt/mpich-abi/lib/libmpi.so.12" in proc.stdout
@@ -195,8 +225,13 @@ IMAGE_LIB = "/usr/lib/x86_64-linux-gnu/libmpi.so.12"  # Debian's MPICH under its
 
 
 def _build(*args: str) -> None:
-    proc = subprocess.run([HPCENV, "build", "--recipe", "horovod-cpu", *args], env=REAL_ENV,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        [HPCENV, "build", "--recipe", "horovod-cpu", *args],
+        env=REAL_ENV,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -240,8 +275,9 @@ def test_horovod_mpi_ops_run_on_the_site_mpi(
     slurm: SlurmInfo, site_mpi_prefix: Path, bind_site: str, wd: Path
 ) -> None:
     shutil.copy(DATA / "hvd_identity.py", wd)
-    code, log, out = _submit("recipe:horovod-cpu", wd, PY, "{workdir}/hvd_identity.py",
-                             site=bind_site)  # fmt: skip
+    code, log, out = _submit(
+        "recipe:horovod-cpu", wd, PY, "{workdir}/hvd_identity.py", site=bind_site
+    )
     assert code == 0, out + log
     assert f"replaces the image's {IMAGE_LIB}" in log  # the preflight, inside the image
     ranks = _rows(log, "hvd-identity")
@@ -259,8 +295,9 @@ def test_horovod_mpi_ops_run_on_the_site_mpi(
 def test_mpi4py_runs_on_the_site_mpi(
     slurm: SlurmInfo, site_mpi_prefix: Path, bind_site: str, wd: Path
 ) -> None:
-    code, log, out = _submit("recipe:horovod-cpu", wd, PY, "{workdir}/mpi_identity.py",
-                             site=bind_site)  # fmt: skip
+    code, log, out = _submit(
+        "recipe:horovod-cpu", wd, PY, "{workdir}/mpi_identity.py", site=bind_site
+    )
     assert code == 0, out + log
     ranks = _ranks(log)
     assert [r["rank"] for r in ranks] == [0, 1], out + log
@@ -276,8 +313,9 @@ def test_daal4py_spmd_kmeans_runs_on_the_site_mpi(
     slurm: SlurmInfo, site_mpi_prefix: Path, bind_site: str, wd: Path
 ) -> None:
     shutil.copy(DATA / "kmeans_site_mpi.py", wd)
-    code, log, out = _submit("recipe:horovod-cpu", wd, PY, "{workdir}/kmeans_site_mpi.py",
-                             site=bind_site)  # fmt: skip
+    code, log, out = _submit(
+        "recipe:horovod-cpu", wd, PY, "{workdir}/kmeans_site_mpi.py", site=bind_site
+    )
     assert code == 0, out + log
     maps = _rows(log, "d4p-maps")
     assert len(maps) == 2, out + log
@@ -303,11 +341,23 @@ def test_control_runs_without_injection_show_the_image_mpich(
     slurm: SlurmInfo, site_mpi_prefix: Path, bind_site: str, wd: Path, program: str
 ) -> None:
     shutil.copy(DATA / program, wd)
-    code, log, out = _submit("recipe:horovod-cpu", wd, PY, f"{{workdir}}/{program}",
-                             site=bind_site, extra=("--no-site-mpi",))  # fmt: skip
+    code, log, out = _submit(
+        "recipe:horovod-cpu",
+        wd,
+        PY,
+        f"{{workdir}}/{program}",
+        site=bind_site,
+        extra=("--no-site-mpi",),
+    )
     assert "replaces the image's" not in log and "bind model: host" not in log, log
-    rows = _rows(log, {"hvd_identity.py": "hvd-identity", "mpi_identity.py": "mpi-identity",
-                       "kmeans_site_mpi.py": "d4p-maps"}[program])  # fmt: skip
+    rows = _rows(
+        log,
+        {
+            "hvd_identity.py": "hvd-identity",
+            "mpi_identity.py": "mpi-identity",
+            "kmeans_site_mpi.py": "d4p-maps",
+        }[program],
+    )
     assert len(rows) == 2, out + log
     for r in rows:
         assert not any(str(site_mpi_prefix) in m for m in r["maps"]), r
@@ -320,12 +370,14 @@ def test_control_runs_without_injection_show_the_image_mpich(
 def test_site_apptainer_runs_the_helper_or_says_what_is_missing(site_apptainer: Path) -> None:
     env = dict(REAL_ENV)
     env.pop("CONTAINERS_CONF", None)  # the command brings its own containers.conf
-    proc = subprocess.run([str(site_apptainer), "version"], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [str(site_apptainer), "version"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0 and re.fullmatch(r"1\.\d+\.\d+\S*", proc.stdout.strip()), proc
     env["HPCENV_APPTAINER_HELPER"] = "localhost/hpcenv-no-such-helper:0"
-    proc = subprocess.run([str(site_apptainer), "version"], capture_output=True, text=True,
-                          env=env, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [str(site_apptainer), "version"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert proc.returncode == 127
     assert proc.stderr.strip() == (
         "apptainer: hpcenv's Apptainer helper image localhost/hpcenv-no-such-helper:0 is "

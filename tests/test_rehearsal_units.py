@@ -21,9 +21,17 @@ from hpcenv.jobs.transport import (
 from hpcenv.site import load_site
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ["munge-up.sh", "site-mpi-setup.sh", "slurm-2node-up.sh", "slurm-2node-down.sh",
-           "slurm-up.sh", "slurm-down.sh", "slurm-common.sh", "site-apptainer",
-           "site-apptainer-setup.sh"]  # fmt: skip
+SCRIPTS = [
+    "munge-up.sh",
+    "site-mpi-setup.sh",
+    "slurm-2node-up.sh",
+    "slurm-2node-down.sh",
+    "slurm-up.sh",
+    "slurm-down.sh",
+    "slurm-common.sh",
+    "site-apptainer",
+    "site-apptainer-setup.sh",
+]
 
 
 def test_two_node_site_names_its_own_cluster_for_every_command() -> None:
@@ -54,11 +62,15 @@ class _Answers(Transport):
 
 
 def test_node_failure_names_the_node_and_slurms_reason() -> None:
-    job = ("JobId=41 JobName=x JobState=NODE_FAIL Reason=NodeDown Dependency=(null) "
-           "ExitCode=0:0 NodeList=node[1-2] StdOut=/s/x-41.out StdErr=/s/x-41.err")  # fmt: skip
-    nodes = ("NodeName=node1 Arch=x86_64 State=IDLE Reason=(null)\n"
-             "NodeName=node2 Arch=x86_64 State=DOWN+NOT_RESPONDING "
-             "Reason=Not responding [slurm@2026-11-22T12:00:00]\n")  # fmt: skip
+    job = (
+        "JobId=41 JobName=x JobState=NODE_FAIL Reason=NodeDown Dependency=(null) "
+        "ExitCode=0:0 NodeList=node[1-2] StdOut=/s/x-41.out StdErr=/s/x-41.err"
+    )
+    nodes = (
+        "NodeName=node1 Arch=x86_64 State=IDLE Reason=(null)\n"
+        "NodeName=node2 Arch=x86_64 State=DOWN+NOT_RESPONDING "
+        "Reason=Not responding [slurm@2026-11-22T12:00:00]\n"
+    )
     t = _Answers({"scontrol show job -o 41": job + "\n", "scontrol show node -o": nodes})
     st = Slurm().status(t, "41")
     assert st.phase == "failed"
@@ -70,8 +82,9 @@ def test_node_failure_names_the_node_and_slurms_reason() -> None:
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_rehearsal_scripts_pass_shellcheck(name: str) -> None:
     # -x: follow what a script sources (scripts/slurm-common.sh), so its use is checked too
-    proc = subprocess.run(["shellcheck", "-x", str(ROOT / "scripts" / name)], capture_output=True,
-                          text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["shellcheck", "-x", str(ROOT / "scripts" / name)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout
 
 

@@ -19,8 +19,9 @@ def ppc64le_cluster(model: str = "hybrid") -> Site:
     mpi = (
         HostMpi(spec="openmpi@4.1.4", pmi="pmix@4", model="hybrid", fabric="ucx")
         if model == "hybrid"
-        else HostMpi(spec="openmpi@4.1.4", pmi="pmix@4", model="bind", fabric="ucx",
-                     root="/opt/openmpi")  # fmt: skip
+        else HostMpi(
+            spec="openmpi@4.1.4", pmi="pmix@4", model="bind", fabric="ucx", root="/opt/openmpi"
+        )
     )
     return load_site("summit").model_copy(update={"name": f"ppc64le-{model}", "mpi": mpi})
 
@@ -125,10 +126,14 @@ def test_oneccl_pypi_pass() -> None:
     assert set(ccl.rejected) == {"2022.2.0", "2022.0.0", "2021.17.2"}
     assert all("oneccl-pypi" in why for why in ccl.rejected.values())
     assert ccl.options == {
-        "package": "oneccl-cpu-devel==2021.16.2", "impi_rt": "impi-rt==2021.16.*",
-        "prefix": "/opt/oneccl", "CCL_ATL_TRANSPORT": "ofi",
-    }  # fmt: skip
-    assert hvd.options["HOROVOD_CPU_OPERATIONS"] == "CCL" and hvd.options["CCL_ROOT"] == "/opt/oneccl"
+        "package": "oneccl-cpu-devel==2021.16.2",
+        "impi_rt": "impi-rt==2021.16.*",
+        "prefix": "/opt/oneccl",
+        "CCL_ATL_TRANSPORT": "ofi",
+    }
+    assert (
+        hvd.options["HOROVOD_CPU_OPERATIONS"] == "CCL" and hvd.options["CCL_ROOT"] == "/opt/oneccl"
+    )
     assert hvd.options["HOROVOD_WITH_GLOO"] == "1" and hvd.options["operations"] == "mpi,gloo,ccl"
     assert "horovod-oneccl" in hvd.rules and "horovod-ccl" in hvd.rules
     assert "oneccl" not in lock("local", "horovod-cpu").components
@@ -200,7 +205,11 @@ def test_bind_abi_conflict() -> None:
 # Cray MPICH: the image carries the MPICH the site names ABI compatible, built from source
 def test_cray_mpich_image_mpich_pass() -> None:
     frontier = lock("frontier", "torch-gpu").components["mpi"]
-    assert (frontier.implementation, frontier.version, frontier.source) == ("mpich", "4.1.3", "source")
+    assert (frontier.implementation, frontier.version, frontier.source) == (
+        "mpich",
+        "4.1.3",
+        "source",
+    )
     assert "--with-device=ch4:ofi" in frontier.options["configure"]
     assert "--enable-shared" in frontier.options["configure"]
     perlmutter = lock("perlmutter", "torch-gpu").components["mpi"]
@@ -247,7 +256,9 @@ def test_horovod_cpu_on_aurora_is_cpu_by_name() -> None:
 def test_torch_xpu_pass() -> None:
     torch = lock("aurora", "torch-gpu").components["torch"]
     assert (torch.version, torch.options["variant"], torch.options["dist_backend"]) == (
-        "2.10.0", "xpu", "xccl",
+        "2.10.0",
+        "xpu",
+        "xccl",
     )
 
 
@@ -363,9 +374,15 @@ def test_lock_records_reasons_and_rules() -> None:
 # current stacks (2026): torch 2.14 / CUDA 13 / ROCm 7.x rows, each with its source
 def test_current_stacks_2026() -> None:
     lk = lock("perlmutter", "torch-gpu")
-    assert (lk.version("torch"), lk.version("cuda"), lk.version("nccl")) == ("2.14.0", "13.0", "2.30.7")
+    assert (lk.version("torch"), lk.version("cuda"), lk.version("nccl")) == (
+        "2.14.0",
+        "13.0",
+        "2.30.7",
+    )
     assert lk.components["torch"].rejected == {}  # 2.14.0 is the newest known release
-    assert lock("perlmutter", "torch-gpu", "torch=2.12.1").version("cuda") == "13.0"  # no 12.8 in 2.12
+    assert (
+        lock("perlmutter", "torch-gpu", "torch=2.12.1").version("cuda") == "13.0"
+    )  # no 12.8 in 2.12
     msg = conflict("perlmutter", "torch-gpu", "torch=2.12.1", "cuda=12.8")
     assert_rule(msg, "torch-cuda", "12.6, 13.0, 13.2", "pytorch#178665")
     msg = conflict("frontier", "torch-gpu", "torch=2.13.0")  # ROCm 7.2 wheels, Frontier runs 7.1.1

@@ -53,8 +53,11 @@ def test_native_definition_builds_and_runs(tmp_path: Path) -> None:
     labels = Apptainer().exec(sif, ["cat", "/opt/hpcenv/stack.lock.json"])
     assert json.loads(labels.stdout)["recipe"] == "daal4py"
     report = run_smoke(
-        "daal4py-local-def", tmp_path / "results", data_dir=prepare_mnist().directory,
-        backend="apptainer", pytest_args=["-k", "kmeans or mpi4py"],
-    )  # fmt: skip
+        "daal4py-local-def",
+        tmp_path / "results",
+        data_dir=prepare_mnist().directory,
+        backend="apptainer",
+        pytest_args=["-k", "kmeans or mpi4py"],
+    )
     outcomes = {t.name: t.outcome for t in report.tests}
     assert outcomes and set(outcomes.values()) == {"passed"}, outcomes

@@ -21,8 +21,9 @@ HPCENV = Path(sys.executable).with_name("hpcenv")
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HPCENV_SITE"}
-    return subprocess.run([str(HPCENV), *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+    )
 
 
 def _get(data: dict, dotted: str):
@@ -32,10 +33,25 @@ def _get(data: dict, dotted: str):
     return cur
 
 
-SHARED = ("arch", "node.sockets", "node.cores_per_socket", "node.threads_per_core",
-          "node.memory_gb", "node.gpus", "gpu.vendor", "mpi.spec", "mpi.pmi", "mpi.model",
-          "mpi.fabric", "scheduler.kind", "scheduler.launcher", "scheduler.mpi_plugin",
-          "runtime.kind", "node_local.kind", "node_local.path")  # fmt: skip
+SHARED = (
+    "arch",
+    "node.sockets",
+    "node.cores_per_socket",
+    "node.threads_per_core",
+    "node.memory_gb",
+    "node.gpus",
+    "gpu.vendor",
+    "mpi.spec",
+    "mpi.pmi",
+    "mpi.model",
+    "mpi.fabric",
+    "scheduler.kind",
+    "scheduler.launcher",
+    "scheduler.mpi_plugin",
+    "runtime.kind",
+    "node_local.kind",
+    "node_local.path",
+)
 
 
 def test_recorded_frontier_matches_the_builtin_site(tmp_path: Path) -> None:
@@ -54,9 +70,20 @@ def test_recorded_frontier_matches_the_builtin_site(tmp_path: Path) -> None:
     assert "mpi.root" in prov["assumed"] and "node.memory_gb" in prov["assumed"]
 
 
-PERLMUTTER_SHARED = ("arch", "node.sockets", "node.cores_per_socket", "node.threads_per_core",
-                     "node.memory_gb", "node.gpus", "gpu.vendor", "gpu.driver", "scheduler.kind",
-                     "scheduler.launcher", "runtime.kind", "node_local.kind")  # fmt: skip
+PERLMUTTER_SHARED = (
+    "arch",
+    "node.sockets",
+    "node.cores_per_socket",
+    "node.threads_per_core",
+    "node.memory_gb",
+    "node.gpus",
+    "gpu.vendor",
+    "gpu.driver",
+    "scheduler.kind",
+    "scheduler.launcher",
+    "runtime.kind",
+    "node_local.kind",
+)
 
 
 def test_recorded_perlmutter_matches_the_builtin_where_documented(tmp_path: Path) -> None:
@@ -78,11 +105,28 @@ def test_this_machine_validates_renders_and_matches_local(tmp_path: Path) -> Non
     assert proc.stdout.strip() == f"wrote {tmp_path / 'here.yaml'} (valid)"
     here = load_site_file(tmp_path / "here.yaml").model_dump()
     local = load_site("local").model_dump()
-    for key in ("arch", "node.sockets", "node.cores_per_socket", "node.threads_per_core",
-                "node.memory_gb", "node.gpus", "gpu.vendor", "mpi.spec", "mpi.model", "runtime.kind"):  # fmt: skip
+    for key in (
+        "arch",
+        "node.sockets",
+        "node.cores_per_socket",
+        "node.threads_per_core",
+        "node.memory_gb",
+        "node.gpus",
+        "gpu.vendor",
+        "mpi.spec",
+        "mpi.model",
+        "runtime.kind",
+    ):
         assert _get(here, key) == _get(local, key), key
-    proc = cli("render", "--site", str(tmp_path / "here.yaml"), "--recipe", "horovod-cpu",
-               "--out", str(tmp_path / "r"))  # fmt: skip
+    proc = cli(
+        "render",
+        "--site",
+        str(tmp_path / "here.yaml"),
+        "--recipe",
+        "horovod-cpu",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "openmpi" in (tmp_path / "r" / "Dockerfile").read_text().lower()
 
@@ -90,25 +134,42 @@ def test_this_machine_validates_renders_and_matches_local(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n", ("openmpi", "4.1.4")),
-        ("HYDRA build details:\n    Version:                                 4.0.2\n", ("mpich", "4.0.2")),
-        ("MPICH Version:    \t3.4.3\nMPICH Release date:\tThu Dec 16 11:20:57 CST 2021\n", ("mpich", "3.4.3")),
-        ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 (id: c2e19c2f3e)\n", ("intel-mpi", "2021.10")),
+        (
+            "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n",
+            ("openmpi", "4.1.4"),
+        ),
+        (
+            "HYDRA build details:\n    Version:                                 4.0.2\n",
+            ("mpich", "4.0.2"),
+        ),
+        (
+            "MPICH Version:    \t3.4.3\nMPICH Release date:\tThu Dec 16 11:20:57 CST 2021\n",
+            ("mpich", "3.4.3"),
+        ),
+        (
+            "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 (id: c2e19c2f3e)\n",
+            ("intel-mpi", "2021.10"),
+        ),
     ],
-)  # fmt: skip
+)
 def test_mpi_version_parsers(text: str, expected: tuple[str, str]) -> None:
     assert fromhost.parse_mpi_version(text) == expected
 
 
 def test_other_parsers() -> None:
     assert fromhost.parse_nvidia_smi("NVIDIA A100-SXM4-40GB, 535.104.05\n" * 4) == (
-        4, "NVIDIA A100-SXM4-40GB", "535.104.05")  # fmt: skip
+        4,
+        "NVIDIA A100-SXM4-40GB",
+        "535.104.05",
+    )
     xpu = "| 0 | Device Name: Intel(R) Data Center GPU Max 1550 |\n| 1 | Device Name: Intel(R) Data Center GPU Max 1550 |\n"
     assert fromhost.parse_xpu_smi(xpu) == (2, "Intel(R) Data Center GPU Max 1550")
     srun = "MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n"
     assert fromhost.parse_srun_mpi_list(srun) == (["none", "cray_shasta", "pmi2", "pmix"], 4)
     assert fromhost.parse_modules("/opt/mf:\nrocm/5.7.1\nrocm/6.2.4(default)\ncuda/12.4\n") == {
-        "rocm": ["6.2.4", "5.7.1"], "cuda": ["12.4"]}  # fmt: skip
+        "rocm": ["6.2.4", "5.7.1"],
+        "cuda": ["12.4"],
+    }
     assert fromhost.parse_meminfo_gb("MemTotal:       24684084 kB\n")[0] == 24
     assert fromhost.parse_df("/dev/md0 3750000000 1 2 1% /mnt/bb\n") == [("/mnt/bb", 3840)]
 
@@ -124,13 +185,23 @@ class FakeHost:
 
 
 def test_enforced_accounts_become_a_placeholder_and_pbs_is_detected(tmp_path: Path) -> None:
-    base = {"lscpu": (DATA / "frontier" / "lscpu.txt").read_text(),
-            "meminfo": "MemTotal: 263000000 kB\n", "mpirun": "mpirun (Open MPI) 5.0.3\n"}  # fmt: skip
-    slurm = {**base, "scontrol": "AccountingStorageEnforce = associations,limits\nMpiDefault = none\n",
-             "srun-mpi": "MPI plugin types are...\n\tpmix\nspecific pmix plugin versions available: pmix_v5\n"}  # fmt: skip
+    base = {
+        "lscpu": (DATA / "frontier" / "lscpu.txt").read_text(),
+        "meminfo": "MemTotal: 263000000 kB\n",
+        "mpirun": "mpirun (Open MPI) 5.0.3\n",
+    }
+    slurm = {
+        **base,
+        "scontrol": "AccountingStorageEnforce = associations,limits\nMpiDefault = none\n",
+        "srun-mpi": "MPI plugin types are...\n\tpmix\nspecific pmix plugin versions available: pmix_v5\n",
+    }
     d = fromhost.detect(FakeHost(slurm), "s")
-    assert d.data["scheduler"] == {"kind": "slurm", "launcher": "srun", "mpi_plugin": "pmix",
-                                   "account": "PROJ123"}  # fmt: skip
+    assert d.data["scheduler"] == {
+        "kind": "slurm",
+        "launcher": "srun",
+        "mpi_plugin": "pmix",
+        "account": "PROJ123",
+    }
     assert d.data["mpi"]["pmi"] == "pmix@5" and "scheduler.account" in d.placeholder
     out = fromhost.write_site(fromhost.site_data(d), tmp_path / "s.yaml", validate=load_site_file)
     assert set(placeholders(load_site_file(out))) >= {"scheduler.account", "runtime.kind"}

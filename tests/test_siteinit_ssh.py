@@ -32,10 +32,26 @@ def test_transport_host_runs_the_same_commands_as_local() -> None:
 @pytest.mark.timeout(180)
 def test_init_over_ssh_writes_a_valid_site(sshd: SshdInfo, tmp_path: Path) -> None:
     out = tmp_path / "login.yaml"
-    res = CliRunner().invoke(app, ["sites", "init", "login", "--ssh-host", sshd.host,
-                                   "--ssh-port", str(sshd.port), "--ssh-user", "root",
-                                   "--ssh-key", str(sshd.key), "--known-hosts", str(sshd.known_hosts),
-                                   "-o", str(out)])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "sites",
+            "init",
+            "login",
+            "--ssh-host",
+            sshd.host,
+            "--ssh-port",
+            str(sshd.port),
+            "--ssh-user",
+            "root",
+            "--ssh-key",
+            str(sshd.key),
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "-o",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     site = load_site_file(out)
     assert site.arch == "x86_64" and site.node.cores >= 1

@@ -45,17 +45,29 @@ def test_fixtures_hooks_and_json_against_local_host(tmp_path: Path) -> None:
     (tmp_path / "test_suite.py").write_text(SUITE)
     out, junit = tmp_path / "results.json", tmp_path / "junit.xml"
     argv = [
-        sys.executable, "-m", "pytest", "test_suite.py", "-p", "hpcenv.smoke.conftest",
-        "-p", "no:cacheprovider", "--hosts=local://", f"--checks-dir={checks}", "--ranks=3",
-        f"--smoke-json={out}", f"--junitxml={junit}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_suite.py",
+        "-p",
+        "hpcenv.smoke.conftest",
+        "-p",
+        "no:cacheprovider",
+        "--hosts=local://",
+        f"--checks-dir={checks}",
+        "--ranks=3",
+        f"--smoke-json={out}",
+        f"--junitxml={junit}",
+    ]
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
 
     tests = {t["nodeid"].split("::")[-1]: t for t in json.loads(out.read_text())["tests"]}
     assert {k: v["outcome"] for k, v in tests.items()} == {
-        "test_ok": "passed", "test_broken": "failed", "test_skipped": "skipped",
-    }  # fmt: skip
+        "test_ok": "passed",
+        "test_broken": "failed",
+        "test_skipped": "skipped",
+    }
     ok = tests["test_ok"]["metrics"]
     assert ok["n"] == 3 and ok["sweep"] == [{"bytes": 8}]
     assert ok["command"].endswith(f"python3 {checks}/fake.py --x 'a b'")

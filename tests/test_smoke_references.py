@@ -25,46 +25,70 @@ MiB = 1 << 20
 
 
 def sweep(bw64: float, lat8: float) -> list[dict[str, float]]:
-    return [{"bytes": 8, "time_us": lat8, "busbw_GBps": 0.01},
-            {"bytes": 512 << 10, "time_us": 500.0, "busbw_GBps": 4.0},
-            {"bytes": 64 * MiB, "time_us": 1.0, "busbw_GBps": bw64}]  # fmt: skip
+    return [
+        {"bytes": 8, "time_us": lat8, "busbw_GBps": 0.01},
+        {"bytes": 512 << 10, "time_us": 500.0, "busbw_GBps": 4.0},
+        {"bytes": 64 * MiB, "time_us": 1.0, "busbw_GBps": bw64},
+    ]
 
 
 def results(bw64: float = 2.0, step: float = 8.0) -> list[TestResult]:
     return [
         TestResult("t::a[mpi4py]", "passed", 1.0, {"flavor": "mpi4py", "sweep": sweep(bw64, 1.0)}),
-        TestResult("t::a[horovod-gloo]", "failed", 1.0,
-                   {"flavor": "horovod-gloo", "sweep": sweep(9.0, 1.0)}),
+        TestResult(
+            "t::a[horovod-gloo]",
+            "failed",
+            1.0,
+            {"flavor": "horovod-gloo", "sweep": sweep(9.0, 1.0)},
+        ),
         TestResult("t::mnist", "passed", 1.0, {"step_ms": step}),
-        TestResult("t::kmeans", "passed", 1.0, {"spmd_ms_per_iteration": 14.0,
-                                                "batch_ms_per_iteration": 16.0}),
-    ]  # fmt: skip
+        TestResult(
+            "t::kmeans",
+            "passed",
+            1.0,
+            {"spmd_ms_per_iteration": 14.0, "batch_ms_per_iteration": 16.0},
+        ),
+    ]
 
 
 def test_figures_come_from_passed_tests_only() -> None:
     figs = figures(results())
     assert set(figs) == {
-        "allreduce.mpi4py.busbw_64MiB", "allreduce.mpi4py.busbw_512KiB", "allreduce.mpi4py.time_8B",
-        "mnist_horovod.step_ms", "kmeans.spmd_ms_per_iteration", "kmeans.batch_ms_per_iteration",
-    }  # fmt: skip
+        "allreduce.mpi4py.busbw_64MiB",
+        "allreduce.mpi4py.busbw_512KiB",
+        "allreduce.mpi4py.time_8B",
+        "mnist_horovod.step_ms",
+        "kmeans.spmd_ms_per_iteration",
+        "kmeans.batch_ms_per_iteration",
+    }
     assert figs["allreduce.mpi4py.busbw_64MiB"].better == "higher"
     assert figs["mnist_horovod.step_ms"].better == "lower"
 
 
 @pytest.mark.parametrize(
     ("value", "better", "expect"),
-    [(1.0, "higher", "pass"), (0.4, "higher", "regression"), (2.5, "higher", "improvement"),
-     (1.0, "lower", "pass"), (2.5, "lower", "regression"), (0.4, "lower", "improvement")],
-)  # fmt: skip
+    [
+        (1.0, "higher", "pass"),
+        (0.4, "higher", "regression"),
+        (2.5, "higher", "improvement"),
+        (1.0, "lower", "pass"),
+        (2.5, "lower", "regression"),
+        (0.4, "lower", "improvement"),
+    ],
+)
 def test_judge_follows_reframe_bounds(value: float, better: str, expect: str) -> None:
     assert judge(value, 1.0, -0.5, 1.0, better) == expect
 
 
 def test_compare_with_references_and_history(tmp_path: Path) -> None:
-    refs = {"allreduce.mpi4py.busbw_64MiB": Reference(value=2.0, lower=-0.5, upper=1.0,
-                                                      unit="GB/s", better="higher"),
-            "mnist_horovod.step_ms": Reference(value=8.0, lower=-0.5, upper=1.0, unit="ms",
-                                               better="lower")}  # fmt: skip
+    refs = {
+        "allreduce.mpi4py.busbw_64MiB": Reference(
+            value=2.0, lower=-0.5, upper=1.0, unit="GB/s", better="higher"
+        ),
+        "mnist_horovod.step_ms": Reference(
+            value=8.0, lower=-0.5, upper=1.0, unit="ms", better="lower"
+        ),
+    }
     path = history_path(tmp_path / "smoke", "podman-x")
     assert read_history(path) == []
     for bw in (2.0, 2.2, 1.8):
@@ -76,7 +100,11 @@ def test_compare_with_references_and_history(tmp_path: Path) -> None:
     got = {v.figure: v for v in compare(figures(results(bw64=0.5, step=30.0)), refs, hist)}
     bw = got["allreduce.mpi4py.busbw_64MiB"]
     assert (bw.verdict, bw.history_verdict, bw.history_median, bw.history_runs) == (
-        "regression", "regression", 2.0, 3)
+        "regression",
+        "regression",
+        2.0,
+        3,
+    )
     assert bw.bounds == (1.0, 4.0)
     assert got["mnist_horovod.step_ms"].verdict == "regression"
     assert got["kmeans.spmd_ms_per_iteration"].verdict == "no reference"
@@ -95,10 +123,15 @@ def test_local_site_carries_references_for_its_figures() -> None:
 def test_a_bad_reference_is_a_clear_config_error(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parent.parent / "site-configs" / "local.yaml").read_text()
     bad = tmp_path / "mysite.yaml"
-    bad.write_text(text.replace("name: local", "name: mysite") + (
-        "\n" if "references:" in text else
-        "references:\n  allreduce.mpi4py.busbw_64MiB: {value: 2, lower: -2, unit: GB/s, "
-        "better: higher}\n"))  # fmt: skip
+    bad.write_text(
+        text.replace("name: local", "name: mysite")
+        + (
+            "\n"
+            if "references:" in text
+            else "references:\n  allreduce.mpi4py.busbw_64MiB: {value: 2, lower: -2, unit: GB/s, "
+            "better: higher}\n"
+        )
+    )
     if "references:" in text:
         bad.write_text(bad.read_text().replace("lower: -0.", "lower: -2.", 1))
     with pytest.raises(ConfigError, match="lower"):
@@ -106,9 +139,11 @@ def test_a_bad_reference_is_a_clear_config_error(tmp_path: Path) -> None:
 
 
 def test_missing_component_reads_the_lock() -> None:
-    lock = {"recipe": "daal4py", "site": "local",
-            "components": {"mpi4py": {}, "daal4py": {},
-                           "horovod": {"options": {"operations": "mpi"}}}}  # fmt: skip
+    lock = {
+        "recipe": "daal4py",
+        "site": "local",
+        "components": {"mpi4py": {}, "daal4py": {}, "horovod": {"options": {"operations": "mpi"}}},
+    }
     assert missing_component(None, "horovod") is None
     assert missing_component(lock, "mpi4py") is None
     assert "has no torch" in (missing_component(lock, "torch") or "")

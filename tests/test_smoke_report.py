@@ -38,28 +38,51 @@ def _sweep(scale: float) -> list[dict[str, float]]:
 def _results() -> list[TestResult]:
     return [
         TestResult(
-            "test_allreduce.py::test_allreduce[mpi4py]", "passed", 9.5,
-            {"flavor": "mpi4py", "peak_busbw_GBps": 1.4, "sweep": _sweep(1.4),
-             "command": "mpirun ..."},
+            "test_allreduce.py::test_allreduce[mpi4py]",
+            "passed",
+            9.5,
+            {
+                "flavor": "mpi4py",
+                "peak_busbw_GBps": 1.4,
+                "sweep": _sweep(1.4),
+                "command": "mpirun ...",
+            },
         ),
         TestResult(
-            "test_allreduce.py::test_allreduce[torch-gloo]", "passed", 12.0,
+            "test_allreduce.py::test_allreduce[torch-gloo]",
+            "passed",
+            12.0,
             {"flavor": "torch-gloo", "sweep": _sweep(0.6)},
         ),
-        TestResult("test_mnist_horovod.py::test_mnist_horovod", "passed", 20.0,
-                   {"accuracy": 0.962, "param_checksums": [{"rank": 0}]}),
-        TestResult("test_torch_ccl.py::test_torch_ccl", "skipped", 3.0,
-                   {"import_error": "ModuleNotFoundError"}, "ccl backend unavailable: because"),
-    ]  # fmt: skip
+        TestResult(
+            "test_mnist_horovod.py::test_mnist_horovod",
+            "passed",
+            20.0,
+            {"accuracy": 0.962, "param_checksums": [{"rank": 0}]},
+        ),
+        TestResult(
+            "test_torch_ccl.py::test_torch_ccl",
+            "skipped",
+            3.0,
+            {"import_error": "ModuleNotFoundError"},
+            "ccl backend unavailable: because",
+        ),
+    ]
 
 
 def _report(
     tmp_path: Path, exit_code: int = 0, tests: list[TestResult] | None = None
 ) -> SmokeReport:
     return SmokeReport(
-        image="localhost/x:y", backend="podman", host="podman://c", started="2025-01-01T00:00:00",
-        seconds=44.5, pytest_exit_code=exit_code, tests=tests or _results(), results_dir=tmp_path,
-    )  # fmt: skip
+        image="localhost/x:y",
+        backend="podman",
+        host="podman://c",
+        started="2025-01-01T00:00:00",
+        seconds=44.5,
+        pytest_exit_code=exit_code,
+        tests=tests or _results(),
+        results_dir=tmp_path,
+    )
 
 
 def test_bench_helpers_closed_forms() -> None:

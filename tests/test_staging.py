@@ -71,8 +71,13 @@ def test_shell_manifest_matches_python(tmp_path: Path) -> None:
     assert proc.stdout.encode().splitlines() == manifest_lines(data)
     # sha256sum -c accepts the manifest once the size column is dropped.
     manifest = write_manifest(data)
-    check = _bash("-c", 'cd "$1" && sed -E "s/^[0-9]+  //" "$2" | sha256sum -c --strict -', "x",
-                  data, manifest)  # fmt: skip
+    check = _bash(
+        "-c",
+        'cd "$1" && sed -E "s/^[0-9]+  //" "$2" | sha256sum -c --strict -',
+        "x",
+        data,
+        manifest,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -161,8 +166,13 @@ def test_step_scripts_pass_shellcheck(tmp_path: Path, name: str) -> None:
 
 
 def test_chains_have_the_documented_shape() -> None:
-    chain = training_chain(name="mnist", dataset="/proj/mnist", scratch="/scratch/$USER",
-                           command=["python3", "train.py"], results="/proj/results/r1")  # fmt: skip
+    chain = training_chain(
+        name="mnist",
+        dataset="/proj/mnist",
+        scratch="/scratch/$USER",
+        command=["python3", "train.py"],
+        results="/proj/results/r1",
+    )
     assert [j.name for j in chain] == ["mnist-stage-in", "mnist", "mnist-stage-out"]
     assert chain[0].stage_in and not chain[0].stage_in.per_node
     assert chain[1].stage_in and chain[1].stage_in.source == "/scratch/$USER/mnist/dataset"
@@ -176,12 +186,26 @@ LIB = templates_dir() / "jobs" / "_lib.sh"
 
 
 def _lib(func: str, *args: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["bash", "-c", f'source "{LIB}"; {func} "$@"', "x", *map(str, args)],
-                          capture_output=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        ["bash", "-c", f'source "{LIB}"; {func} "$@"', "x", *map(str, args)],
+        capture_output=True,
+        timeout=60,
+    )
 
 
-ODD_NAMES = [" lead", "trail ", "two  spaces", "tab\there", "café-日本.bin", "-dash", "*star",
-             "quote'\"", "$HOME", "semi;colon", "ends-with.hpcenv-manifest-not"]  # fmt: skip
+ODD_NAMES = [
+    " lead",
+    "trail ",
+    "two  spaces",
+    "tab\there",
+    "café-日本.bin",
+    "-dash",
+    "*star",
+    "quote'\"",
+    "$HOME",
+    "semi;colon",
+    "ends-with.hpcenv-manifest-not",
+]
 
 
 def test_manifests_agree_on_odd_names(tmp_path: Path) -> None:
@@ -265,8 +289,9 @@ def test_verify_never_leaves_the_dataset(tmp_path: Path) -> None:
     # The installed CLI: one line, exit 2, and it returns (a followed FIFO would hang).
     (data / MANIFEST_NAME).symlink_to(manifest)
     hpcenv = Path(sys.executable).with_name("hpcenv")
-    proc = subprocess.run([str(hpcenv), "manifest", "--verify", str(data)], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [str(hpcenv), "manifest", "--verify", str(data)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "link" in proc.stderr
 
@@ -276,8 +301,9 @@ def test_cli_manifest_write_and_verify(tmp_path: Path) -> None:
     data = _dataset(tmp_path / "d")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(hpcenv), "manifest", *args, str(data)], capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        return subprocess.run(
+            [str(hpcenv), "manifest", *args, str(data)], capture_output=True, text=True, timeout=60
+        )
 
     assert run().returncode == 0 and run("--verify").returncode == 0
     (data / "a.bin").write_bytes(b"changed")
@@ -296,9 +322,15 @@ def test_racing_stage_ins_copy_once_and_all_verify(tmp_path: Path) -> None:
     manifest = write_manifest(src)
     dest = tmp_path / "node-local" / "job-1" / "data"
     script = _step(tmp_path, "stage_in")
-    procs = [subprocess.Popen(["bash", str(script), str(src), str(dest), str(manifest)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(8)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            ["bash", str(script), str(src), str(dest), str(manifest)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, [e for _, e in outs]
     copied = [o for o, _ in outs if "verified in" in o]
@@ -355,9 +387,15 @@ def test_racing_stage_outs_exactly_one_wins(tmp_path: Path, force: int) -> None:
             _results(dest, "old")
         srcs = [_results(tmp_path / f"src{pair}-{k}", f"job{k}") for k in (0, 1)]
         with _held(dest.with_name("results.hpcenv-lock")):
-            procs = [subprocess.Popen(["bash", str(script), str(s), str(dest), str(force)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for s in srcs]  # fmt: skip
+            procs = [
+                subprocess.Popen(
+                    ["bash", str(script), str(s), str(dest), str(force)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for s in srcs
+            ]
             deadline = time.monotonic() + 60
             while len(list(dest.parent.glob("results.hpcenv-tmp.*"))) < 2:
                 assert time.monotonic() < deadline, "the racers never started copying"
@@ -406,8 +444,11 @@ def _tmpfs(path: Path, size_kb: int) -> Iterator[Path]:
     for tool in ("mount", "umount"):
         need_tool(tool, why=why, how="util-linux provides it (apt-get install util-linux)")
     path.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         need(f"a tmpfs mount (mount said: {proc.stderr.strip()})", why, AS_ROOT)
     try:
@@ -440,8 +481,9 @@ def test_a_full_disk_leaves_no_temporary_files(tmp_path: Path) -> None:
 def test_training_chain_does_not_force_by_default() -> None:
     chain = training_chain(name="m", dataset="/d", scratch="/s", command=["x"], results="/r")
     assert [j.stage_out.force for j in chain if j.stage_out] == [False, False]
-    forced = training_chain(name="m", dataset="/d", scratch="/s", command=["x"], results="/r",
-                            force=True)  # fmt: skip
+    forced = training_chain(
+        name="m", dataset="/d", scratch="/s", command=["x"], results="/r", force=True
+    )
     assert [j.stage_out.force for j in forced if j.stage_out] == [True, True]
 
 
@@ -455,17 +497,32 @@ def test_node_local_folder_is_per_job_and_removed_at_the_end(tmp_path: Path, fai
     from hpcenv.site import load_site
 
     site = load_site("local")
-    site = site.model_copy(update={"node_local": site.node_local.model_copy(  # type: ignore[union-attr]
-        update={"path": str(tmp_path / "nl")})})  # fmt: skip
+    site = site.model_copy(
+        update={
+            "node_local": site.node_local.model_copy(  # type: ignore[union-attr]
+                update={"path": str(tmp_path / "nl")}
+            )
+        }
+    )
     seen = tmp_path / "seen"
     cmd = f'pwd > /dev/null; echo "$1" > {seen}; touch "$1/work"; exit {1 if fails else 0}'
-    job = JobSpec(name="nl", command=["bash", "-c", cmd, "nl", "{node_local}"], launch="single",
-                  cores_per_rank=1, workdir=str(tmp_path / "w"))  # fmt: skip
+    job = JobSpec(
+        name="nl",
+        command=["bash", "-c", cmd, "nl", "{node_local}"],
+        launch="single",
+        cores_per_rank=1,
+        workdir=str(tmp_path / "w"),
+    )
     script = tmp_path / "job.sh"
     script.write_text(render_job(site, job))
     (tmp_path / "w").mkdir()
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "SLURM_JOB_ID": "4711"})  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SLURM_JOB_ID": "4711"},
+    )
     assert proc.returncode == (1 if fails else 0), proc.stderr
     assert seen.read_text().strip() == str(tmp_path / "nl" / "nl-4711")
     assert list((tmp_path / "nl").iterdir()) == []

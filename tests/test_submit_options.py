@@ -19,8 +19,18 @@ def hpcenv(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def dry(site: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return hpcenv("submit", "--site", site, "--recipe", "horovod-gpu", "--dry-run", *args,
-                  "--", "python3", "train.py")  # fmt: skip
+    return hpcenv(
+        "submit",
+        "--site",
+        site,
+        "--recipe",
+        "horovod-gpu",
+        "--dry-run",
+        *args,
+        "--",
+        "python3",
+        "train.py",
+    )
 
 
 @pytest.mark.parametrize("site", ["summit", "frontier", "perlmutter", "aurora"])
@@ -53,16 +63,41 @@ def test_placeholder_in_a_site_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_scheduler_options_reach_the_directives() -> None:
-    proc = dry("frontier", "-A", "stf007", "--partition", "extended", "--qos", "debug",
-               "--constraint", "nvme", "--option", "--reservation=hackathon",
-               "--option", "--mail-type END")  # fmt: skip
+    proc = dry(
+        "frontier",
+        "-A",
+        "stf007",
+        "--partition",
+        "extended",
+        "--qos",
+        "debug",
+        "--constraint",
+        "nvme",
+        "--option",
+        "--reservation=hackathon",
+        "--option",
+        "--mail-type END",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = set(proc.stdout.splitlines())
-    assert {"#SBATCH --account=stf007", "#SBATCH --partition=extended", "#SBATCH --qos=debug",
-            "#SBATCH -C nvme", "#SBATCH --reservation=hackathon",
-            "#SBATCH --mail-type=END"} <= lines  # fmt: skip
+    assert {
+        "#SBATCH --account=stf007",
+        "#SBATCH --partition=extended",
+        "#SBATCH --qos=debug",
+        "#SBATCH -C nvme",
+        "#SBATCH --reservation=hackathon",
+        "#SBATCH --mail-type=END",
+    } <= lines
     # capacity takes 1-16 nodes (prod starts at 256: ALCF's queue table)
-    pbs = dry("aurora", "-A", "stf007", "--queue", "capacity", "--option", "-l filesystems=home:flare:daos_user")  # fmt: skip
+    pbs = dry(
+        "aurora",
+        "-A",
+        "stf007",
+        "--queue",
+        "capacity",
+        "--option",
+        "-l filesystems=home:flare:daos_user",
+    )
     assert pbs.returncode == 0, pbs.stderr
     assert {"#PBS -A stf007", "#PBS -q capacity"} <= set(pbs.stdout.splitlines())
     assert "#PBS -l filesystems=home:flare:daos_user" in pbs.stdout
@@ -91,8 +126,16 @@ def test_qos_on_a_scheduler_without_one_is_refused() -> None:
 
 
 def test_local_default_job_runs_two_ranks() -> None:
-    proc = hpcenv("submit", "--site", "local", "--no-container", "--dry-run", "--",
-                  "python3", "/opt/hpcenv/checks/allreduce_mpi.py")  # fmt: skip
+    proc = hpcenv(
+        "submit",
+        "--site",
+        "local",
+        "--no-container",
+        "--dry-run",
+        "--",
+        "python3",
+        "/opt/hpcenv/checks/allreduce_mpi.py",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --ntasks-per-node=2" in proc.stdout
     assert "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix" in proc.stdout
@@ -103,12 +146,17 @@ def test_collective_check_refuses_world_size_one() -> None:
     """The allreduce check run as one rank exits 2 (it would 'pass' with busbw 0)."""
     need_module("mpi4py", "the allreduce check imports mpi4py")
     script = str(CHECKS / "allreduce_mpi.py")
-    one = subprocess.run([sys.executable, script, "--max-bytes", "64"], capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    one = subprocess.run(
+        [sys.executable, script, "--max-bytes", "64"], capture_output=True, text=True, timeout=120
+    )
     assert one.returncode == 2, one.stdout + one.stderr
     assert "world size 1" in one.stderr and "--allow-single-rank" in one.stderr
-    ok = subprocess.run([sys.executable, script, "--max-bytes", "64", "--allow-single-rank"],
-                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    ok = subprocess.run(
+        [sys.executable, script, "--max-bytes", "64", "--allow-single-rank"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0 and '"world_size": 1' in ok.stdout
 
 
@@ -130,12 +178,22 @@ def test_readme_site_quick_starts_dry_run_with_only_an_account() -> None:
 
 def test_render_takes_the_account_for_job_sh(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = hpcenv("render", "--site", "aurora", "--recipe", "torch-gpu", "-A", "stf007",
-                  "--out", str(out))  # fmt: skip
+    proc = hpcenv(
+        "render", "--site", "aurora", "--recipe", "torch-gpu", "-A", "stf007", "--out", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     job = (out / "job.sh").read_text()
     assert "#PBS -A stf007" in job and "export HPCENV_PROJECT=stf007" in job
-    bad = hpcenv("render", "--site", "aurora", "--recipe", "torch-gpu", "-A", "PROJ123",
-                 "--out", str(tmp_path / "bad"))  # fmt: skip
+    bad = hpcenv(
+        "render",
+        "--site",
+        "aurora",
+        "--recipe",
+        "torch-gpu",
+        "-A",
+        "PROJ123",
+        "--out",
+        str(tmp_path / "bad"),
+    )
     assert bad.returncode == 2 and "placeholder" in bad.stderr
     assert not (tmp_path / "bad").exists()

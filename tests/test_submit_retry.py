@@ -68,8 +68,9 @@ class Flaky(Transport):
 
 
 def _job(tmp_path: Path) -> JobSpec:
-    return JobSpec(name="r", command=["true"], launch="single", cores_per_rank=1,
-                   workdir=str(tmp_path / "wd"))  # fmt: skip
+    return JobSpec(
+        name="r", command=["true"], launch="single", cores_per_rank=1, workdir=str(tmp_path / "wd")
+    )
 
 
 @pytest.mark.parametrize("after", [True, False], ids=["reply-lost", "never-sent"])
@@ -85,8 +86,9 @@ def test_a_lost_connection_submits_exactly_once(
     assert list((tmp_path / "wd" / ".hpcenv").iterdir()) == []  # the lock file is removed
 
 
-def test_gives_up_with_the_token_to_look_for(fake_slurm: Path, tmp_path: Path,
-                                             local_site: Site) -> None:  # fmt: skip
+def test_gives_up_with_the_token_to_look_for(
+    fake_slurm: Path, tmp_path: Path, local_site: Site
+) -> None:
     t = Flaky(drops=5, after=True)
     with pytest.raises(TransportError, match=r"after 3 attempt\(s\).*comment hpcenv-"):
         submit(local_site, _job(tmp_path), t, retry_wait=0)

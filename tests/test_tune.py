@@ -44,12 +44,20 @@ def test_ccl_workers_kept_out_of_compute_domain() -> None:
     site = _site(2, 28)
     kw = {"nodes": 1, "ranks_per_node": 2, "ccl_workers": 4}
     assert flags(site, "mpirun", **kw) == [
-        "-np", "2", "--map-by", "ppr:1:socket:pe=28", "--bind-to", "core"
-    ]  # fmt: skip
+        "-np",
+        "2",
+        "--map-by",
+        "ppr:1:socket:pe=28",
+        "--bind-to",
+        "core",
+    ]
     assert flags(site, "mpiexec", **kw)[-1] == "list:0-23:28-51"
     assert flags(site, "srun", **kw) == [
-        "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=28", "--mpi=pmix"
-    ]  # fmt: skip
+        "--nodes=1",
+        "--ntasks-per-node=2",
+        "--cpus-per-task=28",
+        "--mpi=pmix",
+    ]
 
 
 def test_local_two_ranks_one_thread_each() -> None:
@@ -82,8 +90,19 @@ def test_summit_resource_sets_one_per_gpu() -> None:
     t = place(load_site("summit"), nodes=2)
     assert t.ranks_per_node == 6 and t.cores_per_rank == 7 and t.gpus_per_rank == 1
     assert flags("summit", "jsrun", nodes=2) == [
-        "-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b", "packed:7"
-    ]  # fmt: skip
+        "-n",
+        "12",
+        "-r",
+        "6",
+        "-a",
+        "1",
+        "-c",
+        "7",
+        "-g",
+        "1",
+        "-b",
+        "packed:7",
+    ]
     # Three ranks per socket; socket 1 starts at core 21.
     assert t.compute_cores[3] == tuple(range(21, 28))
 
@@ -131,10 +150,15 @@ def test_aurora_never_binds_reserved_cores_and_matches_alcf_list() -> None:
     used = {c for d in t.compute_cores for c in d}
     assert not used & {0, 52}
     assert flags(aurora, "mpiexec", nodes=1, ccl_workers=0) == [
-        "-n", "12", "--ppn", "12", "--cpu-bind",
+        "-n",
+        "12",
+        "--ppn",
+        "12",
+        "--cpu-bind",
         "list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100",
-        "--gpu-bind", "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
-    ]  # fmt: skip
+        "--gpu-bind",
+        "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
+    ]
     # Six ranks (implicit scaling): ALCF's list:1-16:17-32:33-48:53-68:69-84:85-100 covers
     # 16 cores a rank; hpcenv gives 17 of each socket's 51 (same sockets, no reserved core).
     six = place(aurora, nodes=1, ranks_per_node=6, ccl_workers=0)
@@ -153,7 +177,9 @@ def test_placement_env_is_a_hook_for_later_layers() -> None:
     t = place(load_site("local"))
     tuned = t.with_env({"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}, "measured rules file")
     assert tuned.env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
-    assert tuned.env["OMP_NUM_THREADS"] == "1" and "OMPI_MCA_coll_tuned_use_dynamic_rules" not in t.env
+    assert (
+        tuned.env["OMP_NUM_THREADS"] == "1" and "OMPI_MCA_coll_tuned_use_dynamic_rules" not in t.env
+    )
     assert tuned.reasons[-1] == "measured rules file" and tuned.compute_cores == t.compute_cores
 
 

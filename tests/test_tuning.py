@@ -38,19 +38,33 @@ def local_layout() -> Layout:
 
 def sample(**over: Any) -> MeasuredTuning:
     doc: dict[str, Any] = {
-        "site": "local", "image": "localhost/hpcenv/horovod-cpu:local", "image_id": IID,
-        "layout": local_layout(), "mpi": "openmpi", "date": "2026-11-22T12:00:00+00:00",
+        "site": "local",
+        "image": "localhost/hpcenv/horovod-cpu:local",
+        "image_id": IID,
+        "layout": local_layout(),
+        "mpi": "openmpi",
+        "date": "2026-11-22T12:00:00+00:00",
         "collective_rules": [Rule(min_bytes=0, algorithm=0), Rule(min_bytes=33554432, algorithm=2)],
-        "env": {"HOROVOD_CYCLE_TIME": "5"}, "reasons": ["test"],
-    }  # fmt: skip
+        "env": {"HOROVOD_CYCLE_TIME": "5"},
+        "reasons": ["test"],
+    }
     return MeasuredTuning(**(doc | over))
 
 
 def test_rules_file_merges_runs_and_keeps_segment_sizes() -> None:
-    text = coll_tuned_rules([(8, 0, 0), (32, 0, 0), (1 << 20, 5, 65536), (1 << 22, 5, 65536),
-                             (1 << 25, 2, 0)], 2)  # fmt: skip
-    assert text.splitlines() == ["1", "2", "1", "2", "3", "0 0 0 0", "1048576 5 0 65536",
-                                 "33554432 2 0 0"]  # fmt: skip
+    text = coll_tuned_rules(
+        [(8, 0, 0), (32, 0, 0), (1 << 20, 5, 65536), (1 << 22, 5, 65536), (1 << 25, 2, 0)], 2
+    )
+    assert text.splitlines() == [
+        "1",
+        "2",
+        "1",
+        "2",
+        "3",
+        "0 0 0 0",
+        "1048576 5 0 65536",
+        "33554432 2 0 0",
+    ]
     with pytest.raises(ValueError):
         coll_tuned_rules([], 2)
 
@@ -95,8 +109,9 @@ def test_a_loss_vetoes_a_transport_only_when_it_is_consistent() -> None:
     assert not measure.consistently_slower([0.97, 0.96, 0.99])  # slower each time, within 5 %
     assert measure.consistently_slower([0.9, 0.92, 1.01, 0.9, 0.91])  # 4 of 5
     assert not measure.consistently_slower([0.9, 0.92, 1.01, 1.02, 0.91])  # 3 of 5
-    chosen, stats = measure.choose_transport({
-        "ucx": {32: ucx_32, 8192: [2.1] * 8}, "eager": {32: eager_32, 8192: [1.7] * 8}})
+    chosen, stats = measure.choose_transport(
+        {"ucx": {32: ucx_32, 8192: [2.1] * 8}, "eager": {32: eager_32, 8192: [1.7] * 8}}
+    )
     assert chosen == "eager" and stats["ucx"]["slow_sizes"] == [32]
     assert stats["eager"]["worst_ratio"] < 0.95 and stats["eager"]["qualified"]
 
@@ -124,15 +139,21 @@ def test_a_transport_the_image_cannot_run_is_reported_not_fatal(tmp_path: Path) 
         if env.get("OMPI_MCA_pml") == "ucx":
             return Result("image", line, dict(env), 1, "", "pml ucx: component not found", 0.1)
         gain = 2.0 if env.get("OMPI_MCA_btl_vader_eager_limit") else 1.0
-        sweep = [{"bytes": b, "busbw_GBps": gain, "time_us": 1.0, "mismatches": 0}
-                 for b in (8, 8192, 1 << 26)]  # fmt: skip
+        sweep = [
+            {"bytes": b, "busbw_GBps": gain, "time_us": 1.0, "mismatches": 0}
+            for b in (8, 8192, 1 << 26)
+        ]
         return Result("image", line, dict(env), 0, "", "", 0.1, {"sweep": sweep})
 
     lines: list[str] = []
     sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lines.append)
-    plan = measure.Plan(mpi="openmpi", transports=[
-        ("UCX over shared memory", {"OMPI_MCA_pml": "ucx"}),
-        ("eager", {"OMPI_MCA_btl_vader_eager_limit": "32768"})])  # fmt: skip
+    plan = measure.Plan(
+        mpi="openmpi",
+        transports=[
+            ("UCX over shared memory", {"OMPI_MCA_pml": "ucx"}),
+            ("eager", {"OMPI_MCA_btl_vader_eager_limit": "32768"}),
+        ],
+    )
     env, _, measured, reasons = measure.measure_transport(sw, plan, {}, rounds=2)
     assert env == {"OMPI_MCA_btl_vader_eager_limit": "32768"}
     assert "pml ucx: component not found" in measured["unavailable"]["UCX over shared memory"]
@@ -150,21 +171,40 @@ def test_transport_rounds_rotate_pair_by_round_and_stop_when_the_budget_is_spent
     order: list[str] = []
 
     def run(line: str, env: Any, timeout: float) -> Result:
-        name = "ucx" if env.get("OMPI_MCA_pml") == "ucx" else (
-            "eager" if env.get("OMPI_MCA_btl_vader_eager_limit") else "default")  # fmt: skip
+        name = (
+            "ucx"
+            if env.get("OMPI_MCA_pml") == "ucx"
+            else ("eager" if env.get("OMPI_MCA_btl_vader_eager_limit") else "default")
+        )
         order.append(name)
         small = {"ucx": 0.9, "eager": 1.0, "default": 1.0}[name]
         big = {"ucx": 2.0, "eager": 1.5, "default": 1.0}[name]
-        sweep = [{"bytes": 8, "busbw_GBps": small, "time_us": 1.0, "mismatches": 0},
-                 {"bytes": 8192, "busbw_GBps": big, "time_us": 1.0, "mismatches": 0}]  # fmt: skip
+        sweep = [
+            {"bytes": 8, "busbw_GBps": small, "time_us": 1.0, "mismatches": 0},
+            {"bytes": 8192, "busbw_GBps": big, "time_us": 1.0, "mismatches": 0},
+        ]
         return Result("image", line, dict(env), 0, "", "", 0.1, {"sweep": sweep, "exact": []})
 
-    plan = measure.Plan(mpi="openmpi", transports=[
-        ("ucx", {"OMPI_MCA_pml": "ucx"}), ("eager", {"OMPI_MCA_btl_vader_eager_limit": "32768"})])
+    plan = measure.Plan(
+        mpi="openmpi",
+        transports=[
+            ("ucx", {"OMPI_MCA_pml": "ucx"}),
+            ("eager", {"OMPI_MCA_btl_vader_eager_limit": "32768"}),
+        ],
+    )
     sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lambda _: None)
     env, default_runs, measured, _ = measure.measure_transport(sw, plan, {}, rounds=3)
-    assert order == ["default", "ucx", "eager", "ucx", "eager", "default",
-                     "eager", "default", "ucx"]  # fmt: skip
+    assert order == [
+        "default",
+        "ucx",
+        "eager",
+        "ucx",
+        "eager",
+        "default",
+        "eager",
+        "default",
+        "ucx",
+    ]
     assert env == {"OMPI_MCA_btl_vader_eager_limit": "32768"} and len(default_runs) == 3
     assert measured["candidates"]["ucx"]["slow_sizes"] == [8]
 
@@ -179,8 +219,10 @@ def test_a_wrong_exact_sum_stops_the_sweep(tmp_path: Path) -> None:
     from hpcenv.bench.shells import Result
 
     def run(line: str, env: Any, timeout: float) -> Result:
-        doc = {"sweep": [{"bytes": 8, "busbw_GBps": 1.0, "time_us": 1.0, "mismatches": 0}],
-               "exact": [{"dtype": "int64", "n": 1000003, "mismatches": 3}]}  # fmt: skip
+        doc = {
+            "sweep": [{"bytes": 8, "busbw_GBps": 1.0, "time_us": 1.0, "mismatches": 0}],
+            "exact": [{"dtype": "int64", "n": 1000003, "mismatches": 3}],
+        }
         return Result("image", line, dict(env), 0, "", "", 0.1, doc)
 
     sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lambda _: None)
@@ -233,23 +275,34 @@ def test_moved_or_tampered_files_are_ignored_with_the_reason(tuning_dir: Path) -
 
 def test_job_script_writes_rules_and_exports_them(tmp_path: Path) -> None:
     site = load_site("local")
-    job = JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2,
-                  image="localhost/hpcenv/horovod-cpu:local")  # fmt: skip
+    job = JobSpec(
+        name="t",
+        command=["python3", "x.py"],
+        ranks_per_node=2,
+        image="localhost/hpcenv/horovod-cpu:local",
+    )
     plain = prepare(site, job).script
     assert "allreduce.rules" not in plain
     script = prepare(site, job, measured=sample()).script
     assert "cat >\"$HPCENV_STEPS/allreduce.rules\" <<'HPCENV_ALLREDUCE'" in script
     assert "0 0 0 0\n33554432 2 0 0\nHPCENV_ALLREDUCE" in script
-    assert ('export OMPI_MCA_coll_tuned_dynamic_rules_filename="$HPCENV_STEPS/allreduce.rules"'
-            in script)  # fmt: skip
+    assert (
+        'export OMPI_MCA_coll_tuned_dynamic_rules_filename="$HPCENV_STEPS/allreduce.rules"'
+        in script
+    )
     assert "export OMPI_MCA_coll_tuned_use_dynamic_rules=1" in script
     assert "export HOROVOD_CYCLE_TIME=5" in script
     assert "measured tuning: 2026-11-22" in script
     # the exports and the heredoc, executed: the file exists with the rules, the path resolves
-    head = script[script.index("cd \"$HPCENV_WORKDIR\""):script.index("# Run")]
+    head = script[script.index('cd "$HPCENV_WORKDIR"') : script.index("# Run")]
     head = head.replace('cd "$HPCENV_WORKDIR"', f"cd {tmp_path}")
-    probe = ("HPCENV_WORKDIR=" + str(tmp_path) + "; HPCENV_JOB_ID=7\n" + head
-             + 'cat "$OMPI_MCA_coll_tuned_dynamic_rules_filename"\n')  # fmt: skip
+    probe = (
+        "HPCENV_WORKDIR="
+        + str(tmp_path)
+        + "; HPCENV_JOB_ID=7\n"
+        + head
+        + 'cat "$OMPI_MCA_coll_tuned_dynamic_rules_filename"\n'
+    )
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.endswith("0 0 0 0\n33554432 2 0 0\n")
     assert (tmp_path / ".hpcenv" / "7" / "allreduce.rules").is_file()
@@ -287,14 +340,21 @@ def test_smoke_launch_settings_carry_placement_and_tuning(monkeypatch: pytest.Mo
     save(sample())
     got = launch_settings(site, "img")
     assert got.rules_text == sample().rules_text()
-    assert got.env["OMPI_MCA_coll_tuned_dynamic_rules_filename"] == "/opt/hpcenv/tuning/allreduce.rules"
+    assert (
+        got.env["OMPI_MCA_coll_tuned_dynamic_rules_filename"]
+        == "/opt/hpcenv/tuning/allreduce.rules"
+    )
     assert got.env["HOROVOD_CYCLE_TIME"] == "5" and "in force" in got.note
 
 
 def test_plan_follows_the_lock() -> None:
     site = load_site("local")
-    lock = {"components": {"mpi": {"implementation": "openmpi"},
-                           "horovod": {"options": {"operations": "mpi,gloo"}}}}  # fmt: skip
+    lock = {
+        "components": {
+            "mpi": {"implementation": "openmpi"},
+            "horovod": {"options": {"operations": "mpi,gloo"}},
+        }
+    }
     p = measure.plan(lock, site, local_layout(), gpu_visible=False)
     assert (2, 0) in p.openmpi and (5, 65536) in p.openmpi
     transports = dict(p.transports)
@@ -302,8 +362,12 @@ def test_plan_follows_the_lock() -> None:
     assert transports["UCX over shared memory"]["OMPI_MCA_pml"] == "ucx"
     assert {"HOROVOD_FUSION_THRESHOLD": "0"} in p.horovod
     assert any("hierarchical" in k for k in p.rendered_only)
-    daal = measure.plan({"components": {"mpi": {"implementation": "openmpi"}}}, site,
-                        local_layout(), gpu_visible=False)  # fmt: skip
+    daal = measure.plan(
+        {"components": {"mpi": {"implementation": "openmpi"}}},
+        site,
+        local_layout(),
+        gpu_visible=False,
+    )
     assert daal.horovod == [] and daal.openmpi
     gpu = measure.plan(lock, load_site("perlmutter"), local_layout(), gpu_visible=False)
     nccl = [k for k in gpu.rendered_only if k.startswith("nccl")]
@@ -311,8 +375,9 @@ def test_plan_follows_the_lock() -> None:
 
 
 def run_hpcenv(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(HPCENV), *args], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, env=dict(os.environ), timeout=120
+    )
 
 
 def test_cli_measure_on_a_site_this_host_cannot_run_exits_2() -> None:
@@ -340,8 +405,7 @@ def test_cli_show_reports_a_foreign_file_as_ignored() -> None:
 
 
 def test_cli_plan_for_a_gpu_site_renders_nccl() -> None:
-    proc = run_hpcenv("tune", "--site", "perlmutter", "--recipe", "horovod-gpu", "--plan",
-                      "--json")  # fmt: skip
+    proc = run_hpcenv("tune", "--site", "perlmutter", "--recipe", "horovod-gpu", "--plan", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert any(k.startswith("nccl") for k in doc["rendered_only"])

@@ -19,8 +19,9 @@ IMAGE = "localhost/hpcenv/horovod-cpu:local"
 
 
 def run(*args: str, env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(HPCENV), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,18 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], 
     need_image(IMAGE, "the tuning sweep runs in it")
     assert image_id(IMAGE) is not None
     env = dict(os.environ, HPCENV_TUNING_DIR=str(tmp_path_factory.mktemp("tuning")))
-    proc = run("tune", "--site", "local", "--ranks-per-node", "2", "--measure", "--quick",
-               "--budget", "60", env=env)  # fmt: skip
+    proc = run(
+        "tune",
+        "--site",
+        "local",
+        "--ranks-per-node",
+        "2",
+        "--measure",
+        "--quick",
+        "--budget",
+        "60",
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     path = Path(env["HPCENV_TUNING_DIR"]) / "local" / "1n2r1c.json"
     return env, json.loads(path.read_text()), proc.stdout
@@ -41,8 +52,13 @@ def test_measure_writes_a_file_for_this_image_and_layout(measured) -> None:
     _, doc, out = measured
     assert "[1/" in out and "Open MPI coll_tuned allreduce" in out  # progress was shown
     assert doc["image_id"].startswith(
-        subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE],
-                       capture_output=True, text=True, check=True).stdout.strip()[:12])  # fmt: skip
+        subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()[:12]
+    )
     assert doc["layout"] == {"nodes": 1, "ranks_per_node": 2, "cores_per_rank": 1}
     om = doc["measurements"]["openmpi"]
     assert set(om["default_busbw"]) >= {"8", str(64 << 20)}
@@ -57,8 +73,20 @@ def test_show_reports_it_in_force_and_submit_applies_it(measured) -> None:
     proc = run("tune", "--site", "local", "--ranks-per-node", "2", "--show", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "in force:" in proc.stdout and doc["image_id"][:12] in proc.stdout
-    proc = run("submit", "--site", "local", "--recipe", "horovod-cpu", "--ranks-per-node", "2",
-               "--dry-run", "--", "python3", "x.py", env=env)  # fmt: skip
+    proc = run(
+        "submit",
+        "--site",
+        "local",
+        "--recipe",
+        "horovod-cpu",
+        "--ranks-per-node",
+        "2",
+        "--dry-run",
+        "--",
+        "python3",
+        "x.py",
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "# measured tuning: " in proc.stdout
     if doc["collective_rules"]:

@@ -26,8 +26,15 @@ def test_backoff_to_the_cap_and_state_changes(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(submit_mod.time, "sleep", fake_sleep)
     monkeypatch.setattr(submit_mod.time, "monotonic", lambda: clock[0])
     seen: list[str] = []
-    st = submit_mod.wait(object(), object(), timeout=10_000, poll=1.0, max_poll=30.0,  # type: ignore[arg-type]
-                         blocked_after=None, on_change=lambda s: seen.append(s.state))  # fmt: skip
+    st = submit_mod.wait(
+        object(),
+        object(),
+        timeout=10_000,
+        poll=1.0,
+        max_poll=30.0,  # type: ignore[arg-type]
+        blocked_after=None,
+        on_change=lambda s: seen.append(s.state),
+    )
     assert st.state == "COMPLETED"
     assert seen == ["PENDING", "RUNNING", "COMPLETED"]
     assert slept[:4] == [1.0, 1.5, 2.25, 3.375]
@@ -36,8 +43,10 @@ def test_backoff_to_the_cap_and_state_changes(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_without_a_cap_the_interval_stays(monkeypatch: pytest.MonkeyPatch) -> None:
-    seq = iter([JobStatus(job_id="1", state="RUNNING", phase="running")] * 4
-               + [JobStatus(job_id="1", state="COMPLETED", phase="done")])  # fmt: skip
+    seq = iter(
+        [JobStatus(job_id="1", state="RUNNING", phase="running")] * 4
+        + [JobStatus(job_id="1", state="COMPLETED", phase="done")]
+    )
     monkeypatch.setattr(submit_mod, "status", lambda sub, transport: next(seq))
     slept: list[float] = []
     monkeypatch.setattr(submit_mod.time, "sleep", slept.append)

@@ -102,8 +102,12 @@ def test_wheel_carries_license_metadata_and_data(wheel: Path) -> None:
 
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names[-10:]
-    for data in ("hpcenv/data/recipes/horovod-cpu.yaml", "hpcenv/data/site-configs/frontier.yaml",
-                 "hpcenv/data/templates/Dockerfile.j2", "hpcenv/data/containers.conf"):  # fmt: skip
+    for data in (
+        "hpcenv/data/recipes/horovod-cpu.yaml",
+        "hpcenv/data/site-configs/frontier.yaml",
+        "hpcenv/data/templates/Dockerfile.j2",
+        "hpcenv/data/containers.conf",
+    ):
         assert data in names
     assert not any(
         n.startswith(("recipes/", "site-configs/", "templates/", "tests/")) for n in names
@@ -117,8 +121,10 @@ def test_wheel_carries_license_metadata_and_data(wheel: Path) -> None:
 
 def test_core_install_is_lean(core_venv: tuple[Venv, dict]) -> None:
     venv, measured = core_venv
-    print(f"core install: {len(measured['added'])} packages, {measured['bytes'] / 1e6:.1f} MB: "
-          f"{', '.join(measured['added'])}")  # fmt: skip
+    print(
+        f"core install: {len(measured['added'])} packages, {measured['bytes'] / 1e6:.1f} MB: "
+        f"{', '.join(measured['added'])}"
+    )
     assert measured["bytes"] < MAX_INSTALLED_MB * 1e6
     assert set(measured["added"]) >= CORE
     assert not HEAVY & set(measured["added"])

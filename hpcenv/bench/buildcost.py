@@ -170,8 +170,9 @@ def podman_build(
     t0 = time.perf_counter()
     rc, tail = stream_command(argv, log, tracker=tracker, on_line=on_line)
     seconds = time.perf_counter() - t0
-    timing = BuildTiming(name, tag, seconds, rc == 0, steps=len(tracker.steps),
-                         cached_steps=cached, log=str(log))  # fmt: skip
+    timing = BuildTiming(
+        name, tag, seconds, rc == 0, steps=len(tracker.steps), cached_steps=cached, log=str(log)
+    )
     timing.slowest = [
         (_short(s.text), round(s.seconds, 1))
         for s in sorted(tracker.steps, key=lambda s: -s.seconds)[:3]
@@ -326,8 +327,11 @@ def logged_build(log: Path, tag: str, record: Path | None = None) -> dict[str, A
 
     text = log.read_text(encoding="utf-8", errors="replace")
     steps = parse_build_log(text)
-    out: dict[str, Any] = {"log": str(log), "steps": len(steps),
-                           "cached_steps": sum(s.cached for s in steps)}  # fmt: skip
+    out: dict[str, Any] = {
+        "log": str(log),
+        "steps": len(steps),
+        "cached_steps": sum(s.cached for s in steps),
+    }
     layered = [s for s in steps if s.layer]
     if not layered:
         out["error"] = "no committed layers in the log"
@@ -388,8 +392,9 @@ def _stack_of(tag: str, storage: tuple[str, ...] = ()) -> str:
     """Python package and MPI package versions inside an image (proves "the same stack")."""
     from hpcenv.bench.shells import podman
 
-    proc = podman(*storage, "run", "--rm", tag, "bash", "-c", _STACK_PROBE, check=False,
-                  timeout=120)  # fmt: skip
+    proc = podman(
+        *storage, "run", "--rm", tag, "bash", "-c", _STACK_PROBE, check=False, timeout=120
+    )
     return proc.stdout.strip() if proc.returncode == 0 else f"probe failed: {proc.stderr.strip()}"
 
 
@@ -455,21 +460,41 @@ def build_section(ctx: BenchContext) -> Section:
         for name, path in files.items():
             with IsolatedStorage(cache_dir() / "bench-storage", archive) as store:
                 ctx.say(sec.key, f"cold build {name} ...")
-                t = podman_build(name, context, path, tags[name],
-                                 ctx.work / f"build-{name}-cold.log", cold=True,
-                                 volumes=volumes[name], storage=store.args)  # fmt: skip
+                t = podman_build(
+                    name,
+                    context,
+                    path,
+                    tags[name],
+                    ctx.work / f"build-{name}-cold.log",
+                    cold=True,
+                    volumes=volumes[name],
+                    storage=store.args,
+                )
                 cold[name] = t
-                ctx.say(sec.key, f"cold build {name}: {t.seconds:.0f} s, "
-                        f"{fmt_mb(t.size_bytes)}, ok={t.ok} {t.error or ''}")  # fmt: skip
+                ctx.say(
+                    sec.key,
+                    f"cold build {name}: {t.seconds:.0f} s, "
+                    f"{fmt_mb(t.size_bytes)}, ok={t.ok} {t.error or ''}",
+                )
                 if not t.ok:
                     continue
                 touch_last_layer(context)
-                w = podman_build(name, context, path, tags[name],
-                                 ctx.work / f"build-{name}-warm.log", cold=False,
-                                 volumes=volumes[name], storage=store.args)  # fmt: skip
+                w = podman_build(
+                    name,
+                    context,
+                    path,
+                    tags[name],
+                    ctx.work / f"build-{name}-warm.log",
+                    cold=False,
+                    volumes=volumes[name],
+                    storage=store.args,
+                )
                 warm[name] = w
-                ctx.say(sec.key, f"warm rebuild {name}: {w.seconds:.1f} s "
-                        f"({w.cached_steps}/{w.steps} steps from cache)")  # fmt: skip
+                ctx.say(
+                    sec.key,
+                    f"warm rebuild {name}: {w.seconds:.1f} s "
+                    f"({w.cached_steps}/{w.steps} steps from cache)",
+                )
                 stacks[name] = _stack_of(tags[name], store.args)
         archive.unlink(missing_ok=True)
         sec.data["stacks"] = stacks
@@ -480,7 +505,7 @@ def build_section(ctx: BenchContext) -> Section:
                 "identical in all three."
                 if same
                 else "DIFFERENT: " + "; ".join(f"{n}: {s}" for n, s in stacks.items())
-            )  # fmt: skip
+            )
         )
     sec.data["cold"] = {n: t.to_dict() for n, t in cold.items()}
     sec.data["warm"] = {n: t.to_dict() for n, t in warm.items()}
@@ -489,32 +514,63 @@ def build_section(ctx: BenchContext) -> Section:
         rows = []
         for name, t in cold.items():
             wt = warm.get(name)
-            rows.append([name, fmt_num(t.seconds), fmt_ratio(ratio(t.seconds, hp.seconds)),
-                         fmt_mb(t.size_bytes), fmt_ratio(ratio(t.size_bytes, hp.size_bytes)),
-                         str(t.layers or ""), fmt_num(wt.seconds) if wt else "n/a",
-                         f"{wt.cached_steps}/{wt.steps}" if wt else "",
-                         "; ".join(f"{s} ({sec_:.0f} s)" for s, sec_ in t.slowest[:2])])  # fmt: skip
-        sec.tables.append(Table(
-            "", ["build", "cold s", "vs hpcenv", "image size", "vs hpcenv", "layers",
-                 "warm rebuild s", "cached steps", "slowest cold steps"], rows))  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    fmt_num(t.seconds),
+                    fmt_ratio(ratio(t.seconds, hp.seconds)),
+                    fmt_mb(t.size_bytes),
+                    fmt_ratio(ratio(t.size_bytes, hp.size_bytes)),
+                    str(t.layers or ""),
+                    fmt_num(wt.seconds) if wt else "n/a",
+                    f"{wt.cached_steps}/{wt.steps}" if wt else "",
+                    "; ".join(f"{s} ({sec_:.0f} s)" for s, sec_ in t.slowest[:2]),
+                ]
+            )
+        sec.tables.append(
+            Table(
+                "",
+                [
+                    "build",
+                    "cold s",
+                    "vs hpcenv",
+                    "image size",
+                    "vs hpcenv",
+                    "layers",
+                    "warm rebuild s",
+                    "cached steps",
+                    "slowest cold steps",
+                ],
+                rows,
+            )
+        )
         for name in ("naive", "hpccm"):
             other = cold.get(name)
             if other is not None and other.ok and hp.ok:
                 t = other
-                sec.headline.append(Headline(
-                    f"Build ({recipe}): image size, {name} / hpcenv",
-                    f"{fmt_mb(t.size_bytes)} vs {fmt_mb(hp.size_bytes)}",
-                    fmt_ratio(ratio(t.size_bytes, hp.size_bytes))))  # fmt: skip
-                sec.headline.append(Headline(
-                    f"Build ({recipe}): cold build time, {name} / hpcenv",
-                    f"{t.seconds:.0f} vs {hp.seconds:.0f} s",
-                    fmt_ratio(ratio(t.seconds, hp.seconds))))  # fmt: skip
+                sec.headline.append(
+                    Headline(
+                        f"Build ({recipe}): image size, {name} / hpcenv",
+                        f"{fmt_mb(t.size_bytes)} vs {fmt_mb(hp.size_bytes)}",
+                        fmt_ratio(ratio(t.size_bytes, hp.size_bytes)),
+                    )
+                )
+                sec.headline.append(
+                    Headline(
+                        f"Build ({recipe}): cold build time, {name} / hpcenv",
+                        f"{t.seconds:.0f} vs {hp.seconds:.0f} s",
+                        fmt_ratio(ratio(t.seconds, hp.seconds)),
+                    )
+                )
         if warm.get("hpcenv"):
             w = warm["hpcenv"]
-            sec.headline.append(Headline(
-                f"Build ({recipe}): hpcenv warm rebuild after a last-layer change / cold",
-                f"{w.seconds:.1f} vs {hp.seconds:.0f} s",
-                fmt_ratio(ratio(w.seconds, hp.seconds), 3)))  # fmt: skip
+            sec.headline.append(
+                Headline(
+                    f"Build ({recipe}): hpcenv warm rebuild after a last-layer change / cold",
+                    f"{w.seconds:.1f} vs {hp.seconds:.0f} s",
+                    fmt_ratio(ratio(w.seconds, hp.seconds), 3),
+                )
+            )
 
     # the full image, from the log of the build that made it
     full_tag = ctx.image
@@ -552,12 +608,15 @@ def build_section(ctx: BenchContext) -> Section:
                 "the build stage's last layer image, i.e. what a single-stage image of the same "
                 f"commands weighs: {fmt_mb(info.get('build_stage_size_bytes'))}."
             )
-            sec.headline.append(Headline(
-                "Build (horovod-cpu, from its build log): single-stage-equivalent size / hpcenv",
-                f"{fmt_mb(info.get('build_stage_size_bytes'))} vs {fmt_mb(info['size_bytes'])}; "
-                f"build steps {info['seconds'] / 60:.1f} min ({info['timed_steps']} of "
-                f"{info['layer_steps']} steps timed)",
-                fmt_ratio(ratio(info.get("build_stage_size_bytes"), info["size_bytes"]))))  # fmt: skip
+            sec.headline.append(
+                Headline(
+                    "Build (horovod-cpu, from its build log): single-stage-equivalent size / hpcenv",
+                    f"{fmt_mb(info.get('build_stage_size_bytes'))} vs {fmt_mb(info['size_bytes'])}; "
+                    f"build steps {info['seconds'] / 60:.1f} min ({info['timed_steps']} of "
+                    f"{info['layer_steps']} steps timed)",
+                    fmt_ratio(ratio(info.get("build_stage_size_bytes"), info["size_bytes"])),
+                )
+            )
     else:
         sec.text.append(f"Full image: no hpcenv build log for `{full_tag}` ({log}).")
     _report_full_build_record(ctx, sec)
@@ -602,8 +661,11 @@ def _report_full_build_record(ctx: BenchContext, sec: Section) -> None:
     current = _sha256_text(_full_plan(ctx).rendered.dockerfile)
     sec.data["full_build_record"] = rec
     same = rec.get("dockerfile_sha256") == current
-    state = ("for the same Dockerfile hpcenv renders today" if same
-             else "for an OLDER Dockerfile than hpcenv renders today")  # fmt: skip
+    state = (
+        "for the same Dockerfile hpcenv renders today"
+        if same
+        else "for an OLDER Dockerfile than hpcenv renders today"
+    )
     cold = rec["cold"]
     warm = rec.get("warm") or {}
     sec.text.append(
@@ -614,13 +676,16 @@ def _report_full_build_record(ctx: BenchContext, sec: Section) -> None:
         f"{fmt_mb(rec.get('build_stage_size_bytes'))}; warm rebuild after a last-layer change "
         f"{warm.get('seconds', float('nan')):.1f} s."
     )
-    sec.headline.append(Headline(
-        f"Build ({FULL_RECIPE}, cold, separate run {rec['date'][:10]}): time; single-stage "
-        "size / hpcenv",
-        f"{cold['seconds'] / 60:.1f} min cold, {warm.get('seconds', float('nan')):.0f} s warm; "
-        f"{fmt_mb(rec.get('build_stage_size_bytes'))} vs {fmt_mb(cold['size_bytes'])}"
-        + ("" if same else " (older Dockerfile)"),
-        fmt_ratio(ratio(rec.get("build_stage_size_bytes"), cold["size_bytes"]))))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            f"Build ({FULL_RECIPE}, cold, separate run {rec['date'][:10]}): time; single-stage "
+            "size / hpcenv",
+            f"{cold['seconds'] / 60:.1f} min cold, {warm.get('seconds', float('nan')):.0f} s warm; "
+            f"{fmt_mb(rec.get('build_stage_size_bytes'))} vs {fmt_mb(cold['size_bytes'])}"
+            + ("" if same else " (older Dockerfile)"),
+            fmt_ratio(ratio(rec.get("build_stage_size_bytes"), cold["size_bytes"])),
+        )
+    )
 
 
 def full_build_section(ctx: BenchContext) -> Section:
@@ -636,14 +701,28 @@ def full_build_section(ctx: BenchContext) -> Section:
     ensure_base(plan)
     archive = ctx.work / "base-image.tar"
     archive.unlink(missing_ok=True)
-    podman("save", "--format", "docker-archive", "-o", str(archive), plan.lock.build["base_image"],
-           timeout=300)  # fmt: skip
+    podman(
+        "save",
+        "--format",
+        "docker-archive",
+        "-o",
+        str(archive),
+        plan.lock.build["base_image"],
+        timeout=300,
+    )
     tag = naming.bench_tag(recipe=FULL_RECIPE, variant="cold")
     dockerfile = plan.context / "Dockerfile"
     with IsolatedStorage(cache_dir() / "bench-storage", archive) as store:
         ctx.say(sec.key, f"cold build of {FULL_RECIPE} (10+ min) ...")
-        cold = podman_build("hpcenv", plan.context, dockerfile, tag,
-                            ctx.work / "build-full-cold.log", cold=True, storage=store.args)  # fmt: skip
+        cold = podman_build(
+            "hpcenv",
+            plan.context,
+            dockerfile,
+            tag,
+            ctx.work / "build-full-cold.log",
+            cold=True,
+            storage=store.args,
+        )
         ctx.say(sec.key, f"cold: {cold.seconds:.0f} s, {fmt_mb(cold.size_bytes)}, ok={cold.ok}")
         if not cold.ok:
             raise RuntimeError(f"cold build of {FULL_RECIPE} failed: {cold.error}")
@@ -651,8 +730,15 @@ def full_build_section(ctx: BenchContext) -> Section:
         build_layer = [st for st in steps if st.stage == 1 and st.layer][-1].layer or ""
         doc = json.loads(podman(*store.args, "image", "inspect", build_layer).stdout)[0]
         touch_last_layer(plan.context)
-        warm = podman_build("hpcenv", plan.context, dockerfile, tag,
-                            ctx.work / "build-full-warm.log", cold=False, storage=store.args)  # fmt: skip
+        warm = podman_build(
+            "hpcenv",
+            plan.context,
+            dockerfile,
+            tag,
+            ctx.work / "build-full-warm.log",
+            cold=False,
+            storage=store.args,
+        )
         ctx.say(sec.key, f"warm rebuild: {warm.seconds:.1f} s")
     archive.unlink(missing_ok=True)
     rec = {

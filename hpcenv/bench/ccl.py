@@ -31,9 +31,12 @@ def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, di
     (``has_shm``) and which libfabric it loaded. On this machine (2026-11-22) it had none:
     libfabric's network provider over loopback, also with ``CCL_ATL_SHM=1``, while Open MPI's
     vader BTL copies through shared memory."""
-    res = run(f"{launch} python3 {IMAGE_CHECKS}/allreduce_horovod.py --min-bytes 8 "
-              "--max-bytes 8 --exact-n 10", env | HOROVOD_OPS_ENV["ccl"] | {"CCL_LOG_LEVEL": "debug"},
-              300)  # fmt: skip
+    res = run(
+        f"{launch} python3 {IMAGE_CHECKS}/allreduce_horovod.py --min-bytes 8 "
+        "--max-bytes 8 --exact-n 10",
+        env | HOROVOD_OPS_ENV["ccl"] | {"CCL_LOG_LEVEL": "debug"},
+        300,
+    )
     text = res.stdout + res.stderr
     shm = sorted(set(HAS_SHM.findall(text)))
     fabric = LIBFABRIC.search(text)
@@ -45,7 +48,8 @@ def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, di
             "over loopback, where Open MPI copies through shared memory"
         ), probe
     return "cause not identified in this run (oneCCL's debug log shows has_shm " + (
-        ",".join(shm) or "nothing") + ")", probe
+        ",".join(shm) or "nothing"
+    ) + ")", probe
 
 
 def ccl_section(ctx: BenchContext) -> Section:
@@ -56,10 +60,17 @@ def ccl_section(ctx: BenchContext) -> Section:
     sec = Section("ccl", f"Horovod over oneCCL vs MPI and Gloo ({NP} ranks, 64 MiB)")
     image = naming.image_tag(recipe=RECIPE, site=ctx.site.name)
     if podman("image", "exists", image, check=False).returncode != 0:
-        sec.text.append(f"Not measured: {image} is not built "
-                        f"(`hpcenv build --site {ctx.site.name} --recipe {RECIPE}`).")  # fmt: skip
-        sec.headline.append(Headline("Horovod over CCL / Horovod over MPI, 64 MiB allreduce",
-                                     "not measured (image not built)", ""))  # fmt: skip
+        sec.text.append(
+            f"Not measured: {image} is not built "
+            f"(`hpcenv build --site {ctx.site.name} --recipe {RECIPE}`)."
+        )
+        sec.headline.append(
+            Headline(
+                "Horovod over CCL / Horovod over MPI, 64 MiB allreduce",
+                "not measured (image not built)",
+                "",
+            )
+        )
         return sec
     placement = place(ctx.site, 1, NP, recipe=RECIPE)
     env = dict(placement.env) | {str(k): str(v) for k, v in ctx.site.tuning.items()}
@@ -92,21 +103,36 @@ def ccl_section(ctx: BenchContext) -> Section:
         if vs_mpi is not None and vs_mpi < 1:
             cause, probe = transport_cause(ctr.run, mpirun, env)
             note = f"below 1: {cause}"
-    sec.data = {"image": image, "best_busbw_GBps": best, "runs": runs, "env": env,
-                "transport_probe": probe}  # fmt: skip
+    sec.data = {
+        "image": image,
+        "best_busbw_GBps": best,
+        "runs": runs,
+        "env": env,
+        "transport_probe": probe,
+    }
     sec.text.append(
         f"`allreduce_horovod.py` at 64 MiB (float32, Sum, out of place), best busbw of {rounds} "
         f"interleaved round(s), in one container of {image}; launch: `{mpirun}` with "
         + ", ".join(f"{k}={v}" for k, v in sorted(ccl_env(env).items()))
         + " (hpcenv's placement for the recipe); Gloo through `horovodrun --gloo`."
     )
-    sec.tables.append(Table("", ["Horovod CPU operations", "busbw GB/s", "CCL / this"], [
-        [f"{name.upper()}", fmt_num(best[name]), fmt_ratio(ratio(best["ccl"], best[name]))]
-        for name in FLAVORS
-    ], note))  # fmt: skip
-    sec.headline.append(Headline(
-        "Horovod over CCL / Horovod over MPI, 64 MiB allreduce (same image)",
-        f"{fmt_num(best['ccl'])} vs {fmt_num(best['mpi'])} GB/s (Gloo {fmt_num(best['gloo'])}; "
-        f"CCL / Gloo {fmt_ratio(vs_gloo)})" + (f"; {note}" if note else ""),
-        fmt_ratio(vs_mpi)))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "",
+            ["Horovod CPU operations", "busbw GB/s", "CCL / this"],
+            [
+                [f"{name.upper()}", fmt_num(best[name]), fmt_ratio(ratio(best["ccl"], best[name]))]
+                for name in FLAVORS
+            ],
+            note,
+        )
+    )
+    sec.headline.append(
+        Headline(
+            "Horovod over CCL / Horovod over MPI, 64 MiB allreduce (same image)",
+            f"{fmt_num(best['ccl'])} vs {fmt_num(best['mpi'])} GB/s (Gloo {fmt_num(best['gloo'])}; "
+            f"CCL / Gloo {fmt_ratio(vs_gloo)})" + (f"; {note}" if note else ""),
+            fmt_ratio(vs_mpi),
+        )
+    )
     return sec

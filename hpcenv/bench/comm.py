@@ -104,8 +104,11 @@ def _sweep(ctx: BenchContext, section: Section, name: str, res: Result) -> list[
         raise RuntimeError(f"{name}: {bad} wrong allreduce results")
     _record(section, name, res, doc)
     big, small = rows[-1], rows[0]
-    ctx.say(section.key, f"{name}: {fmt_bytes(big['bytes'])} {big['busbw_GBps']:.3g} GB/s, "
-            f"{fmt_bytes(small['bytes'])} {small['time_us']:.3g} µs ({res.seconds:.1f} s)")  # fmt: skip
+    ctx.say(
+        section.key,
+        f"{name}: {fmt_bytes(big['bytes'])} {big['busbw_GBps']:.3g} GB/s, "
+        f"{fmt_bytes(small['bytes'])} {small['time_us']:.3g} µs ({res.seconds:.1f} s)",
+    )
     return list(rows)
 
 
@@ -117,13 +120,19 @@ def memcopy_section(ctx: BenchContext) -> Section:
     rounds = 1 if ctx.quick else 2
     for i in range(rounds):
         for where in ("host", "image"):
-            res = (ctx.on_host("", "memcopy.py", reps) if where == "host"
-                   else ctx.in_image("", "memcopy.py", reps))  # fmt: skip
+            res = (
+                ctx.on_host("", "memcopy.py", reps)
+                if where == "host"
+                else ctx.in_image("", "memcopy.py", reps)
+            )
             doc = res.require_doc()
             _record(sec, f"{where}#{i + 1}", res, doc)
             best[where] = max(best.get(where, 0.0), float(doc["GBps"]))
-            ctx.say(sec.key, f"{where} #{i + 1}: numpy copy 64 MiB {doc['GBps']:.2f} GB/s "
-                    f"(median {doc['median_GBps']:.2f})")  # fmt: skip
+            ctx.say(
+                sec.key,
+                f"{where} #{i + 1}: numpy copy 64 MiB {doc['GBps']:.2f} GB/s "
+                f"(median {doc['median_GBps']:.2f})",
+            )
     ctx.shared["memcopy"] = best
     sec.data["best_GBps"] = best
     sec.text.append(
@@ -132,10 +141,20 @@ def memcopy_section(ctx: BenchContext) -> Section:
         "every byte through memory at least once, so this is the ceiling the allreduce tables "
         "below are divided by."
     )
-    sec.tables.append(Table("", ["where", "numpy copy GB/s", "image / host"], [
-        ["host", fmt_num(best.get("host")), ""],
-        ["image", fmt_num(best.get("image")), fmt_ratio(ratio(best.get("image"), best.get("host")))],
-    ]))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "",
+            ["where", "numpy copy GB/s", "image / host"],
+            [
+                ["host", fmt_num(best.get("host")), ""],
+                [
+                    "image",
+                    fmt_num(best.get("image")),
+                    fmt_ratio(ratio(best.get("image"), best.get("host"))),
+                ],
+            ],
+        )
+    )
     return sec
 
 
@@ -147,21 +166,56 @@ def allreduce_section(ctx: BenchContext) -> Section:
     args4 = _sweep_args(ctx, 4)
     rounds = 1 if ctx.quick else 2
     for i in range(rounds):  # interleaved: host, image, host, image
-        host_runs.append(_sweep(ctx, sec, f"host mpi4py #{i + 1}",
-                                ctx.on_host(NAIVE_MPIRUN, "allreduce_mpi.py", args4)))  # fmt: skip
-        image_runs.append(_sweep(ctx, sec, f"image mpi4py #{i + 1}",
-                                 ctx.in_image(NAIVE_MPIRUN, "allreduce_mpi.py", args4)))  # fmt: skip
+        host_runs.append(
+            _sweep(
+                ctx,
+                sec,
+                f"host mpi4py #{i + 1}",
+                ctx.on_host(NAIVE_MPIRUN, "allreduce_mpi.py", args4),
+            )
+        )
+        image_runs.append(
+            _sweep(
+                ctx,
+                sec,
+                f"image mpi4py #{i + 1}",
+                ctx.in_image(NAIVE_MPIRUN, "allreduce_mpi.py", args4),
+            )
+        )
     host, image = best_sweep(*host_runs), best_sweep(*image_runs)
     args16 = _sweep_args(ctx, 16)
-    hvd_mpi = _sweep(ctx, sec, "image horovod-mpi", ctx.in_image(
-        NAIVE_MPIRUN, "allreduce_horovod.py", args16, HOROVOD_MPI_ENV))  # fmt: skip
-    hvd_gloo = _sweep(ctx, sec, "image horovod-gloo", ctx.in_image(
-        f"horovodrun -np {NP} -H localhost:{NP} --gloo", "allreduce_horovod.py", args16,
-        HOROVOD_GLOO_ENV))  # fmt: skip
-    torch_gloo = _sweep(ctx, sec, "image torch-gloo", ctx.in_image(
-        f"torchrun --standalone --nproc-per-node {NP}", "allreduce_torch_gloo.py", args4))  # fmt: skip
-    series = {"host mpi4py": host, "image mpi4py": image, "image horovod-mpi": hvd_mpi,
-              "image horovod-gloo": hvd_gloo, "image torch-gloo": torch_gloo}  # fmt: skip
+    hvd_mpi = _sweep(
+        ctx,
+        sec,
+        "image horovod-mpi",
+        ctx.in_image(NAIVE_MPIRUN, "allreduce_horovod.py", args16, HOROVOD_MPI_ENV),
+    )
+    hvd_gloo = _sweep(
+        ctx,
+        sec,
+        "image horovod-gloo",
+        ctx.in_image(
+            f"horovodrun -np {NP} -H localhost:{NP} --gloo",
+            "allreduce_horovod.py",
+            args16,
+            HOROVOD_GLOO_ENV,
+        ),
+    )
+    torch_gloo = _sweep(
+        ctx,
+        sec,
+        "image torch-gloo",
+        ctx.in_image(
+            f"torchrun --standalone --nproc-per-node {NP}", "allreduce_torch_gloo.py", args4
+        ),
+    )
+    series = {
+        "host mpi4py": host,
+        "image mpi4py": image,
+        "image horovod-mpi": hvd_mpi,
+        "image horovod-gloo": hvd_gloo,
+        "image torch-gloo": torch_gloo,
+    }
     ctx.shared["allreduce"] = series
     sec.data["series"] = series
 
@@ -171,9 +225,17 @@ def allreduce_section(ctx: BenchContext) -> Section:
     rows = []
     hb, ib = {r["bytes"]: r for r in host}, {r["bytes"]: r for r in image}
     for size in sorted(tax_bw):
-        rows.append([fmt_bytes(size), fmt_num(hb[size]["busbw_GBps"]), fmt_num(ib[size]["busbw_GBps"]),
-                     fmt_ratio(tax_bw[size]), fmt_num(hb[size]["time_us"]),
-                     fmt_num(ib[size]["time_us"]), fmt_ratio(tax_t[size])])  # fmt: skip
+        rows.append(
+            [
+                fmt_bytes(size),
+                fmt_num(hb[size]["busbw_GBps"]),
+                fmt_num(ib[size]["busbw_GBps"]),
+                fmt_ratio(tax_bw[size]),
+                fmt_num(hb[size]["time_us"]),
+                fmt_num(ib[size]["time_us"]),
+                fmt_ratio(tax_t[size]),
+            ]
+        )
     g = geomean(tax_bw.values())
     sec.text.append(
         f"Same script (`allreduce_mpi.py`), same launch (`{NAIVE_MPIRUN}`), same Open MPI "
@@ -181,12 +243,22 @@ def allreduce_section(ctx: BenchContext) -> Section:
         f"container, default podman settings). {rounds} interleaved sweep(s) per side, best per "
         "size. Ratio > 1 on bandwidth means the image is faster."
     )
-    sec.tables.append(Table(
-        "mpi4py Allreduce(SUM) float32: image vs bare host",
-        ["size", "host GB/s", "image GB/s", "image/host bw", "host µs", "image µs", "image/host time"],
-        rows, f"Geometric mean of image/host bus bandwidth over {len(tax_bw)} sizes: "
-        f"{fmt_ratio(g)}.",
-    ))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "mpi4py Allreduce(SUM) float32: image vs bare host",
+            [
+                "size",
+                "host GB/s",
+                "image GB/s",
+                "image/host bw",
+                "host µs",
+                "image µs",
+                "image/host time",
+            ],
+            rows,
+            f"Geometric mean of image/host bus bandwidth over {len(tax_bw)} sizes: {fmt_ratio(g)}.",
+        )
+    )
 
     # flavours vs raw MPI in the same image
     mem = ctx.shared.get("memcopy", {})
@@ -196,54 +268,95 @@ def allreduce_section(ctx: BenchContext) -> Section:
     for name, rows_ in series.items():
         copy_bw = mem.get("host" if name.startswith("host") else "image")
         bw = at_size(rows_, big) if big else None
-        frows.append([
-            name, fmt_num(bw), fmt_ratio(ratio(bw, at_size(image, big) if big else None)),
-            fmt_num(at_size(rows_, small, "time_us")),
-            fmt_ratio(ratio(at_size(rows_, small, "time_us"), at_size(image, small, "time_us"))),
-            fmt_num(copy_bw), fmt_ratio(ratio(bw, copy_bw), 3),
-        ])  # fmt: skip
-    sec.tables.append(Table(
-        f"Flavours at {fmt_bytes(big or 0)} and 8 B, vs mpi4py in the same image, and vs the copy "
-        "ceiling",
-        ["flavour", f"busbw {fmt_bytes(big or 0)} GB/s", "vs image mpi4py", "8 B µs",
-         "8 B time vs mpi4py", "numpy copy GB/s", "busbw / copy"],
-        frows,
-        "Horovod over MPI and Gloo and torch.distributed gloo run in the same image with the "
-        "same naive launch; Horovod sweeps every 16x in size, the others every 4x.",
-    ))  # fmt: skip
+        frows.append(
+            [
+                name,
+                fmt_num(bw),
+                fmt_ratio(ratio(bw, at_size(image, big) if big else None)),
+                fmt_num(at_size(rows_, small, "time_us")),
+                fmt_ratio(
+                    ratio(at_size(rows_, small, "time_us"), at_size(image, small, "time_us"))
+                ),
+                fmt_num(copy_bw),
+                fmt_ratio(ratio(bw, copy_bw), 3),
+            ]
+        )
+    sec.tables.append(
+        Table(
+            f"Flavours at {fmt_bytes(big or 0)} and 8 B, vs mpi4py in the same image, and vs the copy "
+            "ceiling",
+            [
+                "flavour",
+                f"busbw {fmt_bytes(big or 0)} GB/s",
+                "vs image mpi4py",
+                "8 B µs",
+                "8 B time vs mpi4py",
+                "numpy copy GB/s",
+                "busbw / copy",
+            ],
+            frows,
+            "Horovod over MPI and Gloo and torch.distributed gloo run in the same image with the "
+            "same naive launch; Horovod sweeps every 16x in size, the others every 4x.",
+        )
+    )
     caption = f"{ctx.shared.get('machine', '?')}; {NP} ranks, one node; image {ctx.image}"
-    plot = plot_sweeps(series, ctx.out / "allreduce_bandwidth.png", caption=caption,
-                       title=f"allreduce, {NP} ranks: bare host vs image vs Horovod vs gloo",
-                       hlines={f"numpy copy (image) {mem['image']:.2f} GB/s": mem["image"]}
-                       if mem.get("image") else None)  # fmt: skip
+    plot = plot_sweeps(
+        series,
+        ctx.out / "allreduce_bandwidth.png",
+        caption=caption,
+        title=f"allreduce, {NP} ranks: bare host vs image vs Horovod vs gloo",
+        hlines={f"numpy copy (image) {mem['image']:.2f} GB/s": mem["image"]}
+        if mem.get("image")
+        else None,
+    )
     if plot:
         sec.plots.append(plot.name)
 
     if big:
         hb_big, ib_big = at_size(host, big), at_size(image, big)
-        sec.headline.append(Headline(
-            f"Container tax: mpi4py allreduce {fmt_bytes(big)} busbw, image / bare host",
-            f"{fmt_num(ib_big)} vs {fmt_num(hb_big)} GB/s", fmt_ratio(ratio(ib_big, hb_big))))  # fmt: skip
-    sec.headline.append(Headline(
-        "Container tax: mpi4py allreduce 8 B time, image / bare host",
-        f"{fmt_num(at_size(image, 8, 'time_us'))} vs {fmt_num(at_size(host, 8, 'time_us'))} µs",
-        fmt_ratio(tax_t.get(8))))  # fmt: skip
-    sec.headline.append(Headline(
-        f"Container tax: geomean busbw over {len(tax_bw)} sizes (8 B..{fmt_bytes(max(tax_bw))}), "
-        "image / host", "", fmt_ratio(g)))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                f"Container tax: mpi4py allreduce {fmt_bytes(big)} busbw, image / bare host",
+                f"{fmt_num(ib_big)} vs {fmt_num(hb_big)} GB/s",
+                fmt_ratio(ratio(ib_big, hb_big)),
+            )
+        )
+    sec.headline.append(
+        Headline(
+            "Container tax: mpi4py allreduce 8 B time, image / bare host",
+            f"{fmt_num(at_size(image, 8, 'time_us'))} vs {fmt_num(at_size(host, 8, 'time_us'))} µs",
+            fmt_ratio(tax_t.get(8)),
+        )
+    )
+    sec.headline.append(
+        Headline(
+            f"Container tax: geomean busbw over {len(tax_bw)} sizes (8 B..{fmt_bytes(max(tax_bw))}), "
+            "image / host",
+            "",
+            fmt_ratio(g),
+        )
+    )
     if big:
         ib_big = at_size(image, big)
         for name in ("image horovod-mpi", "image horovod-gloo", "image torch-gloo"):
             bw = at_size(series[name], big)
-            sec.headline.append(Headline(
-                f"{name.removeprefix('image ')} / mpi4py allreduce {fmt_bytes(big)} (same image)",
-                f"{fmt_num(bw)} vs {fmt_num(ib_big)} GB/s", fmt_ratio(ratio(bw, ib_big))))  # fmt: skip
+            sec.headline.append(
+                Headline(
+                    f"{name.removeprefix('image ')} / mpi4py allreduce {fmt_bytes(big)} (same image)",
+                    f"{fmt_num(bw)} vs {fmt_num(ib_big)} GB/s",
+                    fmt_ratio(ratio(bw, ib_big)),
+                )
+            )
         best_name = max(series, key=lambda n: at_size(series[n], big) or 0)
         bw = at_size(series[best_name], big)
         copy_bw = mem.get("host" if best_name.startswith("host") else "image")
-        sec.headline.append(Headline(
-            f"Physical limit: best allreduce ({best_name}, {fmt_bytes(big)}) / numpy copy",
-            f"{fmt_num(bw)} vs {fmt_num(copy_bw)} GB/s", fmt_ratio(ratio(bw, copy_bw), 3)))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                f"Physical limit: best allreduce ({best_name}, {fmt_bytes(big)}) / numpy copy",
+                f"{fmt_num(bw)} vs {fmt_num(copy_bw)} GB/s",
+                fmt_ratio(ratio(bw, copy_bw), 3),
+            )
+        )
     return sec
 
 
@@ -267,20 +380,45 @@ def startup_section(ctx: BenchContext) -> Section:
     init = "-c 'from mpi4py import MPI; MPI.COMM_WORLD.Barrier()'"
     host_init = best(lambda: ctx.host.run(f"{NAIVE_MPIRUN} {_py()} {init}").require_ok())
     image_init = best(lambda: ctx.ctr().run(f"{NAIVE_MPIRUN} python3 {init}").require_ok())
-    ctx.say(sec.key, f"podman run --rm true {run_s:.2f} s; mpirun+MPI_Init host {host_init:.2f} s,"
-            f" image (exec) {image_init:.2f} s")  # fmt: skip
-    sec.data = {"podman_run_true_s": run_s, "host_true_s": host_true,
-                "host_mpirun_init_s": host_init, "image_mpirun_init_s": image_init}  # fmt: skip
-    sec.tables.append(Table("", ["what", "bare host s", "image s", "image / host"], [
-        ["start a process (`true`; image: `podman run --rm IMAGE true`)", fmt_num(host_true),
-         fmt_num(run_s), fmt_ratio(ratio(run_s, host_true), 0)],
-        [f"`{NAIVE_MPIRUN} python3 -c 'from mpi4py import MPI'` (image: `podman exec`)",
-         fmt_num(host_init), fmt_num(image_init), fmt_ratio(ratio(image_init, host_init))],
-    ], f"Best of {n}."))  # fmt: skip
-    sec.headline.append(Headline(
-        "Container tax: 2-rank mpirun + MPI_Init, image (podman exec) / host",
-        f"{fmt_num(image_init)} vs {fmt_num(host_init)} s; podman run --rm true {fmt_num(run_s)} s",
-        fmt_ratio(ratio(image_init, host_init))))  # fmt: skip
+    ctx.say(
+        sec.key,
+        f"podman run --rm true {run_s:.2f} s; mpirun+MPI_Init host {host_init:.2f} s,"
+        f" image (exec) {image_init:.2f} s",
+    )
+    sec.data = {
+        "podman_run_true_s": run_s,
+        "host_true_s": host_true,
+        "host_mpirun_init_s": host_init,
+        "image_mpirun_init_s": image_init,
+    }
+    sec.tables.append(
+        Table(
+            "",
+            ["what", "bare host s", "image s", "image / host"],
+            [
+                [
+                    "start a process (`true`; image: `podman run --rm IMAGE true`)",
+                    fmt_num(host_true),
+                    fmt_num(run_s),
+                    fmt_ratio(ratio(run_s, host_true), 0),
+                ],
+                [
+                    f"`{NAIVE_MPIRUN} python3 -c 'from mpi4py import MPI'` (image: `podman exec`)",
+                    fmt_num(host_init),
+                    fmt_num(image_init),
+                    fmt_ratio(ratio(image_init, host_init)),
+                ],
+            ],
+            f"Best of {n}.",
+        )
+    )
+    sec.headline.append(
+        Headline(
+            "Container tax: 2-rank mpirun + MPI_Init, image (podman exec) / host",
+            f"{fmt_num(image_init)} vs {fmt_num(host_init)} s; podman run --rm true {fmt_num(run_s)} s",
+            fmt_ratio(ratio(image_init, host_init)),
+        )
+    )
     return sec
 
 
@@ -302,9 +440,12 @@ def tuning_section(ctx: BenchContext) -> Section:
         "and the site's `tuning:` block). hpcenv default: the same plus the measured tuning in "
         "force for this image digest and layout (`hpcenv tune --measure`; what `submit`, job.sh "
         "and `smoke` apply by default): "
-        + (", ".join(f"`{k}={v}`" for k, v in ctx.hpcenv_env.items() if k not in ctx.launch_env)
-           or "nothing (no candidate beat Open MPI's own decisions)" if m is not None
-           else "none (no image digest)")
+        + (
+            ", ".join(f"`{k}={v}`" for k, v in ctx.hpcenv_env.items() if k not in ctx.launch_env)
+            or "nothing (no candidate beat Open MPI's own decisions)"
+            if m is not None
+            else "none (no image digest)"
+        )
         + f". The three run interleaved in {rounds} round(s), the order rotating (round r starts "
         "with variant r mod 3). Ratios are per round (each variant against the naive run of its "
         "own round) and the table gives their median; a size counts as a real loss only when "
@@ -316,43 +457,68 @@ def tuning_section(ctx: BenchContext) -> Section:
         "column: only the binding differs) differ here by 4-15 % per size between paired runs, "
         f"more than the {1 - KEEP_WITHIN:.0%} the floor allows, so the lowest of the medians is "
         "shown, not judged."
-    )  # fmt: skip
-    variants = [("naive", NAIVE_MPIRUN, {}),
-                ("hpcenv launch, no measured tuning", ctx.hpcenv_mpirun, ctx.launch_env),
-                ("hpcenv default", ctx.hpcenv_mpirun, ctx.hpcenv_env)]  # fmt: skip
+    )
+    variants = [
+        ("naive", NAIVE_MPIRUN, {}),
+        ("hpcenv launch, no measured tuning", ctx.hpcenv_mpirun, ctx.launch_env),
+        ("hpcenv default", ctx.hpcenv_mpirun, ctx.hpcenv_env),
+    ]
     runs: dict[str, list[list[dict[str, Any]]]] = {}
     for i in range(rounds):
-        for name, launcher, env in variants[i % 3:] + variants[:i % 3]:
-            swept = _sweep(ctx, sec, f"{name} #{i + 1}",
-                           ctx.in_image(launcher, "allreduce_mpi.py", args, env))  # fmt: skip
+        for name, launcher, env in variants[i % 3 :] + variants[: i % 3]:
+            swept = _sweep(
+                ctx, sec, f"{name} #{i + 1}", ctx.in_image(launcher, "allreduce_mpi.py", args, env)
+            )
             runs.setdefault(name, []).append(swept)
     best = {name: best_sweep(*r) for name, r in runs.items()}
     sec.data["best"] = best
     naive, tuned = best["naive"], best["hpcenv default"]
     hp = best["hpcenv launch, no measured tuning"]
     sizes = sorted({r["bytes"] for r in naive})
-    per_round = {name: paired_ratio_rounds(runs["naive"], runs[name])
-                 for name in ("hpcenv launch, no measured tuning", "hpcenv default")}  # fmt: skip
+    per_round = {
+        name: paired_ratio_rounds(runs["naive"], runs[name])
+        for name in ("hpcenv launch, no measured tuning", "hpcenv default")
+    }
     med = {name: medians(pr) for name, pr in per_round.items()}
     sec.data["paired_vs_naive"] = per_round
     rows: list[list[str]] = []
     for size in sizes:
         tuned_r = per_round["hpcenv default"].get(size, [])
-        rows.append([fmt_bytes(size), fmt_num(at_size(naive, size)), fmt_num(at_size(hp, size)),
-                     fmt_num(at_size(tuned, size)),
-                     fmt_ratio(med["hpcenv launch, no measured tuning"].get(size)),
-                     fmt_ratio(med["hpcenv default"].get(size)),
-                     f"{rounds_slower(tuned_r)}/{len(tuned_r)}"])  # fmt: skip
+        rows.append(
+            [
+                fmt_bytes(size),
+                fmt_num(at_size(naive, size)),
+                fmt_num(at_size(hp, size)),
+                fmt_num(at_size(tuned, size)),
+                fmt_ratio(med["hpcenv launch, no measured tuning"].get(size)),
+                fmt_ratio(med["hpcenv default"].get(size)),
+                f"{rounds_slower(tuned_r)}/{len(tuned_r)}",
+            ]
+        )
     rules = m.rules_text() if m is not None else None
-    sec.tables.append(Table(
-        "mpi4py allreduce bus bandwidth (GB/s, best of the rounds) in the image, and the "
-        "median of the rounds' paired ratios",
-        ["size", "naive", "hpcenv launch", "hpcenv default", "launch / naive",
-         "default / naive", "rounds default slower"], rows,
-        (f"Rules file in force ({RULES_NAME}, also in this folder): " + " / ".join(
-            rules.strip().splitlines()[5:]) + " (min bytes, algorithm, fan, segment)")
-        if rules else "No coll_tuned rules in force.",
-    ))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "mpi4py allreduce bus bandwidth (GB/s, best of the rounds) in the image, and the "
+            "median of the rounds' paired ratios",
+            [
+                "size",
+                "naive",
+                "hpcenv launch",
+                "hpcenv default",
+                "launch / naive",
+                "default / naive",
+                "rounds default slower",
+            ],
+            rows,
+            (
+                f"Rules file in force ({RULES_NAME}, also in this folder): "
+                + " / ".join(rules.strip().splitlines()[5:])
+                + " (min bytes, algorithm, fan, segment)"
+            )
+            if rules
+            else "No coll_tuned rules in force.",
+        )
+    )
     if m is not None and "transport" in m.measurements:
         sec.tables.append(_transport_table(m))
     if m is not None and "openmpi" in m.measurements:
@@ -362,19 +528,28 @@ def tuning_section(ctx: BenchContext) -> Section:
         for key, bws in om["candidates_busbw"].items():
             alg, seg = (int(x) for x in key.split("/"))
             won = [s for s, c in om["choice"].items() if c == [alg, seg]]
-            cand_rows.append([f"{alg} {ALLREDUCE_ALGORITHMS.get(alg, '?')}"
-                              + (f", segment {seg // 1024} KiB" if seg else ""),
-                              fmt_num(bws.get(big)),
-                              ", ".join(fmt_bytes(int(s)) for s in sorted(won, key=int))])  # fmt: skip
-        sec.tables.append(Table(
-            f"The measured tuning's sweep ({m.date}, {m.seconds:.0f} s, image {m.image_id[:12]})",
-            ["coll_tuned algorithm", f"{fmt_bytes(int(big))} GB/s", "sizes it won"], cand_rows,
-            " ".join(m.reasons)))  # fmt: skip
-    plot = plot_sweeps({"naive": naive, "hpcenv launch": hp, "hpcenv default": tuned},
-                       ctx.out / "allreduce_algorithms.png",
-                       caption=f"{ctx.shared.get('machine', '?')}; {NP} ranks, one node; "
-                       f"image {ctx.image}",
-                       title="mpi4py allreduce in the image: naive vs hpcenv")  # fmt: skip
+            cand_rows.append(
+                [
+                    f"{alg} {ALLREDUCE_ALGORITHMS.get(alg, '?')}"
+                    + (f", segment {seg // 1024} KiB" if seg else ""),
+                    fmt_num(bws.get(big)),
+                    ", ".join(fmt_bytes(int(s)) for s in sorted(won, key=int)),
+                ]
+            )
+        sec.tables.append(
+            Table(
+                f"The measured tuning's sweep ({m.date}, {m.seconds:.0f} s, image {m.image_id[:12]})",
+                ["coll_tuned algorithm", f"{fmt_bytes(int(big))} GB/s", "sizes it won"],
+                cand_rows,
+                " ".join(m.reasons),
+            )
+        )
+    plot = plot_sweeps(
+        {"naive": naive, "hpcenv launch": hp, "hpcenv default": tuned},
+        ctx.out / "allreduce_algorithms.png",
+        caption=f"{ctx.shared.get('machine', '?')}; {NP} ranks, one node; image {ctx.image}",
+        title="mpi4py allreduce in the image: naive vs hpcenv",
+    )
     if plot:
         sec.plots.append(plot.name)
 
@@ -382,38 +557,63 @@ def tuning_section(ctx: BenchContext) -> Section:
     per_size = med["hpcenv default"]
     worst = min(per_size, key=lambda s: per_size[s]) if per_size else None
     big_r = per_size.get(big)
-    sec.headline.append(Headline(
-        f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv default (measured tuning) / naive, "
-        "median of the rounds (goal >= 1.5)",
-        f"best {fmt_num(at_size(tuned, big))} vs {fmt_num(at_size(naive, big))} GB/s",
-        fmt_ratio(big_r), ">= 1.5", big_r))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv default (measured tuning) / naive, "
+            "median of the rounds (goal >= 1.5)",
+            f"best {fmt_num(at_size(tuned, big))} vs {fmt_num(at_size(naive, big))} GB/s",
+            fmt_ratio(big_r),
+            ">= 1.5",
+            big_r,
+        )
+    )
     ctx.shared.setdefault("busbw_largest", {})[f"mpi4py, hpcenv default ({fmt_bytes(big)})"] = (
-        at_size(tuned, big))
+        at_size(tuned, big)
+    )
     gm = geomean(per_size.values())
-    sec.headline.append(Headline(
-        f"Tuning: geomean allreduce busbw over {len(sizes)} sizes, hpcenv default / naive, "
-        "medians of the rounds (goal >= 1.2)", "", fmt_ratio(gm), ">= 1.2", gm))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            f"Tuning: geomean allreduce busbw over {len(sizes)} sizes, hpcenv default / naive, "
+            "medians of the rounds (goal >= 1.2)",
+            "",
+            fmt_ratio(gm),
+            ">= 1.2",
+            gm,
+        )
+    )
     if worst is not None:
         # The floor's target is the consistent-loss row: the lowest of 13 noisy medians sits
         # below 1 even between launches that move small messages alike (the 'launch / naive'
         # column: only the binding differs), so it is shown, not judged.
         slower = per_round["hpcenv default"][worst]
-        sec.headline.append(Headline(
-            "Tuning: allreduce busbw at the size hpcenv gains least, hpcenv default / naive, "
-            "median of the rounds (shown; the floor is judged on the next row)",
-            f"{fmt_bytes(worst)}; slower in {rounds_slower(slower)}/{len(slower)} rounds",
-            fmt_ratio(per_size[worst])))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                "Tuning: allreduce busbw at the size hpcenv gains least, hpcenv default / naive, "
+                "median of the rounds (shown; the floor is judged on the next row)",
+                f"{fmt_bytes(worst)}; slower in {rounds_slower(slower)}/{len(slower)} rounds",
+                fmt_ratio(per_size[worst]),
+            )
+        )
         losses = [s for s, v in per_round["hpcenv default"].items() if consistently_slower(v)]
-        sec.headline.append(Headline(
-            f"Tuning: sizes where hpcenv default is slower than naive by more than "
-            f"{1 - KEEP_WITHIN:.0%}, consistently (median of the rounds below {KEEP_WITHIN} and "
-            f"slower in at least {CONSISTENT_SHARE:.0%} of them; goal: none)", ", ".join(map(fmt_bytes, losses)) or "none", str(len(losses)),
-            "<= 0", float(len(losses)) if rounds >= 3 else None))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                f"Tuning: sizes where hpcenv default is slower than naive by more than "
+                f"{1 - KEEP_WITHIN:.0%}, consistently (median of the rounds below {KEEP_WITHIN} and "
+                f"slower in at least {CONSISTENT_SHARE:.0%} of them; goal: none)",
+                ", ".join(map(fmt_bytes, losses)) or "none",
+                str(len(losses)),
+                "<= 0",
+                float(len(losses)) if rounds >= 3 else None,
+            )
+        )
     hp_big = med["hpcenv launch, no measured tuning"].get(big)
-    sec.headline.append(Headline(
-        f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv launch without measured tuning / naive",
-        f"best {fmt_num(at_size(hp, big))} vs {fmt_num(at_size(naive, big))} GB/s",
-        fmt_ratio(hp_big)))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            f"Tuning: mpi4py allreduce {fmt_bytes(big)}, hpcenv launch without measured tuning / naive",
+            f"best {fmt_num(at_size(hp, big))} vs {fmt_num(at_size(naive, big))} GB/s",
+            fmt_ratio(hp_big),
+        )
+    )
     return sec
 
 
@@ -430,25 +630,37 @@ def _transport_table(m: Any) -> Table:
             bw = tm["candidates"][name]["busbw"].get(str(size))
             row.append(f"{fmt_num(bw)} ({fmt_ratio(ratio(bw, default[size]))})")
         rows.append(row)
-    rows.append(["geomean / worst", ""] + [
-        f"{fmt_ratio(tm['candidates'][n].get('geomean'))} / "
-        f"{fmt_ratio(tm['candidates'][n].get('worst_ratio'))}" for n in names])  # fmt: skip
+    rows.append(
+        ["geomean / worst", ""]
+        + [
+            f"{fmt_ratio(tm['candidates'][n].get('geomean'))} / "
+            f"{fmt_ratio(tm['candidates'][n].get('worst_ratio'))}"
+            for n in names
+        ]
+    )
     chosen = tm.get("chosen") or "Open MPI's defaults"
     return Table(
         f"The measured tuning's transport stage ({m.date[:16]}): busbw GB/s and vs Open MPI's "
         "defaults, same launch and placement",
-        ["size", "Open MPI's defaults", *names], rows,
+        ["size", "Open MPI's defaults", *names],
+        rows,
         f"Chosen: {chosen}. Cells: best busbw of the rounds; the choice uses, per size, the "
-        "median over rounds of each round's candidate / default ratio: " + (
+        "median over rounds of each round's candidate / default ratio: "
+        + (
             f"geomean >= {TRANSPORT_GAIN}x and no size consistently below {KEEP_WITHIN}x (median "
             f"below it and slower in at least {CONSISTENT_SHARE:.0%} of the rounds; consistently "
-            "slower: " + "; ".join(
+            "slower: "
+            + "; ".join(
                 f"{n}: {', '.join(map(fmt_bytes, tm['candidates'][n]['slow_sizes'])) or 'none'}"
-                for n in names) + ")"
+                for n in names
+            )
+            + ")"
             if all("slow_sizes" in tm["candidates"][n] for n in names)
             else f"geomean >= {TRANSPORT_GAIN}x and no size below {KEEP_WITHIN}x (a tuning file "
-                 "measured before hpcenv judged losses by their consistency)")
-        + "; the coll_tuned sweep below runs on top of it.")  # fmt: skip
+            "measured before hpcenv judged losses by their consistency)"
+        )
+        + "; the coll_tuned sweep below runs on top of it.",
+    )
 
 
 def likeforlike_section(ctx: BenchContext) -> Section:
@@ -461,14 +673,26 @@ def likeforlike_section(ctx: BenchContext) -> Section:
     variants: list[tuple[str, str, str, dict[str, str]]] = [
         ("mpi4py", launch, "--lib mpi4py", ctx.hpcenv_env),
         ("horovod-mpi", launch, "--lib horovod", ctx.hpcenv_env | HOROVOD_MPI_ENV),
-        ("horovod-mpi, ranks not bound to a core", unbound, "--lib horovod",
-         ctx.hpcenv_env | HOROVOD_MPI_ENV),
+        (
+            "horovod-mpi, ranks not bound to a core",
+            unbound,
+            "--lib horovod",
+            ctx.hpcenv_env | HOROVOD_MPI_ENV,
+        ),
         ("mpi4py, ranks not bound to a core", unbound, "--lib mpi4py", ctx.hpcenv_env),
-        ("horovod-mpi, torch tensors without huge pages (THP_MEM_ALLOC_ENABLE=0)", launch,
-         "--lib horovod", ctx.hpcenv_env | HOROVOD_MPI_ENV | {"THP_MEM_ALLOC_ENABLE": "0"}),
-        ("horovod-gloo", f"horovodrun -np {NP} -H localhost:{NP} --gloo", "--lib horovod",
-         ctx.hpcenv_env | HOROVOD_GLOO_ENV),
-    ]  # fmt: skip
+        (
+            "horovod-mpi, torch tensors without huge pages (THP_MEM_ALLOC_ENABLE=0)",
+            launch,
+            "--lib horovod",
+            ctx.hpcenv_env | HOROVOD_MPI_ENV | {"THP_MEM_ALLOC_ENABLE": "0"},
+        ),
+        (
+            "horovod-gloo",
+            f"horovodrun -np {NP} -H localhost:{NP} --gloo",
+            "--lib horovod",
+            ctx.hpcenv_env | HOROVOD_GLOO_ENV,
+        ),
+    ]
     rounds = 1 if ctx.quick else 3
     got: dict[str, list[float]] = {}
     for i in range(rounds):
@@ -479,8 +703,10 @@ def likeforlike_section(ctx: BenchContext) -> Section:
                 raise RuntimeError(f"{name}: {doc['mismatches']} wrong in-place sums")
             _record(sec, f"{name} #{i + 1}", res, doc)
             got.setdefault(name, []).append(float(doc["busbw_GBps"]))
-            ctx.say(sec.key, f"{name} #{i + 1}: {doc['busbw_GBps']:.3g} GB/s "
-                    f"({doc['time_us'] / 1e3:.1f} ms/op)")  # fmt: skip
+            ctx.say(
+                sec.key,
+                f"{name} #{i + 1}: {doc['busbw_GBps']:.3g} GB/s ({doc['time_us'] / 1e3:.1f} ms/op)",
+            )
     best = {k: max(v) for k, v in got.items()}
     sec.data["busbw_GBps"] = got
     ref = best["mpi4py"]
@@ -498,33 +724,62 @@ def likeforlike_section(ctx: BenchContext) -> Section:
         "does only with `THP_MEM_ALLOC_ENABLE=1`, which the local site's `tuning:` sets (this "
         "host's THP mode is `madvise`): the 'without huge pages' row is Horovod without it."
     )
-    sec.tables.append(Table("", ["variant", "busbw GB/s (each round)", "best", "vs mpi4py"], [
-        [name, ", ".join(fmt_num(v) for v in got[name]), fmt_num(best[name]),
-         fmt_ratio(ratio(best[name], ref))] for name in got
-    ]))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "",
+            ["variant", "busbw GB/s (each round)", "best", "vs mpi4py"],
+            [
+                [
+                    name,
+                    ", ".join(fmt_num(v) for v in got[name]),
+                    fmt_num(best[name]),
+                    fmt_ratio(ratio(best[name], ref)),
+                ]
+                for name in got
+            ],
+        )
+    )
     hv = max(best["horovod-mpi"], best["horovod-mpi, ranks not bound to a core"])
-    sec.headline.append(Headline(
-        f"Horovod(MPI) / mpi4py allreduce {fmt_bytes(nbytes)}, like for like (in place, same "
-        "launch; goal >= 0.80)", f"{fmt_num(best['horovod-mpi'])} vs {fmt_num(ref)} GB/s",
-        fmt_ratio(ratio(best["horovod-mpi"], ref)), ">= 0.80", ratio(best["horovod-mpi"], ref)))  # fmt: skip
-    sec.headline.append(Headline(
-        f"Horovod(MPI) best placement / mpi4py {fmt_bytes(nbytes)} (bound or not)",
-        f"{fmt_num(hv)} vs {fmt_num(ref)} GB/s", fmt_ratio(ratio(hv, ref))))  # fmt: skip
-    sec.headline.append(Headline(
-        f"Horovod(Gloo) / mpi4py allreduce {fmt_bytes(nbytes)}, like for like",
-        f"{fmt_num(best['horovod-gloo'])} vs {fmt_num(ref)} GB/s",
-        fmt_ratio(ratio(best["horovod-gloo"], ref))))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            f"Horovod(MPI) / mpi4py allreduce {fmt_bytes(nbytes)}, like for like (in place, same "
+            "launch; goal >= 0.80)",
+            f"{fmt_num(best['horovod-mpi'])} vs {fmt_num(ref)} GB/s",
+            fmt_ratio(ratio(best["horovod-mpi"], ref)),
+            ">= 0.80",
+            ratio(best["horovod-mpi"], ref),
+        )
+    )
+    sec.headline.append(
+        Headline(
+            f"Horovod(MPI) best placement / mpi4py {fmt_bytes(nbytes)} (bound or not)",
+            f"{fmt_num(hv)} vs {fmt_num(ref)} GB/s",
+            fmt_ratio(ratio(hv, ref)),
+        )
+    )
+    sec.headline.append(
+        Headline(
+            f"Horovod(Gloo) / mpi4py allreduce {fmt_bytes(nbytes)}, like for like",
+            f"{fmt_num(best['horovod-gloo'])} vs {fmt_num(ref)} GB/s",
+            fmt_ratio(ratio(best["horovod-gloo"], ref)),
+        )
+    )
     largest = ctx.shared.setdefault("busbw_largest", {})
     largest[f"mpi4py in place, hpcenv default ({fmt_bytes(nbytes)})"] = ref
     largest[f"Horovod(MPI) in place, hpcenv default ({fmt_bytes(nbytes)})"] = best["horovod-mpi"]
     copy_bw = ctx.shared.get("memcopy", {}).get("image")
     if copy_bw and nbytes == 64 * MiB:
         name = max(largest, key=lambda k: largest[k] or 0.0)
-        sec.headline.append(Headline(
-            "Physical limit: best 64 MiB allreduce of this run / numpy copy of 64 MiB "
-            "(goal >= 0.35)", f"{name}: {fmt_num(largest[name])} vs {fmt_num(copy_bw)} GB/s",
-            fmt_ratio(ratio(largest[name], copy_bw), 3), ">= 0.35",
-            ratio(largest[name], copy_bw)))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                "Physical limit: best 64 MiB allreduce of this run / numpy copy of 64 MiB "
+                "(goal >= 0.35)",
+                f"{name}: {fmt_num(largest[name])} vs {fmt_num(copy_bw)} GB/s",
+                fmt_ratio(ratio(largest[name], copy_bw), 3),
+                ">= 0.35",
+                ratio(largest[name], copy_bw),
+            )
+        )
     return sec
 
 
@@ -557,15 +812,31 @@ def mnist_section(ctx: BenchContext) -> Section:
     naive1: Variant = ("naive launch, 1 thread/rank", NAIVE_MPIRUN, {"OMP_NUM_THREADS": omp}, omp)
     knobs: list[Variant] = [
         ("hpcenv launch, no measured tuning", ctx.hpcenv_mpirun, ctx.launch_env, omp),
-        ("hpcenv, ranks not bound to a core",
-         ctx.hpcenv_mpirun.replace("--bind-to core", "--bind-to none"), ctx.hpcenv_env, omp),
-        ("hpcenv, HOROVOD_FUSION_THRESHOLD=0", ctx.hpcenv_mpirun,
-         ctx.hpcenv_env | {"HOROVOD_FUSION_THRESHOLD": "0"}, omp),
-        ("hpcenv, HOROVOD_CYCLE_TIME=0.1", ctx.hpcenv_mpirun,
-         ctx.hpcenv_env | {"HOROVOD_CYCLE_TIME": "0.1"}, omp),
-        ("hpcenv, HOROVOD_CYCLE_TIME=10", ctx.hpcenv_mpirun,
-         ctx.hpcenv_env | {"HOROVOD_CYCLE_TIME": "10"}, omp),
-    ]  # fmt: skip
+        (
+            "hpcenv, ranks not bound to a core",
+            ctx.hpcenv_mpirun.replace("--bind-to core", "--bind-to none"),
+            ctx.hpcenv_env,
+            omp,
+        ),
+        (
+            "hpcenv, HOROVOD_FUSION_THRESHOLD=0",
+            ctx.hpcenv_mpirun,
+            ctx.hpcenv_env | {"HOROVOD_FUSION_THRESHOLD": "0"},
+            omp,
+        ),
+        (
+            "hpcenv, HOROVOD_CYCLE_TIME=0.1",
+            ctx.hpcenv_mpirun,
+            ctx.hpcenv_env | {"HOROVOD_CYCLE_TIME": "0.1"},
+            omp,
+        ),
+        (
+            "hpcenv, HOROVOD_CYCLE_TIME=10",
+            ctx.hpcenv_mpirun,
+            ctx.hpcenv_env | {"HOROVOD_CYCLE_TIME": "10"},
+            omp,
+        ),
+    ]
     # every variant sits between two hpcenv runs: naive, hpcenv, X, hpcenv, Y, hpcenv, ...;
     # the 1-thread naive launch (the target's baseline) comes back after every second knob:
     # one pair of 2-epoch runs moved by 0.83-1.06x here (8 pairs, 2026-11-22)
@@ -578,22 +849,35 @@ def mnist_section(ctx: BenchContext) -> Section:
     info: dict[str, dict[str, Any]] = {}
     startups: dict[str, list[dict[str, Any]]] = {}
     for name, launcher, env, threads in sequence:
-        res = ctx.in_image(f"HPCENV_LAUNCH_T0=$(date +%s.%N) {launcher}", "mnist_horovod.py",
-                           f"{IMAGE_MNIST} --epochs {epochs} --threads {threads}", env)  # fmt: skip
+        res = ctx.in_image(
+            f"HPCENV_LAUNCH_T0=$(date +%s.%N) {launcher}",
+            "mnist_horovod.py",
+            f"{IMAGE_MNIST} --epochs {epochs} --threads {threads}",
+            env,
+        )
         doc = res.require_doc()
         steps = int(doc["epochs"]) * int(doc["steps_per_epoch"])
         ms = float(doc["train_seconds"]) / steps * 1e3
         runs.append((name, ms))
-        _record(sec, f"{name} #{sum(1 for n, _ in runs if n == name)}", res,
-                {k: v for k, v in doc.items()
-                 if k not in ("param_checksums", "initial_param_sha256")})  # fmt: skip
-        info[name] = {"threads": doc["threads_per_rank"], "accuracy": doc["test_accuracy"],
-                      "steps": steps}  # fmt: skip
+        _record(
+            sec,
+            f"{name} #{sum(1 for n, _ in runs if n == name)}",
+            res,
+            {k: v for k, v in doc.items() if k not in ("param_checksums", "initial_param_sha256")},
+        )
+        info[name] = {
+            "threads": doc["threads_per_rank"],
+            "accuracy": doc["test_accuracy"],
+            "steps": steps,
+        }
         if "startup_seconds" in doc:
             startups.setdefault(name, []).append(doc["startup_seconds"])
-        ctx.say(sec.key, f"{name}: {ms:.2f} ms/step, {steps} steps, accuracy "
-                f"{doc['test_accuracy']:.3f}, threads/rank {doc['threads_per_rank']}, "
-                f"mpirun {res.seconds:.1f} s")  # fmt: skip
+        ctx.say(
+            sec.key,
+            f"{name}: {ms:.2f} ms/step, {steps} steps, accuracy "
+            f"{doc['test_accuracy']:.3f}, threads/rank {doc['threads_per_rank']}, "
+            f"mpirun {res.seconds:.1f} s",
+        )
     step_ms: dict[str, list[float]] = {}
     for name, ms in runs:
         step_ms.setdefault(name, []).append(ms)
@@ -613,16 +897,37 @@ def mnist_section(ctx: BenchContext) -> Section:
         "HOROVOD_CYCLE_TIME are the Horovod knobs a site's `tuning:` env can set (unset = "
         "Horovod's defaults)."
     )
-    sec.tables.append(Table("", ["variant", "runs", "ms/step (each run)",
-                                 "time / adjacent hpcenv runs (median; each)", "threads/rank",
-                                 "test accuracy"], [
-        [name, str(len(step_ms[name])), ", ".join(fmt_num(v) for v in step_ms[name]),
-         "1 (reference)" if name == "hpcenv" else fmt_ratio(paired.get(name)) + (
-             f" ({', '.join(fmt_ratio(v) for v in pairs[name])})"
-             if len(pairs.get(name, [])) > 1 else ""),
-         str(info[name]["threads"]), f"{info[name]['accuracy']:.3f}"]
-        for name in step_ms
-    ]))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "",
+            [
+                "variant",
+                "runs",
+                "ms/step (each run)",
+                "time / adjacent hpcenv runs (median; each)",
+                "threads/rank",
+                "test accuracy",
+            ],
+            [
+                [
+                    name,
+                    str(len(step_ms[name])),
+                    ", ".join(fmt_num(v) for v in step_ms[name]),
+                    "1 (reference)"
+                    if name == "hpcenv"
+                    else fmt_ratio(paired.get(name))
+                    + (
+                        f" ({', '.join(fmt_ratio(v) for v in pairs[name])})"
+                        if len(pairs.get(name, [])) > 1
+                        else ""
+                    ),
+                    str(info[name]["threads"]),
+                    f"{info[name]['accuracy']:.3f}",
+                ]
+                for name in step_ms
+            ],
+        )
+    )
     plot = plot_bars(
         best,
         ctx.out / "mnist_step_time.png",
@@ -633,44 +938,73 @@ def mnist_section(ctx: BenchContext) -> Section:
         sec.plots.append(plot.name)
     first = startups.get("hpcenv", [])
     if first:
-        med = {k: statistics.median(float(s[k]) for s in first)
-               for k in ("imports", "hvd_init", "first_step_from_process", "first_step_from_launch")}  # fmt: skip
+        med = {
+            k: statistics.median(float(s[k]) for s in first)
+            for k in ("imports", "hvd_init", "first_step_from_process", "first_step_from_launch")
+        }
         sec.data["startup_seconds"] = startups
-        sec.tables.append(Table(
-            f"Time to the first training step, hpcenv launch ({len(first)} runs, median, slowest "
-            "rank)", ["from", "seconds"], [
-                ["`mpirun` start (`HPCENV_LAUNCH_T0`) to the end of step 1",
-                 fmt_num(med["first_step_from_launch"])],
-                ["  the rank's own start to the end of step 1", fmt_num(med["first_step_from_process"])],
-                ["  of which imports (torch, horovod.torch, numpy)", fmt_num(med["imports"])],
-                ["  of which `hvd.init()`", fmt_num(med["hvd_init"])],
-            ], "The rest: MPI/PMIx wire-up by mpirun before the ranks start, reading the IDX "
-               "files, building the model, broadcasting parameters and the first step itself."))  # fmt: skip
-        sec.headline.append(Headline(
-            f"Time to first training step, {NP} ranks, hpcenv launch (goal < 4 s)",
-            f"imports {fmt_num(med['imports'])} s, hvd.init {fmt_num(med['hvd_init'])} s",
-            f"{fmt_num(med['first_step_from_launch'])} s", "< 4",
-            float(med["first_step_from_launch"])))  # fmt: skip
+        sec.tables.append(
+            Table(
+                f"Time to the first training step, hpcenv launch ({len(first)} runs, median, slowest "
+                "rank)",
+                ["from", "seconds"],
+                [
+                    [
+                        "`mpirun` start (`HPCENV_LAUNCH_T0`) to the end of step 1",
+                        fmt_num(med["first_step_from_launch"]),
+                    ],
+                    [
+                        "  the rank's own start to the end of step 1",
+                        fmt_num(med["first_step_from_process"]),
+                    ],
+                    ["  of which imports (torch, horovod.torch, numpy)", fmt_num(med["imports"])],
+                    ["  of which `hvd.init()`", fmt_num(med["hvd_init"])],
+                ],
+                "The rest: MPI/PMIx wire-up by mpirun before the ranks start, reading the IDX "
+                "files, building the model, broadcasting parameters and the first step itself.",
+            )
+        )
+        sec.headline.append(
+            Headline(
+                f"Time to first training step, {NP} ranks, hpcenv launch (goal < 4 s)",
+                f"imports {fmt_num(med['imports'])} s, hvd.init {fmt_num(med['hvd_init'])} s",
+                f"{fmt_num(med['first_step_from_launch'])} s",
+                "< 4",
+                float(med["first_step_from_launch"]),
+            )
+        )
     hp_ms = statistics.median(step_ms["hpcenv"])
     naive_ms = statistics.median(step_ms["naive"])
-    sec.headline.append(Headline(
-        "Tuning: Horovod MNIST step time, naive / adjacent hpcenv-launch runs (speed-up)",
-        f"{fmt_num(naive_ms)} vs {fmt_num(hp_ms)} ms/step (medians)",
-        fmt_ratio(paired.get("naive"))))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            "Tuning: Horovod MNIST step time, naive / adjacent hpcenv-launch runs (speed-up)",
+            f"{fmt_num(naive_ms)} vs {fmt_num(hp_ms)} ms/step (medians)",
+            fmt_ratio(paired.get("naive")),
+        )
+    )
     one = pairs.get("naive launch, 1 thread/rank")
     if one:
         inverse = statistics.median(1 / v for v in one)
-        sec.headline.append(Headline(
-            f"Tuning: Horovod MNIST step time, hpcenv default / adjacent-paired naive launch with "
-            f"1 thread per rank, median of {len(one)} pairs (goal <= 1.0)",
-            f"{fmt_num(hp_ms)} vs {fmt_num(statistics.median(step_ms[naive1[0]]))} ms/step "
-            f"(medians); pairs {', '.join(fmt_ratio(1 / v) for v in one)}",
-            fmt_ratio(inverse), "<= 1.0", inverse))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                f"Tuning: Horovod MNIST step time, hpcenv default / adjacent-paired naive launch with "
+                f"1 thread per rank, median of {len(one)} pairs (goal <= 1.0)",
+                f"{fmt_num(hp_ms)} vs {fmt_num(statistics.median(step_ms[naive1[0]]))} ms/step "
+                f"(medians); pairs {', '.join(fmt_ratio(1 / v) for v in one)}",
+                fmt_ratio(inverse),
+                "<= 1.0",
+                inverse,
+            )
+        )
     knob_ratio = {k: v for k, v in paired.items() if k.startswith("hpcenv,") and v is not None}
     if knob_ratio:
         name = min(knob_ratio, key=lambda k: knob_ratio[k])
-        sec.headline.append(Headline(
-            f"Horovod knobs: fastest of {len(knob_ratio)} ({name.removeprefix('hpcenv, ')}), "
-            "step time / adjacent runs with Horovod's defaults (< 1: faster)",
-            f"{fmt_num(min(step_ms[name]))} ms/step", fmt_ratio(knob_ratio[name])))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                f"Horovod knobs: fastest of {len(knob_ratio)} ({name.removeprefix('hpcenv, ')}), "
+                "step time / adjacent runs with Horovod's defaults (< 1: faster)",
+                f"{fmt_num(min(step_ms[name]))} ms/step",
+                fmt_ratio(knob_ratio[name]),
+            )
+        )
     return sec

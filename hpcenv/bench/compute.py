@@ -37,9 +37,17 @@ def kmeans_section(ctx: BenchContext) -> Section:
     table_rows = []
     for name, m in methods.items():
         per_iter = m["seconds"] / max(1, m["iterations"] or 1)
-        table_rows.append([name, fmt_num(m["seconds"]), str(m["iterations"]),
-                           fmt_num(per_iter * 1e3), fmt_ratio(ratio(sk["seconds"], m["seconds"])),
-                           fmt_ratio(ratio(sk_per_iter, per_iter)), fmt_num(m["objective"], 7)])  # fmt: skip
+        table_rows.append(
+            [
+                name,
+                fmt_num(m["seconds"]),
+                str(m["iterations"]),
+                fmt_num(per_iter * 1e3),
+                fmt_ratio(ratio(sk["seconds"], m["seconds"])),
+                fmt_ratio(ratio(sk_per_iter, per_iter)),
+                fmt_num(m["objective"], 7),
+            ]
+        )
         ctx.say(sec.key, f"{name}: {m['seconds']:.3f} s, {m['iterations']} iterations")
     sec.text.append(
         f"{doc['rows']:,} x {doc['features']} float32 points (overlapping Gaussian blobs, the "
@@ -51,14 +59,29 @@ def kmeans_section(ctx: BenchContext) -> Section:
         "runtime; the batch runs use every core of one process. daal4py from "
         f"scikit-learn-intelex {doc['daal4py']}."
     )
-    sec.tables.append(Table("", ["method", "seconds", "iterations", "ms / iteration",
-                                 "sklearn / method (time)", "sklearn / method (per iter)",
-                                 "objective"], table_rows,  # fmt: skip
-        f"Centroid agreement (relative Frobenius difference to daal4py batch): SPMD "
-        f"{doc['spmd_vs_batch_rel_diff']:.1e}, scikit-learn {doc['sklearn_vs_batch_rel_diff']:.1e}"
-        + (f", sklearnex {doc['sklearnex_vs_batch_rel_diff']:.1e}"
-           if "sklearnex_vs_batch_rel_diff" in doc else "") + ".",
-    ))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "",
+            [
+                "method",
+                "seconds",
+                "iterations",
+                "ms / iteration",
+                "sklearn / method (time)",
+                "sklearn / method (per iter)",
+                "objective",
+            ],
+            table_rows,
+            f"Centroid agreement (relative Frobenius difference to daal4py batch): SPMD "
+            f"{doc['spmd_vs_batch_rel_diff']:.1e}, scikit-learn {doc['sklearn_vs_batch_rel_diff']:.1e}"
+            + (
+                f", sklearnex {doc['sklearnex_vs_batch_rel_diff']:.1e}"
+                if "sklearnex_vs_batch_rel_diff" in doc
+                else ""
+            )
+            + ".",
+        )
+    )
 
     def per_it(m: dict[str, Any]) -> float:
         return float(m["seconds"]) / max(1, int(m["iterations"] or 1))
@@ -72,9 +95,14 @@ def kmeans_section(ctx: BenchContext) -> Section:
 
     for key, label in (("daal4py_batch", "batch"), ("daal4py_spmd", f"SPMD ({NP} ranks)")):
         ups = speedups(key)
-        sec.headline.append(Headline(
-            f"K-Means float32: scikit-learn / daal4py {label}, time per iteration, "
-            f"{len(docs)} runs in a row (goal >= 1.2 in each)",
-            f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(doc[key]) * 1e3)} ms/iter (last run)",
-            " / ".join(fmt_ratio(u) for u in ups), ">= 1.2", min(ups) if ups else None))  # fmt: skip
+        sec.headline.append(
+            Headline(
+                f"K-Means float32: scikit-learn / daal4py {label}, time per iteration, "
+                f"{len(docs)} runs in a row (goal >= 1.2 in each)",
+                f"{fmt_num(sk_per_iter * 1e3)} vs {fmt_num(per_it(doc[key]) * 1e3)} ms/iter (last run)",
+                " / ".join(fmt_ratio(u) for u in ups),
+                ">= 1.2",
+                min(ups) if ups else None,
+            )
+        )
     return sec

@@ -102,9 +102,13 @@ class BenchContext:
 
     # -- running ---------------------------------------------------------------------------
     def in_image(
-        self, launcher: str, script: str, args: str = "", env: Mapping[str, str] | None = None,
+        self,
+        launcher: str,
+        script: str,
+        args: str = "",
+        env: Mapping[str, str] | None = None,
         timeout: float = 600,
-    ) -> Result:  # fmt: skip
+    ) -> Result:
         python = "" if launcher.startswith("torchrun") else "python3 "  # torchrun runs python
         program = f"{python}{self.image_script(script)} {args}".strip()
         if launcher.startswith("horovodrun") and args:
@@ -114,9 +118,13 @@ class BenchContext:
         return self.ctr().run(f"{launcher} {program}".strip(), env, timeout)
 
     def on_host(
-        self, launcher: str, script: str, args: str = "", env: Mapping[str, str] | None = None,
+        self,
+        launcher: str,
+        script: str,
+        args: str = "",
+        env: Mapping[str, str] | None = None,
         timeout: float = 600,
-    ) -> Result:  # fmt: skip
+    ) -> Result:
         py = shlex.quote(sys.executable)
         line = f"{launcher} {py} {shlex.quote(self.host_script(script))} {args}".strip()
         return self.host.run(line.replace("  ", " "), env, timeout)

@@ -22,8 +22,15 @@ from hpcenv.knowledge import mpi_soname
 from hpcenv.naming import base_tag
 
 # apt packages of hpcenv's daal4py build stage (tools, primary MPI, MPICH side runtime).
-APT_TOOLS = ["build-essential", "ca-certificates", "cmake", "curl", "git", "python3-dev",
-             "python3-venv"]  # fmt: skip
+APT_TOOLS = [
+    "build-essential",
+    "ca-certificates",
+    "cmake",
+    "curl",
+    "git",
+    "python3-dev",
+    "python3-venv",
+]
 APT_MPI = ["libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich"]
 BASE_IMAGE = base_tag(suite="bookworm")  # the bootstrapped base of the local site
 DEFAULT_PIP = ["mpi4py==4.1.2", "scikit-learn-intelex==2026.2.0", "scikit-learn"]

@@ -143,8 +143,12 @@ class Headline:
         return goal_met(self.goal, self.value) if self.goal else None
 
 
-_GOAL_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-             "<": lambda a, b: a < b}  # fmt: skip
+_GOAL_OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+}
 
 
 def goal_met(goal: str, value: float | None) -> bool | None:
@@ -242,14 +246,22 @@ def targets_table(report: BenchReport) -> str:
         if not h.goal:
             continue
         met = h.met
-        rows.append([h.measure, h.goal, fmt_num(h.value),
-                     "met" if met else "MISSED" if met is False else "not measured"])  # fmt: skip
+        rows.append(
+            [
+                h.measure,
+                h.goal,
+                fmt_num(h.value),
+                "met" if met else "MISSED" if met is False else "not measured",
+            ]
+        )
     return markdown_table(["target", "goal", "this run", "result"], rows) if rows else ""
 
 
 def headline_table(report: BenchReport) -> str:
-    rows = [[h.measure, h.values, h.ratio, better_direction(h.measure) if h.ratio else ""]
-            for h in report.headline]  # fmt: skip
+    rows = [
+        [h.measure, h.values, h.ratio, better_direction(h.measure) if h.ratio else ""]
+        for h in report.headline
+    ]
     return markdown_table(["measure", "measured (same run)", "ratio", "better"], rows)
 
 
@@ -272,8 +284,14 @@ def render_markdown(report: BenchReport) -> str:
         lines += ["", f"- {note}"]
     targets = targets_table(report)
     if targets:
-        lines += ["", "## Targets", "", "The goals of the benchmark rows (issue 12), checked "
-                  "against this run's numbers.", "", targets.rstrip()]
+        lines += [
+            "",
+            "## Targets",
+            "",
+            "The goals of the benchmark rows (issue 12), checked against this run's numbers.",
+            "",
+            targets.rstrip(),
+        ]
     lines += ["", "## Headline", "", headline_table(report)]
     for section in report.sections:
         lines += [f"## {section.title}", "", f"_{section.seconds:.0f} s_", ""]

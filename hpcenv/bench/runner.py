@@ -38,8 +38,15 @@ from hpcenv.errors import ConfigError, EnvironmentProblem
 
 SectionFn = Callable[[BenchContext], Section]
 NEEDS_CONTAINER = {"startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "kmeans"}
-CHECK_SCRIPTS = ("allreduce_mpi.py", "allreduce_horovod.py", "allreduce_torch_gloo.py",
-                 "allreduce_inplace.py", "mnist_horovod.py", "_bench.py", "_idx.py")  # fmt: skip
+CHECK_SCRIPTS = (
+    "allreduce_mpi.py",
+    "allreduce_horovod.py",
+    "allreduce_torch_gloo.py",
+    "allreduce_inplace.py",
+    "mnist_horovod.py",
+    "_bench.py",
+    "_idx.py",
+)
 NEEDS_MEASURED = {"tuning", "mnist", "likeforlike"}
 
 
@@ -70,24 +77,54 @@ def cli_section(ctx: BenchContext) -> Section:
             raise EnvironmentProblem(f"`{exe} --help` failed: {proc.stderr.strip()[-200:]}")
     best = min(renders, key=lambda d: d["process_s"])
     pairs, files = best["pairs"], best["files"]
-    ctx.say(sec.key, f"render {pairs} site x recipe ({files} files): process "
-            f"{best['process_s']:.2f} s, in-process again {min(d['again_s'] for d in renders):.3f}"
-            f" s; hpcenv --help {min(helps):.3f} s")  # fmt: skip
+    ctx.say(
+        sec.key,
+        f"render {pairs} site x recipe ({files} files): process "
+        f"{best['process_s']:.2f} s, in-process again {min(d['again_s'] for d in renders):.3f}"
+        f" s; hpcenv --help {min(helps):.3f} s",
+    )
     sec.data = {"render": renders, "help_s": helps}
-    sec.tables.append(Table("", ["what", f"best of {n} s", "median s"], [
-        [f"python -c golden_files(): all {pairs} site x recipe pairs ({files} files), whole "
-         "process", fmt_num(best["process_s"]),
-         fmt_num(sorted(d["process_s"] for d in renders)[n // 2])],
-        ["  of which importing hpcenv.golden", fmt_num(min(d["import_s"] for d in renders)), ""],
-        ["  of which the first render of all pairs", fmt_num(min(d["first_s"] for d in renders)),
-         ""],
-        ["  render all pairs again, same process", fmt_num(min(d["again_s"] for d in renders)),
-         fmt_num(sorted(d["again_s"] for d in renders)[n // 2])],
-        ["`hpcenv --help` (subprocess)", fmt_num(min(helps)), fmt_num(sorted(helps)[n // 2])],
-    ]))  # fmt: skip
-    sec.headline.append(Headline(
-        f"CLI: render all {pairs} site x recipe pairs (process incl. imports; again in-process)",
-        f"{fmt_num(best['process_s'])} s; {fmt_num(min(d['again_s'] for d in renders))} s", ""))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "",
+            ["what", f"best of {n} s", "median s"],
+            [
+                [
+                    f"python -c golden_files(): all {pairs} site x recipe pairs ({files} files), whole "
+                    "process",
+                    fmt_num(best["process_s"]),
+                    fmt_num(sorted(d["process_s"] for d in renders)[n // 2]),
+                ],
+                [
+                    "  of which importing hpcenv.golden",
+                    fmt_num(min(d["import_s"] for d in renders)),
+                    "",
+                ],
+                [
+                    "  of which the first render of all pairs",
+                    fmt_num(min(d["first_s"] for d in renders)),
+                    "",
+                ],
+                [
+                    "  render all pairs again, same process",
+                    fmt_num(min(d["again_s"] for d in renders)),
+                    fmt_num(sorted(d["again_s"] for d in renders)[n // 2]),
+                ],
+                [
+                    "`hpcenv --help` (subprocess)",
+                    fmt_num(min(helps)),
+                    fmt_num(sorted(helps)[n // 2]),
+                ],
+            ],
+        )
+    )
+    sec.headline.append(
+        Headline(
+            f"CLI: render all {pairs} site x recipe pairs (process incl. imports; again in-process)",
+            f"{fmt_num(best['process_s'])} s; {fmt_num(min(d['again_s'] for d in renders))} s",
+            "",
+        )
+    )
     sec.headline.append(Headline("CLI: `hpcenv --help`", f"{fmt_num(min(helps))} s", ""))
     return sec
 
@@ -122,15 +159,27 @@ def _sections() -> dict[str, SectionFn]:
     }
 
 
-SECTION_NAMES = ("startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "ccl",
-                 "kmeans", "two-node", "cli", "build")  # fmt: skip
+SECTION_NAMES = (
+    "startup",
+    "memcopy",
+    "allreduce",
+    "tuning",
+    "likeforlike",
+    "mnist",
+    "ccl",
+    "kmeans",
+    "two-node",
+    "cli",
+    "build",
+)
 EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
 
 
 def _git(*args: str) -> str:
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+    )
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
@@ -154,9 +203,16 @@ def machine() -> str:
 
 def _checks_mount(image: str) -> tuple[list[str], str]:
     """Mount this checkout's checks over the image's unless the baked copies are identical."""
-    proc = podman("run", "--rm", image, "bash", "-c",
-                  f"cd {IMAGE_CHECKS} 2>/dev/null && sha256sum " + " ".join(CHECK_SCRIPTS),
-                  check=False, timeout=120)  # fmt: skip
+    proc = podman(
+        "run",
+        "--rm",
+        image,
+        "bash",
+        "-c",
+        f"cd {IMAGE_CHECKS} 2>/dev/null && sha256sum " + " ".join(CHECK_SCRIPTS),
+        check=False,
+        timeout=120,
+    )
     baked = {}
     for line in proc.stdout.splitlines():
         digest, _, name = line.partition("  ")
@@ -168,9 +224,11 @@ def _checks_mount(image: str) -> tuple[list[str], str]:
             f"check scripts baked in the image at {IMAGE_CHECKS} are byte-identical to hpcenv/checks",
         )
     differ = sorted(n for n in CHECK_SCRIPTS if baked.get(n) != here[n])
-    return ([f"{HOST_CHECKS}:{IMAGE_CHECKS}:ro"],
-            f"the image's {IMAGE_CHECKS} lacks or differs in {', '.join(differ)}: this checkout's "
-            "hpcenv/checks is mounted over it, so host and image run the same scripts")  # fmt: skip
+    return (
+        [f"{HOST_CHECKS}:{IMAGE_CHECKS}:ro"],
+        f"the image's {IMAGE_CHECKS} lacks or differs in {', '.join(differ)}: this checkout's "
+        "hpcenv/checks is mounted over it, so host and image run the same scripts",
+    )
 
 
 def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
@@ -196,14 +254,24 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
         ctx.echo("== measuring tuning (hpcenv tune --measure) for the hpcenv default")
         t0 = time.perf_counter()
         ctx.measured = measure(
-            ctx.site, ctx.image, iid, ctx.tuning,
-            lambda c, e, to: ctr.run(c, e, to), mpirun_line(ctx.site, ctx.tuning), ctx.work,
-            lock=read_lock(lambda c, e, to: ctr.run(c, e, to)), budget_s=240 if not ctx.quick
-            else 60, quick=ctx.quick, echo=ctx.echo, rules_mount=IMAGE_WORK,
-        )  # fmt: skip
+            ctx.site,
+            ctx.image,
+            iid,
+            ctx.tuning,
+            lambda c, e, to: ctr.run(c, e, to),
+            mpirun_line(ctx.site, ctx.tuning),
+            ctx.work,
+            lock=read_lock(lambda c, e, to: ctr.run(c, e, to)),
+            budget_s=240 if not ctx.quick else 60,
+            quick=ctx.quick,
+            echo=ctx.echo,
+            rules_mount=IMAGE_WORK,
+        )
         path = save(ctx.measured)
-        why = (f"measured tuning: none was in force, so this run measured it "
-               f"({time.perf_counter() - t0:.0f} s) and saved it to {path}")  # fmt: skip
+        why = (
+            f"measured tuning: none was in force, so this run measured it "
+            f"({time.perf_counter() - t0:.0f} s) and saved it to {path}"
+        )
     rules = ctx.measured.rules_text()
     if rules:
         (ctx.work / RULES_NAME).write_text(rules, encoding="utf-8")
@@ -223,8 +291,10 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     names = list(cfg.sections or SECTION_NAMES)
     unknown = [n for n in names if n not in SECTION_NAMES + EXTRA_SECTIONS]
     if unknown:
-        raise ConfigError(f"unknown bench section(s) {', '.join(unknown)}; valid: "
-                          + ", ".join(SECTION_NAMES + EXTRA_SECTIONS))  # fmt: skip
+        raise ConfigError(
+            f"unknown bench section(s) {', '.join(unknown)}; valid: "
+            + ", ".join(SECTION_NAMES + EXTRA_SECTIONS)
+        )
     host_side = {"startup", "memcopy", "allreduce"} & set(names)
     missing = [m for m in ("mpi4py", "numpy") if host_side and find_spec(m) is None]
     if "build" in names and find_spec("hpccm") is None:
@@ -260,12 +330,16 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     need_ctr = any(n in NEEDS_CONTAINER for n in names)
     if need_ctr or "build" in names or "full-build" in names:
         if podman("image", "exists", image, check=False).returncode != 0:
-            raise EnvironmentProblem(f"image {image} does not exist; build it (make build-local) "
-                                     "or pass --image")  # fmt: skip
+            raise EnvironmentProblem(
+                f"image {image} does not exist; build it (make build-local) or pass --image"
+            )
         doc = podman("image", "inspect", "--format", "{{.Id}} {{.Size}} {{.Created}}", image)
         iid, size, *created = doc.stdout.split()
-        meta |= {"image_id": iid[:12], "image_size_bytes": int(size),
-                 "image_created": " ".join(created[:2])}  # fmt: skip
+        meta |= {
+            "image_id": iid[:12],
+            "image_size_bytes": int(size),
+            "image_created": " ".join(created[:2]),
+        }
         echo(f"image {image} ({iid[:12]}, {fmt_mb(int(size))})")
     try:
         if need_ctr:
@@ -274,8 +348,11 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
             mnist = prepare_mnist().directory
             volumes, why = _checks_mount(image)
             ctx.notes.append(why)
-            volumes += [f"{mnist}:{IMAGE_MNIST}:ro", f"{HOST_BENCH}:{IMAGE_BENCH}:ro",
-                        f"{ctx.work}:{IMAGE_WORK}:ro"]  # fmt: skip
+            volumes += [
+                f"{mnist}:{IMAGE_MNIST}:ro",
+                f"{HOST_BENCH}:{IMAGE_BENCH}:ro",
+                f"{ctx.work}:{IMAGE_WORK}:ro",
+            ]
             ctx.container = Container(image, volumes)
             start_s = ctx.container.start()
             echo(f"container {ctx.container.name} started in {start_s:.1f} s; {why}")

@@ -91,9 +91,14 @@ class Host:
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
-                ["bash", "-c", command], capture_output=True, text=True, env=full_env,
-                timeout=timeout, stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
+                ["bash", "-c", command],
+                capture_output=True,
+                text=True,
+                env=full_env,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
             rc, out, err = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as exc:
             rc, out, err = (
@@ -160,9 +165,14 @@ class Container:
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
-                argv, capture_output=True, text=True, env=engine_env(), timeout=timeout + 30,
-                stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
+                argv,
+                capture_output=True,
+                text=True,
+                env=engine_env(),
+                timeout=timeout + 30,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
             rc, out, err = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as exc:
             rc, out, err = (
@@ -182,9 +192,14 @@ def podman(
     from hpcenv.engines import engine_env
 
     proc = subprocess.run(
-        ["podman", *args], capture_output=True, text=True, env=engine_env(), timeout=timeout,
-        stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
+        ["podman", *args],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     if check and proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise BenchCommandError(f"podman {' '.join(args[:3])} failed: {tail[0]}")

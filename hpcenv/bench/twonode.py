@@ -47,12 +47,15 @@ def two_node_section(ctx: BenchContext) -> Section:
     from hpcenv.jobs.schedulers import client_env
     from hpcenv.site import load_site
 
-    sec = Section("two-node", "Two nodes (local-2node rehearsal): allreduce across vs within a node")
+    sec = Section(
+        "two-node", "Two nodes (local-2node rehearsal): allreduce across vs within a node"
+    )
     scripts = _scripts()
     state = Path("/var/tmp/hpcenv-services/slurm-2node")
     was_up = (state / "slurmctld.pid").is_file()
-    up = subprocess.run(["bash", str(scripts / "slurm-2node-up.sh")], capture_output=True,
-                        text=True, timeout=180)  # fmt: skip
+    up = subprocess.run(
+        ["bash", str(scripts / "slurm-2node-up.sh")], capture_output=True, text=True, timeout=180
+    )
     if up.returncode != 0:
         raise EnvironmentProblem(f"slurm-2node-up.sh: {up.stderr.strip() or up.stdout.strip()}")
     site = load_site(SITE)
@@ -64,10 +67,23 @@ def two_node_section(ctx: BenchContext) -> Section:
     docs: dict[str, dict[str, Any]] = {}
     try:
         for name, (nodes, rpn) in LAYOUTS.items():
-            job = JobSpec(name=f"bench-{name}", command=["/opt/venv/bin/python3", CHECK,
-                          "--max-bytes", str(top), "--factor", "16", "--max-iters", "200"],
-                          nodes=nodes, ranks_per_node=rpn, image=ctx.image,
-                          workdir=str(workdir))  # fmt: skip
+            job = JobSpec(
+                name=f"bench-{name}",
+                command=[
+                    "/opt/venv/bin/python3",
+                    CHECK,
+                    "--max-bytes",
+                    str(top),
+                    "--factor",
+                    "16",
+                    "--max-iters",
+                    "200",
+                ],
+                nodes=nodes,
+                ranks_per_node=rpn,
+                image=ctx.image,
+                workdir=str(workdir),
+            )
             sub = submit(site, job, transport)
             wait(sub, transport, timeout=900)
             docs[name] = _result(logs(sub, transport))
@@ -75,22 +91,31 @@ def two_node_section(ctx: BenchContext) -> Section:
             ctx.echo(f"[two-node] {name}: {nodes} node(s) x {rpn} ranks (rank 0 on {hosts[0]})")
     finally:
         if not was_up:
-            subprocess.run(["bash", str(scripts / "slurm-2node-down.sh")], capture_output=True,
-                           timeout=180)  # fmt: skip
+            subprocess.run(
+                ["bash", str(scripts / "slurm-2node-down.sh")], capture_output=True, timeout=180
+            )
     across = {r["bytes"]: r for r in docs["across"]["sweep"]}
     within = {r["bytes"]: r for r in docs["within"]["sweep"]}
     rows = []
     for size in sorted(set(across) & set(within)):
         a, w = across[size]["busbw_GBps"], within[size]["busbw_GBps"]
         rows.append([fmt_bytes(size), fmt_num(a), fmt_num(w), fmt_ratio(ratio(a, w))])
-    sec.tables.append(Table("allreduce busbw (GB/s), mpi4py in the image, 2 ranks",
-                            ["size", "across node1+node2 (TCP, veth)", "within node1 (shm)",
-                             "across / within"], rows))  # fmt: skip
+    sec.tables.append(
+        Table(
+            "allreduce busbw (GB/s), mpi4py in the image, 2 ranks",
+            ["size", "across node1+node2 (TCP, veth)", "within node1 (shm)", "across / within"],
+            rows,
+        )
+    )
     big = max(set(across) & set(within))
     a, w = across[big]["busbw_GBps"], within[big]["busbw_GBps"]
-    sec.headline.append(Headline(
-        f"Two nodes: allreduce {fmt_bytes(big)} busbw, across 2 namespaces (TCP over veth) / "
-        "within one (shm), same run", f"{fmt_num(a)} vs {fmt_num(w)} GB/s",
-        fmt_ratio(ratio(a, w))))  # fmt: skip
+    sec.headline.append(
+        Headline(
+            f"Two nodes: allreduce {fmt_bytes(big)} busbw, across 2 namespaces (TCP over veth) / "
+            "within one (shm), same run",
+            f"{fmt_num(a)} vs {fmt_num(w)} GB/s",
+            fmt_ratio(ratio(a, w)),
+        )
+    )
     sec.data = {"across": docs["across"], "within": docs["within"]}
     return sec

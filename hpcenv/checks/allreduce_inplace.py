@@ -40,8 +40,13 @@ def _mpi4py(nbytes: int, iters: int, reps: int) -> dict[str, Any]:
         lambda t: comm.allreduce(t, op=MPI.MAX),
         reps=reps,
     )
-    return {"rank": rank, "world_size": size, "mismatches": bad, "per_op": per_op,
-            "library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0]}  # fmt: skip
+    return {
+        "rank": rank,
+        "world_size": size,
+        "mismatches": bad,
+        "per_op": per_op,
+        "library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0],
+    }
 
 
 def _horovod(nbytes: int, iters: int, reps: int, grads: bool) -> dict[str, Any]:
@@ -53,8 +58,11 @@ def _horovod(nbytes: int, iters: int, reps: int, grads: bool) -> dict[str, Any]:
     size, rank = hvd.size(), hvd.rank()
     buf = torch.full((nbytes // 4,), float(rank + 1), dtype=torch.float32)
     hvd.allreduce_(buf, op=hvd.Sum, name="inplace")
-    bad = int(hvd.allreduce(torch.tensor(int((buf != size * (size + 1) / 2).sum())), op=hvd.Sum,
-                            name="bad"))  # fmt: skip
+    bad = int(
+        hvd.allreduce(
+            torch.tensor(int((buf != size * (size + 1) / 2).sum())), op=hvd.Sum, name="bad"
+        )
+    )
     buf.zero_()
 
     def barrier() -> None:
@@ -71,8 +79,10 @@ def _horovod(nbytes: int, iters: int, reps: int, grads: bool) -> dict[str, Any]:
         tensors = [torch.randn(s) for s in GRAD_SHAPES]
 
         def step() -> None:
-            handles = [hvd.allreduce_async_(t, op=hvd.Average, name=f"grad.{i}")
-                       for i, t in enumerate(tensors)]  # fmt: skip
+            handles = [
+                hvd.allreduce_async_(t, op=hvd.Average, name=f"grad.{i}")
+                for i, t in enumerate(tensors)
+            ]
             for h in handles:
                 hvd.synchronize(h)
 
@@ -94,18 +104,33 @@ def main() -> None:
         raise SystemExit("--bytes must be a positive multiple of 4 (float32)")
     t0 = time.perf_counter()
     run: Callable[[], dict[str, Any]] = (
-        (lambda: _mpi4py(args.bytes, args.iters, args.reps)) if args.lib == "mpi4py"
+        (lambda: _mpi4py(args.bytes, args.iters, args.reps))
+        if args.lib == "mpi4py"
         else (lambda: _horovod(args.bytes, args.iters, args.reps, args.grads))
-    )  # fmt: skip
+    )
     doc = run()
     if doc.pop("rank") == 0:
         per_op = doc.pop("per_op")
-        emit({"check": "allreduce_inplace", "lib": args.lib, "bytes": args.bytes,
-              "dtype": "float32", "in_place": True, "iters": args.iters, "reps": args.reps,
-              "seconds": time.perf_counter() - t0, "platform": platform_info(),
-              "env": {k: v for k, v in os.environ.items()
-                      if k.startswith(("HOROVOD_", "OMPI_MCA_coll", "OMP_NUM"))}}
-             | doc | bandwidth(args.bytes, per_op, doc["world_size"]))  # fmt: skip
+        emit(
+            {
+                "check": "allreduce_inplace",
+                "lib": args.lib,
+                "bytes": args.bytes,
+                "dtype": "float32",
+                "in_place": True,
+                "iters": args.iters,
+                "reps": args.reps,
+                "seconds": time.perf_counter() - t0,
+                "platform": platform_info(),
+                "env": {
+                    k: v
+                    for k, v in os.environ.items()
+                    if k.startswith(("HOROVOD_", "OMPI_MCA_coll", "OMP_NUM"))
+                },
+            }
+            | doc
+            | bandwidth(args.bytes, per_op, doc["world_size"])
+        )
 
 
 if __name__ == "__main__":

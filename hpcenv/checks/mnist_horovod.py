@@ -48,10 +48,17 @@ def shard(n: int, rank: int, size: int) -> slice:
 
 def model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10),
-    )  # fmt: skip
+        nn.Conv2d(1, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(512, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
 
 
 def param_checksum(net: nn.Module) -> dict[str, Any]:
@@ -138,11 +145,16 @@ def main() -> None:
     # Time to the first training step, slowest rank; from the launcher's start when the launch
     # line exported HPCENV_LAUNCH_T0 (``date +%s.%N`` right before mpirun), else from import.
     launch_t0 = float(os.environ.get("HPCENV_LAUNCH_T0") or T_START)
-    marks = {"imports": T_IMPORTED - T_START, "hvd_init": t_init - T_IMPORTED,
-             "first_step_from_process": t_first_step - T_START,
-             "first_step_from_launch": t_first_step - launch_t0}  # fmt: skip
-    startup = {k: float(hvd.allreduce(torch.tensor(v), op=hvd.Max, name=f"startup.{k}"))
-               for k, v in marks.items()}  # fmt: skip
+    marks = {
+        "imports": T_IMPORTED - T_START,
+        "hvd_init": t_init - T_IMPORTED,
+        "first_step_from_process": t_first_step - T_START,
+        "first_step_from_launch": t_first_step - launch_t0,
+    }
+    startup = {
+        k: float(hvd.allreduce(torch.tensor(v), op=hvd.Max, name=f"startup.{k}"))
+        for k, v in marks.items()
+    }
     startup["from_launcher"] = "HPCENV_LAUNCH_T0" in os.environ
     initial_all = hvd.allgather_object(initial["sha256"])
 

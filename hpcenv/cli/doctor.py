@@ -27,8 +27,11 @@ def register(app: typer.Typer) -> None:
         checks = run_checks(site=loaded)
         good = healthy(checks)
         if as_json:
-            doc = {"healthy": good, "site": loaded.name if loaded else None,
-                   "checks": [c.to_dict() for c in checks]}  # fmt: skip
+            doc = {
+                "healthy": good,
+                "site": loaded.name if loaded else None,
+                "checks": [c.to_dict() for c in checks],
+            }
             typer.echo(json.dumps(doc, indent=2))
         else:
             from rich.console import Console

@@ -22,17 +22,23 @@ def _complete_recipe(incomplete: str) -> list[str]:
 SiteOpt = Annotated[
     str,
     typer.Option(
-        "--site", "-s", envvar="HPCENV_SITE", help="site name or site file path",
+        "--site",
+        "-s",
+        envvar="HPCENV_SITE",
+        help="site name or site file path",
         autocompletion=_complete_site,
     ),
-]  # fmt: skip
+]
 OptionalSiteOpt = Annotated[
     str | None,
     typer.Option(
-        "--site", "-s", envvar="HPCENV_SITE", help="site name or site file path",
+        "--site",
+        "-s",
+        envvar="HPCENV_SITE",
+        help="site name or site file path",
         autocompletion=_complete_site,
     ),
-]  # fmt: skip
+]
 RecipeOpt = Annotated[
     str,
     typer.Option(

@@ -36,8 +36,9 @@ class StepProgress:
             self._progress.__enter__()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._finish(failed=kind is not None)
         if self._progress is not None:
             self._progress.__exit__(kind, err, tb)

@@ -27,9 +27,18 @@ def register(app: typer.Typer) -> None:
         rows = []
         for name in site_names():
             s = load_site(name)
-            rows.append({"name": name, "arch": s.arch, "scheduler": s.scheduler.kind,
-                         "runtime": s.runtime.kind, "mpi": s.mpi.spec, "model": s.mpi.model,
-                         "gpus": s.node.gpus, "recipes": s.recipes})  # fmt: skip
+            rows.append(
+                {
+                    "name": name,
+                    "arch": s.arch,
+                    "scheduler": s.scheduler.kind,
+                    "runtime": s.runtime.kind,
+                    "mpi": s.mpi.spec,
+                    "model": s.mpi.model,
+                    "gpus": s.node.gpus,
+                    "recipes": s.recipes,
+                }
+            )
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
@@ -38,8 +47,15 @@ def register(app: typer.Typer) -> None:
 
         table = Table("site", "arch", "scheduler", "runtime", "host MPI (model)", "GPUs", "recipes")
         for r in rows:
-            table.add_row(str(r["name"]), str(r["arch"]), str(r["scheduler"]), str(r["runtime"]),
-                          f"{r['mpi']} ({r['model']})", str(r["gpus"]), ", ".join(r["recipes"]))  # type: ignore[arg-type]  # fmt: skip
+            table.add_row(
+                str(r["name"]),
+                str(r["arch"]),
+                str(r["scheduler"]),
+                str(r["runtime"]),
+                f"{r['mpi']} ({r['model']})",
+                str(r["gpus"]),
+                ", ".join(r["recipes"]),  # type: ignore[arg-type]
+            )
         Console().print(table)
 
     @sites.command("show")
@@ -144,8 +160,14 @@ def register(app: typer.Typer) -> None:
                 from hpcenv.hostdetect import TransportHost
                 from hpcenv.jobs.transport import SshTransport, TransportSpec
 
-                spec = TransportSpec(kind="ssh", host=ssh_host, port=ssh_port, user=ssh_user,
-                                     key_file=ssh_key, known_hosts=known_hosts)  # fmt: skip
+                spec = TransportSpec(
+                    kind="ssh",
+                    host=ssh_host,
+                    port=ssh_port,
+                    user=ssh_user,
+                    key_file=ssh_key,
+                    known_hosts=known_hosts,
+                )
                 transport = SshTransport(spec)
                 try:
                     data = site_data(detect(TransportHost(transport), name))
@@ -159,9 +181,12 @@ def register(app: typer.Typer) -> None:
             from hpcenv.site import load_site
 
             base = load_site(extends)
-            data = {"extends": extends, "name": name,
-                    "description": f"{base.description} (my settings)",
-                    "provenance": {"placeholder": {}}}  # fmt: skip
+            data = {
+                "extends": extends,
+                "name": name,
+                "description": f"{base.description} (my settings)",
+                "provenance": {"placeholder": {}},
+            }
             kind = SCHEDULERS.get(base.scheduler.kind)
             if base.scheduler.account_required or (kind and kind.needs_account):
                 data["scheduler"] = {"account": "PROJ123"}
@@ -176,8 +201,16 @@ def register(app: typer.Typer) -> None:
         site = load_site_file(target)
         marks = placeholders(site)
         if as_json:
-            typer.echo(json.dumps({"file": str(target), "site": site.model_dump(mode="json"),
-                                   "placeholders": marks}, indent=2))  # fmt: skip
+            typer.echo(
+                json.dumps(
+                    {
+                        "file": str(target),
+                        "site": site.model_dump(mode="json"),
+                        "placeholders": marks,
+                    },
+                    indent=2,
+                )
+            )
             return
         typer.echo(f"wrote {target} (valid)")
         for field, what in marks.items():

@@ -111,18 +111,28 @@ def register(app: typer.Typer) -> None:
         launch = None
         if site_obj is not None:
             if sif:  # the Apptainer backend runs the checks' own mpirun lines
-                typer.echo("note: --sif runs without hpcenv's placement flags and measured tuning "
-                           "(podman smoke applies them)", err=True)  # fmt: skip
+                typer.echo(
+                    "note: --sif runs without hpcenv's placement flags and measured tuning "
+                    "(podman smoke applies them)",
+                    err=True,
+                )
             else:
                 from hpcenv.smoke.runner import launch_settings
 
                 launch = launch_settings(site_obj, image, recipe=recipe or SMOKE_RECIPE)
                 typer.echo(launch.note, err=True)  # stderr: stdout may carry --json
         report = run_smoke(
-            image, results, data_dir=data_dir, extra_volumes=volume or [],
-            mount_checks=mount_checks, keep=keep, echo=not quiet,
-            backend="apptainer" if sif else "podman", launch=launch, references=references,
-        )  # fmt: skip
+            image,
+            results,
+            data_dir=data_dir,
+            extra_volumes=volume or [],
+            mount_checks=mount_checks,
+            keep=keep,
+            echo=not quiet,
+            backend="apptainer" if sif else "podman",
+            launch=launch,
+            references=references,
+        )
         bad = [v for v in report.references if v["verdict"] == "regression"]
         if as_json:
             import json
@@ -139,6 +149,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
         if check_references and bad:
             for v in bad:
-                typer.echo(f"regression: {v['figure']} = {v['value']:.4g} {v['unit']}, outside "
-                           f"{v['bounds'][0]:.4g}..{v['bounds'][1]:.4g}", err=True)  # fmt: skip
+                typer.echo(
+                    f"regression: {v['figure']} = {v['value']:.4g} {v['unit']}, outside "
+                    f"{v['bounds'][0]:.4g}..{v['bounds'][1]:.4g}",
+                    err=True,
+                )
             raise typer.Exit(1)

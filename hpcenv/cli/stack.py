@@ -103,8 +103,9 @@ def register(app: typer.Typer) -> None:
         # A ready job script: the image's MPI allreduce check, launched the site's way.
         check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
         try:
-            job = JobSpec(name=f"hpcenv-{lock.recipe}", command=check, recipe=lock.recipe,
-                          account=account)  # fmt: skip
+            job = JobSpec(
+                name=f"hpcenv-{lock.recipe}", command=check, recipe=lock.recipe, account=account
+            )
         except ValueError:
             raise ConfigError(
                 f"--account {account!r}: letters, digits and _.,:@%+=/- only"
@@ -123,8 +124,12 @@ def register(app: typer.Typer) -> None:
         if fmt is not None:  # one artifact on stdout (the hpccm habit: -f singularity > x.def)
             import sys
 
-            artifacts = {"docker": rendered.dockerfile, "singularity": rendered.singularity,
-                         "job": job_sh, "lock": rendered.lock_json}  # fmt: skip
+            artifacts = {
+                "docker": rendered.dockerfile,
+                "singularity": rendered.singularity,
+                "job": job_sh,
+                "lock": rendered.lock_json,
+            }
             sys.stdout.write(artifacts[fmt])
             return
 
@@ -135,8 +140,17 @@ def register(app: typer.Typer) -> None:
 
         written = [str(out / rel) for rel in publish_dir(out, write_all, force=force)]
         if as_json:
-            typer.echo(json.dumps({"out": str(out), "files": written, "site": site_obj.name,
-                                   "recipe": lock.recipe}, indent=2))  # fmt: skip
+            typer.echo(
+                json.dumps(
+                    {
+                        "out": str(out),
+                        "files": written,
+                        "site": site_obj.name,
+                        "recipe": lock.recipe,
+                    },
+                    indent=2,
+                )
+            )
             return
         for path in written:
             typer.echo(path)
@@ -260,8 +274,9 @@ def register(app: typer.Typer) -> None:
             for step in deliveries[plan.recipe]:
                 outcome = deliver(step, sif_file, env)
                 console.print(f"  deliver: {outcome.detail}")
-                delivered.append({"step": step.describe(), "done": outcome.done,
-                                  "detail": outcome.detail})  # fmt: skip
+                delivered.append(
+                    {"step": step.describe(), "done": outcome.done, "detail": outcome.detail}
+                )
             entry["delivery"] = delivered
             results.append(entry)
         if as_json:

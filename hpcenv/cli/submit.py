@@ -112,16 +112,36 @@ def register(app: typer.Typer) -> None:
         from hpcenv.jobs.service import SshOptions, SubmitRequest, submit_request
 
         req = SubmitRequest(
-            site=site, command=tuple(command or ()), recipe=recipe, nodes=nodes,
-            ranks_per_node=ranks_per_node, cores_per_rank=cores_per_rank,
-            ccl_workers=ccl_workers, image=image, no_container=no_container, name=name,
-            workdir=workdir, walltime=walltime, account=account, queue=queue, qos=qos,
-            constraint=constraint, options=tuple(option or ()), single=single,
-            stage_in=stage_in, stage_out=stage_out, array=array, after=tuple(after or ()),
-            force=force, dry_run=dry_run, site_mpi=not no_site_mpi, transport=transport,
+            site=site,
+            command=tuple(command or ()),
+            recipe=recipe,
+            nodes=nodes,
+            ranks_per_node=ranks_per_node,
+            cores_per_rank=cores_per_rank,
+            ccl_workers=ccl_workers,
+            image=image,
+            no_container=no_container,
+            name=name,
+            workdir=workdir,
+            walltime=walltime,
+            account=account,
+            queue=queue,
+            qos=qos,
+            constraint=constraint,
+            options=tuple(option or ()),
+            single=single,
+            stage_in=stage_in,
+            stage_out=stage_out,
+            array=array,
+            after=tuple(after or ()),
+            force=force,
+            dry_run=dry_run,
+            site_mpi=not no_site_mpi,
+            transport=transport,
             ssh=SshOptions(ssh_host, ssh_port, ssh_user, ssh_key, known_hosts),
-            wait=wait, timeout=timeout,
-        )  # fmt: skip
+            wait=wait,
+            timeout=timeout,
+        )
         result = submit_request(req, notify=_stderr, on_change=_show_change)
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2))

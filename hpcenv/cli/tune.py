@@ -60,16 +60,28 @@ def register(app: typer.Typer) -> None:
         from hpcenv.tuning.service import TuneRequest, tune_request
 
         req = TuneRequest(
-            site=site, nodes=nodes, ranks_per_node=ranks_per_node, cores_per_rank=cores_per_rank,
-            ccl_workers=ccl_workers, recipe=recipe, force=force, measure=measure, show=show,
-            plan=plan, image=image, budget=budget, quick=quick, if_stale=if_stale,
-        )  # fmt: skip
+            site=site,
+            nodes=nodes,
+            ranks_per_node=ranks_per_node,
+            cores_per_rank=cores_per_rank,
+            ccl_workers=ccl_workers,
+            recipe=recipe,
+            force=force,
+            measure=measure,
+            show=show,
+            plan=plan,
+            image=image,
+            budget=budget,
+            quick=quick,
+            if_stale=if_stale,
+        )
         result = tune_request(req, echo=typer.echo)
         if result.sweep is not None:
             _print_sweep(result.sweep, as_json)
         elif result.kept is not None:
-            typer.echo(f"measured tuning in force, not re-measured: {result.kept.path} "
-                       f"({result.kept.why})")  # fmt: skip
+            typer.echo(
+                f"measured tuning in force, not re-measured: {result.kept.path} ({result.kept.why})"
+            )
         elif result.measured is not None:
             _print_measured(result.measured, as_json)
         else:
@@ -97,8 +109,10 @@ def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
         typer.echo(json.dumps(doc, indent=2))
         return
     n = s.node
-    typer.echo(f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
-               f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks")  # fmt: skip
+    typer.echo(
+        f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
+        f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks"
+    )
     typer.echo("why:")
     for r in t.reasons:
         typer.echo(f"  - {r}")
@@ -124,8 +138,12 @@ def _span(cores: tuple[int, ...]) -> str:
 def _found_json(found: InForce | None) -> dict[str, Any]:
     if found is None:
         return {"in_force": False, "why": "nothing measured for this site and layout"}
-    doc: dict[str, Any] = {"in_force": found.tuning is not None, "path": str(found.path),
-                           "why": found.why, "warning": found.warning}  # fmt: skip
+    doc: dict[str, Any] = {
+        "in_force": found.tuning is not None,
+        "path": str(found.path),
+        "why": found.why,
+        "warning": found.warning,
+    }
     if found.tuning is not None:
         from hpcenv.tuning.apply import RULES_NAME, environment
 
@@ -140,8 +158,9 @@ def _show_measured(found: InForce | None, image: str) -> None:
 
     typer.echo(f"measured tuning for {image}:")
     if found is None:
-        typer.echo("  none in force: nothing measured for this site and layout "
-                   "(hpcenv tune --measure)")  # fmt: skip
+        typer.echo(
+            "  none in force: nothing measured for this site and layout (hpcenv tune --measure)"
+        )
         return
     if found.tuning is None:
         typer.echo(f"  none in force: {found.warning or found.why}")
@@ -159,17 +178,30 @@ def _show_measured(found: InForce | None, image: str) -> None:
         for line in text.splitlines():
             typer.echo(f"    {line}")
     for key, cands in t.rendered_only.items():
-        typer.echo(f"  rendered only, {key}: "
-                   + "; ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in cands))  # fmt: skip
+        typer.echo(
+            f"  rendered only, {key}: "
+            + "; ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in cands)
+        )
 
 
 def _print_sweep(p: Plan, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps({"mpi": p.mpi, "openmpi": p.openmpi, "horovod": p.horovod,
-                               "rendered_only": p.rendered_only, "reasons": p.reasons}, indent=2))  # fmt: skip
+        typer.echo(
+            json.dumps(
+                {
+                    "mpi": p.mpi,
+                    "openmpi": p.openmpi,
+                    "horovod": p.horovod,
+                    "rendered_only": p.rendered_only,
+                    "reasons": p.reasons,
+                },
+                indent=2,
+            )
+        )
         return
     for line in p.lines():
         typer.echo(line)
     for key, cands in p.rendered_only.items():
-        typer.echo(f"  {key}: " + "; ".join(" ".join(f"{k}={v}" for k, v in c.items())
-                                            for c in cands))  # fmt: skip
+        typer.echo(
+            f"  {key}: " + "; ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in cands)
+        )

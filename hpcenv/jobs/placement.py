@@ -98,10 +98,13 @@ def usable_cores(site: Site) -> list[list[int]]:
     node = site.node
     reserved = set(node.reserved_cores)
     return [
-        [c for c in range(s * node.cores_per_socket, (s + 1) * node.cores_per_socket)
-         if c not in reserved]
+        [
+            c
+            for c in range(s * node.cores_per_socket, (s + 1) * node.cores_per_socket)
+            if c not in reserved
+        ]
         for s in range(node.sockets)
-    ]  # fmt: skip
+    ]
 
 
 def default_ranks_per_node(site: Site) -> tuple[int, str]:

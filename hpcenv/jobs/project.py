@@ -19,6 +19,7 @@ from hpcenv.site.words import is_placeholder
 
 PROJECT_VAR = "HPCENV_PROJECT"
 
+
 def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
     """The account a job is charged to: ``given`` (``--account``), else the site file's.
 
@@ -70,9 +71,12 @@ def prelude(site: Site, account: str | None) -> list[tuple[str, str]]:
         out.append((PROJECT_VAR, qpath(account)))
     elif uses_project(site):
         out.append(
-            (PROJECT_VAR, f'"${{{PROJECT_VAR}:?site {site.name} paths need a project: '
-                          f'submit with --account ID}}"')
-        )  # fmt: skip
+            (
+                PROJECT_VAR,
+                f'"${{{PROJECT_VAR}:?site {site.name} paths need a project: '
+                f'submit with --account ID}}"',
+            )
+        )
     for name, var in site.variables.items():
         env_name(name)
         if var.default is None:

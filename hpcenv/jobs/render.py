@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from hpcenv.tuning.model import MeasuredTuning
 
 
-
 @dataclass(frozen=True)
 class RenderedJob:
     """A job's plan, its script, and what submission and monitoring need to know about it."""
@@ -203,7 +202,10 @@ class _EnvLayers:
         self._vars: dict[str, EnvVar] = {}
 
     def add(
-        self, values: dict[str, str], source: EnvSource, expands: frozenset[str] | set[str] = frozenset()
+        self,
+        values: dict[str, str],
+        source: EnvSource,
+        expands: frozenset[str] | set[str] = frozenset(),
     ) -> None:
         for name, value in values.items():
             env_name(name)
@@ -311,15 +313,28 @@ def _staging_steps(
         before.append((step_file("stage-in.sh", "stage-in"), Step("stage-in", what, tuple(argv))))
     if job.stitch:
         s = job.stitch
-        argv = ["bash", step_path("stitch.sh"), _arg(s.parts), str(s.count), s.prefix, s.suffix,
-                _arg(s.output), "1" if s.force else "0"]  # fmt: skip
+        argv = [
+            "bash",
+            step_path("stitch.sh"),
+            _arg(s.parts),
+            str(s.count),
+            s.prefix,
+            s.suffix,
+            _arg(s.output),
+            "1" if s.force else "0",
+        ]
         what = f"Stitch: {s.count} parts {s.parts}/{s.prefix}<i>{s.suffix} -> {s.output}"
         after.append((step_file("stitch.sh", "stitch"), Step("stitch", what, tuple(argv))))
     if job.stage_out:
         assert paths.output is not None
         force = "1" if job.stage_out.force else "0"
-        argv = ["bash", step_path("stage-out.sh"), _arg(paths.output),
-                _arg(job.stage_out.dest), force]  # fmt: skip
+        argv = [
+            "bash",
+            step_path("stage-out.sh"),
+            _arg(paths.output),
+            _arg(job.stage_out.dest),
+            force,
+        ]
         what = f"Stage-out: {paths.output} -> {job.stage_out.dest}, atomic, verified"
         after.append((step_file("stage-out.sh", "stage-out"), Step("stage-out", what, tuple(argv))))
     return before, after
@@ -379,8 +394,14 @@ def plan_job(
         env.add(environment(measured, rules), "measured-tuning", expands)
         if rules_text:  # numbers only (generated from validated integers), one record per line
             text = checked_lines(rules_text.splitlines(), "\n")
-            files.append(StepFile(RULES_NAME, text, "measured collective tuning: Open MPI "
-                                  "coll_tuned rules for allreduce (hpcenv tune --measure)"))  # fmt: skip
+            files.append(
+                StepFile(
+                    RULES_NAME,
+                    text,
+                    "measured collective tuning: Open MPI "
+                    "coll_tuned rules for allreduce (hpcenv tune --measure)",
+                )
+            )
         notes.append(
             f"measured tuning: {measured.date}, image {measured.image_id[:12]}, "
             f"{measured.layout.describe()} (hpcenv tune --show --site {site.name})"
@@ -419,9 +440,11 @@ def plan_job(
         runtime=site.runtime.kind if image else "host (no container)",
         mpi=f"{site.mpi.model} MPI {site.mpi.spec} over {site.mpi.pmi}",
         directives=scheduler.directives(
-            site, job.model_copy(update={"account": account}), placement,
+            site,
+            job.model_copy(update={"account": account}),
+            placement,
             node_local=bool(job.stage_in and job.stage_in.per_node),
-        ),  # fmt: skip
+        ),
         modules=list(site.modules),
         prelude=prelude(site, account),
         job_id_expr=scheduler.job_id_expr,

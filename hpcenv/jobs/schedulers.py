@@ -247,14 +247,30 @@ def client_env(site: Site) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 
 _SLURM_PHASE: dict[str, Phase] = {
-    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
-    "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending", "RESV_DEL_HOLD": "pending",
-    "SUSPENDED": "pending", "RUNNING": "running", "COMPLETING": "running",
-    "STAGE_OUT": "running", "SIGNALING": "running", "RESIZING": "running",
-    "COMPLETED": "done", "FAILED": "failed", "CANCELLED": "failed", "TIMEOUT": "failed",
-    "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed", "PREEMPTED": "failed",
-    "BOOT_FAIL": "failed", "DEADLINE": "failed", "REVOKED": "failed", "SPECIAL_EXIT": "failed",
-}  # fmt: skip
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "REQUEUE_FED": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "SUSPENDED": "pending",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "STAGE_OUT": "running",
+    "SIGNALING": "running",
+    "RESIZING": "running",
+    "COMPLETED": "done",
+    "FAILED": "failed",
+    "CANCELLED": "failed",
+    "TIMEOUT": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "PREEMPTED": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "REVOKED": "failed",
+    "SPECIAL_EXIT": "failed",
+}
 # Pending reasons that mean the job cannot start until an administrator or the user acts.
 _SLURM_BLOCKED = re.compile(
     r"ReqNodeNotAvail|NodeDown|PartitionDown|PartitionInactive|PartitionNodeLimit|"
@@ -439,10 +455,18 @@ class Slurm(Scheduler):
 # --------------------------------------------------------------------------------------------
 
 _LSF_PHASE: dict[str, Phase] = {
-    "PEND": "pending", "PSUSP": "pending", "WAIT": "pending",
-    "RUN": "running", "USUSP": "running", "SSUSP": "running", "PROV": "running",
-    "DONE": "done", "EXIT": "failed", "UNKWN": "unknown", "ZOMBI": "unknown",
-}  # fmt: skip
+    "PEND": "pending",
+    "PSUSP": "pending",
+    "WAIT": "pending",
+    "RUN": "running",
+    "USUSP": "running",
+    "SSUSP": "running",
+    "PROV": "running",
+    "DONE": "done",
+    "EXIT": "failed",
+    "UNKWN": "unknown",
+    "ZOMBI": "unknown",
+}
 
 
 def _seconds(value: str) -> int:
@@ -568,9 +592,17 @@ def parse_bjobs_json(job_id: str, text: str) -> JobStatus:
 # --------------------------------------------------------------------------------------------
 
 _PBS_PHASE: dict[str, Phase] = {
-    "Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S": "pending",
-    "U": "pending", "M": "pending", "R": "running", "E": "running", "B": "running",
-}  # fmt: skip
+    "Q": "pending",
+    "H": "pending",
+    "W": "pending",
+    "T": "pending",
+    "S": "pending",
+    "U": "pending",
+    "M": "pending",
+    "R": "running",
+    "E": "running",
+    "B": "running",
+}
 
 
 @register_scheduler

@@ -99,9 +99,15 @@ class SubmitResult:
     def to_dict(self) -> dict[str, Any]:
         if self.submission is None:
             r = self.rendered
-            return {"site": self.site, "scheduler": r.scheduler.name, "image": r.image,
-                    "workdir": r.workdir, "placement": r.placement.to_dict(),
-                    "plan": r.plan.to_dict(), "script": r.script}  # fmt: skip
+            return {
+                "site": self.site,
+                "scheduler": r.scheduler.name,
+                "image": r.image,
+                "workdir": r.workdir,
+                "placement": r.placement.to_dict(),
+                "plan": r.plan.to_dict(),
+                "script": r.script,
+            }
         doc = self.submission.to_dict()
         if self.status is not None:
             doc["status"] = self.status.to_dict()
@@ -112,8 +118,10 @@ class SubmitResult:
         if self.submission is None:
             return self.rendered.script
         sub = self.submission
-        lines = [f"submitted {sub.job_id} ({sub.name}) to {sub.scheduler} via {self.via}; "
-                 f"workdir {sub.workdir}"]  # fmt: skip
+        lines = [
+            f"submitted {sub.job_id} ({sub.name}) to {sub.scheduler} via {self.via}; "
+            f"workdir {sub.workdir}"
+        ]
         if self.status is not None:
             lines.append(self.status.message())
         return "\n".join(lines) + "\n"
@@ -267,8 +275,9 @@ def submit_request(
             ensure_manifest(Path(req.stage_in), notify)
         sub = submit(s, job, t, after=list(req.after), rendered=rendered)
         if req.wait:
-            st = wait_for(sub, t, timeout=req.timeout, poll=1.0, max_poll=WAIT_MAX_POLL,
-                          on_change=on_change)  # fmt: skip
+            st = wait_for(
+                sub, t, timeout=req.timeout, poll=1.0, max_poll=WAIT_MAX_POLL, on_change=on_change
+            )
     finally:
         t.close()
     return SubmitResult(s.name, rendered, sub, st, t.describe())

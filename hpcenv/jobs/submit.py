@@ -137,8 +137,10 @@ def load_record(job_id: str, where: str | None = None) -> Submission | None:
         subs = [s for s in subs if where in (s.transport.kind, s.transport.host)]
     if len(subs) > 1:
         places = ", ".join(_place(s) for s in subs)
-        raise ConfigError(f"job {job_id} was submitted to more than one place ({places}); "
-                          "pass --on local or --on HOST")  # fmt: skip
+        raise ConfigError(
+            f"job {job_id} was submitted to more than one place ({places}); "
+            "pass --on local or --on HOST"
+        )
     return subs[0] if subs else None
 
 
@@ -189,8 +191,11 @@ def submit(
             break
         except TransportError as err:
             if attempt == tries:
-                where = (f"; it may have been submitted: look for a job with comment {token}"
-                         if tagged else "; it may have been submitted")  # fmt: skip
+                where = (
+                    f"; it may have been submitted: look for a job with comment {token}"
+                    if tagged
+                    else "; it may have been submitted"
+                )
                 raise TransportError(f"{err} (after {tries} attempt(s)){where}") from err
             time.sleep(retry_wait * attempt)
     workdir = rendered.workdir

@@ -126,8 +126,12 @@ class SshTransport(Transport):
             from fabric import Connection
 
             limit = self.spec.connect_timeout
-            kwargs: dict[str, Any] = {"allow_agent": False, "look_for_keys": False,
-                                      "banner_timeout": limit, "auth_timeout": limit}  # fmt: skip
+            kwargs: dict[str, Any] = {
+                "allow_agent": False,
+                "look_for_keys": False,
+                "banner_timeout": limit,
+                "auth_timeout": limit,
+            }
             if self.spec.key_file:
                 kwargs["key_filename"] = os.path.expanduser(self.spec.key_file)
             else:
@@ -187,8 +191,10 @@ class SshTransport(Transport):
         chan.settimeout(0.2)
         while True:
             got = False
-            for ready, recv, buf in ((chan.recv_ready, chan.recv, out),
-                                     (chan.recv_stderr_ready, chan.recv_stderr, err)):  # fmt: skip
+            for ready, recv, buf in (
+                (chan.recv_ready, chan.recv, out),
+                (chan.recv_stderr_ready, chan.recv_stderr, err),
+            ):
                 while ready():
                     buf += recv(65536)
                     got = True

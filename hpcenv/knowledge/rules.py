@@ -79,8 +79,10 @@ class Rule(BaseModel):
     @classmethod
     def _rows_are_lists(cls, table: Any) -> Any:
         if isinstance(table, dict):
-            return {str(k): [str(x) for x in v] if isinstance(v, list) else [str(v)]
-                    for k, v in table.items()}  # fmt: skip
+            return {
+                str(k): [str(x) for x in v] if isinstance(v, list) else [str(v)]
+                for k, v in table.items()
+            }
         return table
 
     @model_validator(mode="after")

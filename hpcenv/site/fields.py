@@ -57,6 +57,7 @@ def describe(dotted: str) -> str:
 
 def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Put each field's description into the JSON Schema (top level and ``$defs``)."""
+
     def walk(model: type[BaseModel], node: dict[str, Any], prefix: str) -> None:
         for name, info in model.model_fields.items():
             prop = node.get("properties", {}).get(name)
@@ -74,13 +75,23 @@ def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown() -> str:
-    lines = ["# Site file fields", "",
-             "Generated from `hpcenv/knowledge/site_fields.yaml` (`hpcenv sites fields --markdown`).",
-             "Dotted names as used in `provenance` and `hpcenv sites show --resolved`.", "",
-             "| field | what | unit | example | where to find it |", "|:--|:--|:--|:--|:--|"]  # fmt: skip
+    lines = [
+        "# Site file fields",
+        "",
+        "Generated from `hpcenv/knowledge/site_fields.yaml` (`hpcenv sites fields --markdown`).",
+        "Dotted names as used in `provenance` and `hpcenv sites show --resolved`.",
+        "",
+        "| field | what | unit | example | where to find it |",
+        "|:--|:--|:--|:--|:--|",
+    ]
     for dotted in model_fields():
         f = fields().get(dotted, {})
-        cells = [f"`{dotted}`", str(f.get("what", "")), str(f.get("unit", "")),
-                 f"`{f['example']}`" if "example" in f else "", str(f.get("find", ""))]  # fmt: skip
+        cells = [
+            f"`{dotted}`",
+            str(f.get("what", "")),
+            str(f.get("unit", "")),
+            f"`{f['example']}`" if "example" in f else "",
+            str(f.get("find", "")),
+        ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"

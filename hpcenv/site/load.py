@@ -108,10 +108,13 @@ def resolve(path: Path, _seen: tuple[Path, ...] = ()) -> ResolvedSite:
         )
     base = resolve(_base_path(ref, path, _line(lines, (EXTENDS,))), (*_seen, here))
     provenance = {
-        kind: {k: v for k, v in base.data.get("provenance", {}).get(kind, {}).items()
-               if not _sets(own, k)}
+        kind: {
+            k: v
+            for k, v in base.data.get("provenance", {}).get(kind, {}).items()
+            if not _sets(own, k)
+        }
         for kind in PROVENANCE_KINDS
-    }  # fmt: skip
+    }
     merged = merge({**base.data, "provenance": provenance}, own)
     merged["provenance"] = {k: v for k, v in merged["provenance"].items() if v}
     kept = {k: v for k, v in base.origins.items() if not _sets(own, k)}

@@ -87,9 +87,12 @@ class Node(Strict):
         description="cores the system keeps (never given to a rank), e.g. low-noise",
     )
     ranks_per_node: int | None = Field(
-        default=None, ge=1, le=65536, strict=True,
+        default=None,
+        ge=1,
+        le=65536,
+        strict=True,
         description="the site's documented default ranks per node",
-    )  # fmt: skip
+    )
 
     @property
     def cores(self) -> int:
@@ -210,10 +213,11 @@ class Scheduler(Strict):
     queue: Word | None = Field(default=None, description="partition (Slurm) or queue")
     qos: Word | None = Field(default=None, description="default QOS (Slurm --qos)")
     queue_nodes: dict[Word, tuple[NodeCount, NodeCount]] = Field(
-        default={}, max_length=64,
+        default={},
+        max_length=64,
         description="[fewest, most] nodes each queue takes, as the site documents; a job "
         "outside its queue's range is refused at render (qsub/sbatch would reject it)",
-    )  # fmt: skip
+    )
     cpus_per_core: int = Field(
         default=1,
         ge=1,
@@ -221,9 +225,10 @@ class Scheduler(Strict):
         description="Slurm CPUs per physical core: 2 where Slurm counts hardware threads",
     )
     launcher_flags: list[ShellWord] = Field(
-        default=[], max_length=64,
+        default=[],
+        max_length=64,
         description="launcher options the site documents for every rank launch",
-    )  # fmt: skip
+    )
     walltime: Walltime = Field(
         default="00:30:00", description="MM (minutes), HH:MM:SS or D-HH[:MM[:SS]]"
     )

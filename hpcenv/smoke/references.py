@@ -137,6 +137,7 @@ def compare(
             lower = ref.lower if ref is not None else HISTORY_LOWER
             upper = ref.upper if ref is not None and ref.upper is not None else HISTORY_UPPER
             hist = judge(fig.value, median, lower, upper, fig.better)
-        out.append(Verdict(name, fig.value, fig.unit, value_ref, bounds, verdict, median,
-                           len(past), hist))  # fmt: skip
+        out.append(
+            Verdict(name, fig.value, fig.unit, value_ref, bounds, verdict, median, len(past), hist)
+        )
     return out

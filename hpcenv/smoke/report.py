@@ -111,8 +111,9 @@ def plot_allreduce(
     caption = f"{machine_caption()}; {ranks} ranks, one node" + (
         f"; image {image}" if image else ""
     )
-    return plot_sweeps(allreduce_series(tests), path, title=title or f"allreduce, {ranks} ranks",
-                       caption=caption)  # fmt: skip
+    return plot_sweeps(
+        allreduce_series(tests), path, title=title or f"allreduce, {ranks} ranks", caption=caption
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -151,9 +152,11 @@ def summary_table(report: SmokeReport) -> Table:
             detail = f"{reason}; {detail}" if detail else reason
         style = styles.get(test.outcome, "")
         table.add_row(
-            escape(test.name), f"[{style}]{test.outcome}[/]" if style else test.outcome,
-            f"{test.duration:.1f}", escape(detail),
-        )  # fmt: skip
+            escape(test.name),
+            f"[{style}]{test.outcome}[/]" if style else test.outcome,
+            f"{test.duration:.1f}",
+            escape(detail),
+        )
     return table
 
 
@@ -170,13 +173,23 @@ def references_table(report: SmokeReport) -> Table | None:
         table.add_column(col)
     for v in report.references:
         bounds = v["bounds"]
-        ref = (f"{_fmt(v['reference'])} ({_fmt(bounds[0])}..{_fmt(bounds[1])})"
-               if v["reference"] is not None and bounds else "")  # fmt: skip
-        hist = "" if v["history_median"] is None else f"{_fmt(v['history_median'])} ({v['history_runs']} runs)"
+        ref = (
+            f"{_fmt(v['reference'])} ({_fmt(bounds[0])}..{_fmt(bounds[1])})"
+            if v["reference"] is not None and bounds
+            else ""
+        )
+        hist = (
+            ""
+            if v["history_median"] is None
+            else f"{_fmt(v['history_median'])} ({v['history_runs']} runs)"
+        )
         verdict, hv = v["verdict"], v["history_verdict"]
         table.add_row(
-            escape(v["figure"]), f"{_fmt(v['value'])} {v['unit']}", ref,
-            f"[{styles[verdict]}]{verdict}[/]" if verdict in styles else verdict, hist,
+            escape(v["figure"]),
+            f"{_fmt(v['value'])} {v['unit']}",
+            ref,
+            f"[{styles[verdict]}]{verdict}[/]" if verdict in styles else verdict,
+            hist,
             f"[{styles[hv]}]{hv}[/]" if hv in styles else hv,
-        )  # fmt: skip
+        )
     return table

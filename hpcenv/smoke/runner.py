@@ -90,23 +90,33 @@ def apptainer_target(name: str, volumes: Sequence[str]) -> Iterator[str]:
 
 
 def pytest_argv(
-    host_url: str, results_dir: Path, pytest_args: Sequence[str] = (),
+    host_url: str,
+    results_dir: Path,
+    pytest_args: Sequence[str] = (),
     launch: LaunchSettings | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The pytest command that runs the packaged smoke suite against ``host_url``."""
     extra = []
     if launch is not None:
-        extra = [f"--launch-env={json.dumps(launch.env, sort_keys=True)}",
-                 f"--mpirun-flags={launch.mpirun_flags}"]  # fmt: skip
+        extra = [
+            f"--launch-env={json.dumps(launch.env, sort_keys=True)}",
+            f"--mpirun-flags={launch.mpirun_flags}",
+        ]
     return [
-        sys.executable, "-m", "pytest", str(SMOKE_DIR),
-        "-c", str(SMOKE_DIR / "pytest.ini"), "--rootdir", str(SMOKE_DIR),
+        sys.executable,
+        "-m",
+        "pytest",
+        str(SMOKE_DIR),
+        "-c",
+        str(SMOKE_DIR / "pytest.ini"),
+        "--rootdir",
+        str(SMOKE_DIR),
         f"--hosts={host_url}",
         f"--junitxml={results_dir / 'junit.xml'}",
         f"--smoke-json={results_dir / 'results.json'}",
         *extra,
         *pytest_args,
-    ]  # fmt: skip
+    ]
 
 
 @dataclass(frozen=True)
@@ -184,9 +194,13 @@ def run_smoke(
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                env=engine_env(), stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=engine_env(),
+                stdin=subprocess.DEVNULL,
+            )
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -210,11 +224,18 @@ def run_smoke(
     )
     report.files = {"junit": "junit.xml", "raw": "results.json", "log": "pytest.log"}
     if launch is not None:
-        report.launch = {"mpirun_flags": launch.mpirun_flags, "env": launch.env,
-                         "note": launch.note}  # fmt: skip
+        report.launch = {
+            "mpirun_flags": launch.mpirun_flags,
+            "env": launch.env,
+            "note": launch.note,
+        }
     _compare(report, references or {}, started)
-    plot = plot_allreduce(report.tests, results_dir / PLOT_NAME, title="allreduce, 2 ranks",
-                          image=f"{image} ({backend})")  # fmt: skip
+    plot = plot_allreduce(
+        report.tests,
+        results_dir / PLOT_NAME,
+        title="allreduce, 2 ranks",
+        image=f"{image} ({backend})",
+    )
     if plot is not None:
         report.files["plot"] = plot.name
     write_report(report)
@@ -236,8 +257,14 @@ def _compare(report: SmokeReport, references: Mapping[str, Any], started: dateti
     path = history_path(report.results_dir, slug)
     report.references = [v.to_dict() for v in compare(figs, references, read_history(path))]
     if figs:
-        append_history(path, {"date": started.isoformat(timespec="seconds"), "image": report.image,
-                              "figures": {k: f.value for k, f in figs.items()}})  # fmt: skip
+        append_history(
+            path,
+            {
+                "date": started.isoformat(timespec="seconds"),
+                "image": report.image,
+                "figures": {k: f.value for k, f in figs.items()},
+            },
+        )
     report.files["history"] = str(path)
 
 

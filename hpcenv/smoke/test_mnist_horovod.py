@@ -74,9 +74,15 @@ def test_mnist_horovod_ccl(
     env = HOROVOD_OPS_ENV["ccl"]
     doc = run_check(target.mpirun, "mnist_horovod.py", target.mnist_dir, env=env)
     proof = run_check(
-        target.mpirun, "mnist_horovod.py", target.mnist_dir, "--epochs", "1",
-        "--ops-timeline", "/tmp/hpcenv-mnist-ops.json", env=env,
-    )  # fmt: skip
+        target.mpirun,
+        "mnist_horovod.py",
+        target.mnist_dir,
+        "--epochs",
+        "1",
+        "--ops-timeline",
+        "/tmp/hpcenv-mnist-ops.json",
+        env=env,
+    )
     record(
         accuracy=doc["test_accuracy"],
         ops_seen=proof["ops_seen"],

@@ -35,8 +35,12 @@ def image_id(image: str) -> str | None:
     try:
         proc = subprocess.run(
             ["podman", "image", "inspect", "--format", "{{.Id}}", image],
-            capture_output=True, text=True, env=engine_env(), timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=engine_env(),
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     iid = proc.stdout.strip().removeprefix("sha256:")
@@ -54,9 +58,13 @@ def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
     if not tuning_path(site.name, layout).is_file():
         return None
     if image is None:
-        return InForce(None, tuning_path(site.name, layout), "ignored",
-                       "measured tuning not applied: the job runs on the host, not in the "
-                       "image it was measured in")  # fmt: skip
+        return InForce(
+            None,
+            tuning_path(site.name, layout),
+            "ignored",
+            "measured tuning not applied: the job runs on the host, not in the "
+            "image it was measured in",
+        )
     iid = image_id(image) if site.runtime.kind in ("podman", "podman-hpc") else None
     return in_force(site.name, layout, image, iid)
 
@@ -95,8 +103,15 @@ def for_job(site: Any, job: Any, image: str | None) -> tuple[MeasuredTuning | No
         return None, None
     from hpcenv.jobs.placement import place
 
-    placement = place(site, job.nodes, job.ranks_per_node, cores_per_rank=job.cores_per_rank,
-                     ccl_workers=job.ccl_workers, recipe=job.recipe, force=job.force)  # fmt: skip
+    placement = place(
+        site,
+        job.nodes,
+        job.ranks_per_node,
+        cores_per_rank=job.cores_per_rank,
+        ccl_workers=job.ccl_workers,
+        recipe=job.recipe,
+        force=job.force,
+    )
     found = lookup(site, placement, image)
     if found is None:
         return None, None

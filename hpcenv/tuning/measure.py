@@ -83,17 +83,27 @@ class Plan:
     def lines(self) -> list[str]:
         out = [f"MPI in the image: {self.mpi}"]
         if self.transports:
-            out.append("measure Open MPI transports: defaults vs " + ", ".join(
-                f"{name} ({' '.join(f'{k}={v}' for k, v in env.items())})"
-                for name, env in self.transports))  # fmt: skip
+            out.append(
+                "measure Open MPI transports: defaults vs "
+                + ", ".join(
+                    f"{name} ({' '.join(f'{k}={v}' for k, v in env.items())})"
+                    for name, env in self.transports
+                )
+            )
         if self.openmpi:
             names = collectives()["openmpi"]["algorithms"]
-            out.append("measure Open MPI coll_tuned allreduce: default (0) vs " + ", ".join(
-                f"{a} {names[a]}" + (f" seg {s // 1024} KiB" if s else "")
-                for a, s in self.openmpi))  # fmt: skip
+            out.append(
+                "measure Open MPI coll_tuned allreduce: default (0) vs "
+                + ", ".join(
+                    f"{a} {names[a]}" + (f" seg {s // 1024} KiB" if s else "")
+                    for a, s in self.openmpi
+                )
+            )
         if self.horovod:
-            out.append("measure Horovod: defaults vs " + ", ".join(
-                " ".join(f"{k}={v}" for k, v in c.items()) for c in self.horovod))  # fmt: skip
+            out.append(
+                "measure Horovod: defaults vs "
+                + ", ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in self.horovod)
+            )
         for key, cands in self.rendered_only.items():
             out.append(f"rendered only ({key}): {len(cands)} candidate(s)")
         out += [f"why: {r}" for r in self.reasons]
@@ -109,8 +119,10 @@ def plan(lock: Mapping[str, Any], site: Any, layout: Layout, gpu_visible: bool) 
     family = "openmpi" if mpi in ("openmpi", "spectrum-mpi") else mpi
     if family == "openmpi":
         p.openmpi = [(int(a), int(s)) for a, s in kb["openmpi"]["candidates"]]
-        p.transports = [(str(t["name"]), {str(k): str(v) for k, v in t["env"].items()})
-                        for t in kb["openmpi"].get("transports", [])]  # fmt: skip
+        p.transports = [
+            (str(t["name"]), {str(k): str(v) for k, v in t["env"].items()})
+            for t in kb["openmpi"].get("transports", [])
+        ]
         p.reasons.append(f"Open MPI coll_tuned candidates: {kb['openmpi']['source']}")
         if p.transports:
             p.reasons.append(f"Open MPI transports: {kb['openmpi']['transports_source']}")
@@ -141,8 +153,11 @@ def plan(lock: Mapping[str, Any], site: Any, layout: Layout, gpu_visible: bool) 
     elif hvd:
         p.reasons.append(f"Horovod without MPI operations ({ops}): its knobs are not swept")
     if site.gpu.vendor == "nvidia" or "nccl" in comps:
-        why = "GPU visible, but hpcenv has no NCCL sweep check yet" if gpu_visible else (
-            "no GPU visible in the container")  # fmt: skip
+        why = (
+            "GPU visible, but hpcenv has no NCCL sweep check yet"
+            if gpu_visible
+            else ("no GPU visible in the container")
+        )
         p.rendered_only[f"nccl ({why})"] = [dict(c) for c in kb["nccl"]["candidates"]]
     return p
 
@@ -158,9 +173,10 @@ def best_per_size(runs: list[list[dict[str, Any]]]) -> dict[int, float]:
 
 
 def choose(
-    default: Mapping[int, float], candidates: Mapping[tuple[int, int], Mapping[int, float]],
+    default: Mapping[int, float],
+    candidates: Mapping[tuple[int, int], Mapping[int, float]],
     margin: float = MARGIN,
-) -> dict[int, tuple[int, int]]:  # fmt: skip
+) -> dict[int, tuple[int, int]]:
     """Per size, the candidate that beats the default by ``margin`` (else ``(0, 0)``)."""
     out: dict[int, tuple[int, int]] = {}
     for size, base in sorted(default.items()):
@@ -180,8 +196,9 @@ def to_rules(choice: Mapping[int, tuple[int, int]]) -> list[Rule]:
     return [Rule(min_bytes=s, algorithm=a, segsize=g) for s, (a, g) in sorted(choice.items())]
 
 
-def paired_ratio_rounds(default_runs: list[list[dict[str, Any]]],
-                        cand_runs: list[list[dict[str, Any]]]) -> dict[int, list[float]]:  # fmt: skip
+def paired_ratio_rounds(
+    default_runs: list[list[dict[str, Any]]], cand_runs: list[list[dict[str, Any]]]
+) -> dict[int, list[float]]:
     """Per size, candidate / default busbw of every round, each round's candidate against the
     default run of the same round (the k-th run of each; a budget cut only drops later rounds,
     so the k-th runs stay in the same round)."""
@@ -216,14 +233,16 @@ def consistently_slower(ratios: Sequence[float], floor: float = KEEP_WITHIN) -> 
     ``floor``). UCX at 32 B (8 rounds here, 2026-11-22): slower in 8 of 8, median 0.91."""
     if not ratios:
         return False
-    return (statistics.median(ratios) < floor
-            and rounds_slower(ratios) >= math.ceil(CONSISTENT_SHARE * len(ratios)))  # fmt: skip
+    return statistics.median(ratios) < floor and rounds_slower(ratios) >= math.ceil(
+        CONSISTENT_SHARE * len(ratios)
+    )
 
 
 def choose_transport(
     candidates: Mapping[str, Mapping[int, Sequence[float]]],
-    gain: float = TRANSPORT_GAIN, floor: float = KEEP_WITHIN,
-) -> tuple[str | None, dict[str, dict[str, Any]]]:  # fmt: skip
+    gain: float = TRANSPORT_GAIN,
+    floor: float = KEEP_WITHIN,
+) -> tuple[str | None, dict[str, dict[str, Any]]]:
     """The transport with the best geometric mean of busbw / default over the sizes
     (``candidates`` are, per size, each round's ratio to the default: :func:`paired_ratio_rounds`;
     the mean is taken over the per-size medians), among those at least ``gain`` better on that
@@ -243,30 +262,49 @@ def choose_transport(
         worst = min(ratios, key=lambda s: ratios[s])
         slow = [s for s, v in rounds.items() if consistently_slower(v, floor)]
         ok = g >= gain and not slow
-        stats[name] = {"geomean": g, "worst_bytes": worst, "worst_ratio": ratios[worst],
-                       "worst_rounds_slower": rounds_slower(rounds[worst]),
-                       "rounds": len(rounds[worst]), "slow_sizes": slow, "qualified": ok}  # fmt: skip
+        stats[name] = {
+            "geomean": g,
+            "worst_bytes": worst,
+            "worst_ratio": ratios[worst],
+            "worst_rounds_slower": rounds_slower(rounds[worst]),
+            "rounds": len(rounds[worst]),
+            "slow_sizes": slow,
+            "qualified": ok,
+        }
         if ok and g > best_g:
             best, best_g = name, g
     return best, stats
 
 
 def verify(
-    choice: dict[int, tuple[int, int]], rules_bw: Mapping[int, float],
-    default_bw: Mapping[int, float], keep_within: float = KEEP_WITHIN,
-) -> tuple[dict[int, tuple[int, int]], list[int]]:  # fmt: skip
+    choice: dict[int, tuple[int, int]],
+    rules_bw: Mapping[int, float],
+    default_bw: Mapping[int, float],
+    keep_within: float = KEEP_WITHIN,
+) -> tuple[dict[int, tuple[int, int]], list[int]]:
     """Drop the rule of every size where the rules file measured slower than the default."""
-    dropped = [s for s, c in choice.items()
-               if c != (0, 0) and rules_bw.get(s, 0.0) < keep_within * default_bw.get(s, 0.0)]  # fmt: skip
+    dropped = [
+        s
+        for s, c in choice.items()
+        if c != (0, 0) and rules_bw.get(s, 0.0) < keep_within * default_bw.get(s, 0.0)
+    ]
     return {s: ((0, 0) if s in dropped else c) for s, c in choice.items()}, dropped
 
 
 class Sweep:
     """One measuring session: a runner into the image, a layout, a time budget and progress."""
 
-    def __init__(self, run: Runner, mpirun: str, work: Path, layout: Layout, budget_s: float,
-                 echo: Callable[[str], None], quick: bool = False,
-                 rules_mount: str = RULES_MOUNT) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: Runner,
+        mpirun: str,
+        work: Path,
+        layout: Layout,
+        budget_s: float,
+        echo: Callable[[str], None],
+        quick: bool = False,
+        rules_mount: str = RULES_MOUNT,
+    ) -> None:
         self.run, self.mpirun, self.work, self.layout = run, mpirun, work, layout
         self.rules_path = f"{rules_mount}/{RULES_NAME}"
         self.budget_s, self.echo, self.quick = budget_s, echo, quick
@@ -291,8 +329,9 @@ class Sweep:
         doc = res.doc if res.ok else None
         if doc is None:
             tail = (res.stderr or res.stdout).strip().splitlines()[-2:]
-            raise HpcenvError(f"tune: {label}: `{line}` failed (exit {res.returncode}): "
-                              + " / ".join(tail))  # fmt: skip
+            raise HpcenvError(
+                f"tune: {label}: `{line}` failed (exit {res.returncode}): " + " / ".join(tail)
+            )
         self.log.append({"label": label, "env": dict(env), "seconds": round(res.seconds, 2)})
         return doc
 
@@ -303,27 +342,36 @@ class Sweep:
         args = f"--min-bytes 8 --max-bytes {64 * MiB} --factor 4"
         doc = self.check("allreduce_mpi.py", args, env, label)
         bad = sum(int(r["mismatches"]) for r in doc["sweep"]) + sum(
-            int(e.get("mismatches", 0)) for e in doc.get("exact", []))
+            int(e.get("mismatches", 0)) for e in doc.get("exact", [])
+        )
         if bad:
             raise HpcenvError(f"tune: {label}: {bad} wrong allreduce results")
         return list(doc["sweep"])
 
 
 def _alg_env(alg: int, seg: int) -> dict[str, str]:
-    env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-           "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg)}  # fmt: skip
+    env = {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg),
+    }
     if seg:
         env["OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize"] = str(seg)
     return env
 
 
 def _fmt(size: int) -> str:
-    return f"{size // MiB} MiB" if size >= MiB else f"{size // 1024} KiB" if size >= 1024 else f"{size} B"  # noqa: E501
+    return (
+        f"{size // MiB} MiB"
+        if size >= MiB
+        else f"{size // 1024} KiB"
+        if size >= 1024
+        else f"{size} B"
+    )  # noqa: E501
 
 
-def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
-                      ) -> tuple[dict[str, str], list[list[dict[str, Any]]], dict[str, Any],
-                                 list[str]]:  # fmt: skip
+def measure_transport(
+    sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
+) -> tuple[dict[str, str], list[list[dict[str, Any]]], dict[str, Any], list[str]]:
     """Open MPI's defaults vs each transport candidate, interleaved; returns the chosen
     transport's environment ({} for the defaults), its sweeps, the measurements and reasons."""
     labels = ["Open MPI's defaults", *(name for name, _ in p.transports)]
@@ -335,7 +383,7 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
         if r and sw.over_budget(f"transport rounds {r + 1}-{rounds}"):
             break  # the defaults alone would pair with nothing
         # the order rotates: round r starts with label r (mod the labels); none always runs first
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             if label in unavailable:
                 continue
             if label != labels[0] and sw.over_budget(f"round {r + 1} transport {label}"):
@@ -352,12 +400,15 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
                 sw.echo(f"  [{n}/{total}] transport {label}: not available here ({err})")
                 continue
             runs[label].append(rows)
-            sw.echo(f"  [{n}/{total}] transport {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s,"
-                    f" 8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)")  # fmt: skip
+            sw.echo(
+                f"  [{n}/{total}] transport {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s,"
+                f" 8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)"
+            )
     default = best_per_size(runs[labels[0]])
     cands = {label: best_per_size(r) for label, r in runs.items() if label != labels[0] and r}
     chosen, stats = choose_transport(
-        {label: paired_ratio_rounds(runs[labels[0]], runs[label]) for label in cands})
+        {label: paired_ratio_rounds(runs[labels[0]], runs[label]) for label in cands}
+    )
     reasons = []
     for label, st in stats.items():
         if not st.get("worst_bytes"):
@@ -372,25 +423,35 @@ def measure_transport(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: i
             + (f"; consistently slower at {', '.join(map(_fmt, slow))}" if slow else "")
             + f" -> {verdict} (needs >= {TRANSPORT_GAIN:.2f}x and no size consistently below "
             f"{KEEP_WITHIN:.2f}x: median below it and slower in {CONSISTENT_SHARE:.0%} of the "
-            "rounds)")
-    reasons += [f"transport {label}: not available in this image, not chosen ({why})"
-                for label, why in unavailable.items()]  # fmt: skip
+            "rounds)"
+        )
+    reasons += [
+        f"transport {label}: not available in this image, not chosen ({why})"
+        for label, why in unavailable.items()
+    ]
     if chosen is None:
         reasons.append("transport: Open MPI's defaults kept")
     measurements = {
         "default_busbw": {str(k): v for k, v in default.items()},
         "unavailable": unavailable,
-        "candidates": {label: {"env": envs[label], "busbw": {str(k): v for k, v in bws.items()}}
-                       | {k: v for k, v in stats[label].items()} for label, bws in cands.items()},
+        "candidates": {
+            label: {"env": envs[label], "busbw": {str(k): v for k, v in bws.items()}}
+            | {k: v for k, v in stats[label].items()}
+            for label, bws in cands.items()
+        },
         "chosen": chosen,
-    }  # fmt: skip
+    }
     label = chosen or labels[0]
     return dict(envs[label]), runs[label], json.loads(json.dumps(measurements)), reasons
 
 
-def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int,
-                    default_runs: list[list[dict[str, Any]]] | None = None,
-                    ) -> tuple[list[Rule], dict[str, Any], list[str]]:  # fmt: skip
+def measure_openmpi(
+    sw: Sweep,
+    p: Plan,
+    base_env: Mapping[str, str],
+    rounds: int,
+    default_runs: list[list[dict[str, Any]]] | None = None,
+) -> tuple[list[Rule], dict[str, Any], list[str]]:
     """Per size, the coll_tuned algorithm that beats ``base_env`` (the chosen transport) by
     MARGIN; ``default_runs`` are earlier sweeps of ``base_env`` itself, merged with new ones."""
     names = collectives()["openmpi"]["algorithms"]
@@ -399,8 +460,12 @@ def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
     n = 0
     for r in range(rounds):
         for cand in [(0, 0), *p.openmpi]:
-            label = "default" if cand == (0, 0) else f"alg {cand[0]} {names[cand[0]]}" + (
-                f" seg {cand[1] // 1024} KiB" if cand[1] else "")  # fmt: skip
+            label = (
+                "default"
+                if cand == (0, 0)
+                else f"alg {cand[0]} {names[cand[0]]}"
+                + (f" seg {cand[1] // 1024} KiB" if cand[1] else "")
+            )
             if cand != (0, 0) and sw.over_budget(f"round {r + 1} {label}"):
                 continue
             n += 1
@@ -408,8 +473,10 @@ def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
             t = time.monotonic()
             rows = sw.sweep_mpi(env, label)
             runs.setdefault(cand, []).append(rows)
-            sw.echo(f"  [{n}/{total}] {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s, "
-                    f"8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)")  # fmt: skip
+            sw.echo(
+                f"  [{n}/{total}] {label}: 64 MiB {rows[-1]['busbw_GBps']:.2f} GB/s, "
+                f"8 B {rows[0]['time_us']:.2f} µs ({time.monotonic() - t:.1f} s)"
+            )
     default = best_per_size(runs[(0, 0)])
     cands = {c: best_per_size(r) for c, r in runs.items() if c != (0, 0) and r}
     choice = choose(default, cands)
@@ -435,34 +502,46 @@ def measure_openmpi(sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
         choice, dropped = verify(choice, rules_bw, def_bw)
         verify_doc = {"rules_busbw": rules_bw, "default_busbw": def_bw, "dropped_sizes": dropped}
         if dropped:
-            reasons.append("verification dropped the rule at " + ", ".join(map(_fmt, dropped))
-                           + f" (rules slower than the default by more than {1 - KEEP_WITHIN:.0%})")  # fmt: skip
+            reasons.append(
+                "verification dropped the rule at "
+                + ", ".join(map(_fmt, dropped))
+                + f" (rules slower than the default by more than {1 - KEEP_WITHIN:.0%})"
+            )
         rules = to_rules(choice)
     chosen = {s: c for s, c in choice.items() if c != (0, 0)}
     if chosen:
         reasons.append(
-            "coll_tuned allreduce per size: " + ", ".join(
-                f"{_fmt(s)} -> {a} {names[a]}" + (f"/seg {g // 1024} KiB" if g else "")
+            "coll_tuned allreduce per size: "
+            + ", ".join(
+                f"{_fmt(s)} -> {a} {names[a]}"
+                + (f"/seg {g // 1024} KiB" if g else "")
                 + f" ({cands[(a, g)][s] / default[s]:.2f}x the default)"
-                for s, (a, g) in chosen.items())
+                for s, (a, g) in chosen.items()
+            )
             + f"; other sizes keep Open MPI's fixed decision (no candidate {MARGIN - 1:.0%} faster)"
-        )  # fmt: skip
+        )
     else:
-        reasons.append(f"no coll_tuned algorithm beat Open MPI's fixed decision by {MARGIN - 1:.0%}"
-                       " at any size: no rules")  # fmt: skip
+        reasons.append(
+            f"no coll_tuned algorithm beat Open MPI's fixed decision by {MARGIN - 1:.0%}"
+            " at any size: no rules"
+        )
     measurements = {
         "default_busbw": {str(k): v for k, v in default.items()},
-        "candidates_busbw": {f"{a}/{g}": {str(k): v for k, v in bws.items()}
-                             for (a, g), bws in cands.items()},  # fmt: skip
+        "candidates_busbw": {
+            f"{a}/{g}": {str(k): v for k, v in bws.items()} for (a, g), bws in cands.items()
+        },
         "choice": {str(s): list(c) for s, c in choice.items()},
-        "verification": {k: ({str(s): b for s, b in v.items()} if isinstance(v, dict) else v)
-                         for k, v in verify_doc.items()},  # fmt: skip
+        "verification": {
+            k: ({str(s): b for s, b in v.items()} if isinstance(v, dict) else v)
+            for k, v in verify_doc.items()
+        },
     }
     return rules, measurements, reasons
 
 
-def measure_horovod(sw: Sweep, p: Plan, base_env: Mapping[str, str],
-                    rounds: int) -> tuple[dict[str, str], dict[str, Any], list[str]]:  # fmt: skip
+def measure_horovod(
+    sw: Sweep, p: Plan, base_env: Mapping[str, str], rounds: int
+) -> tuple[dict[str, str], dict[str, Any], list[str]]:
     """Horovod knobs: training-step-shaped exchange (primary) and 64 MiB in place (guard)."""
     results: dict[str, list[dict[str, Any]]] = {}
     cands = [{}, *p.horovod]
@@ -473,15 +552,26 @@ def measure_horovod(sw: Sweep, p: Plan, base_env: Mapping[str, str],
             if cand and sw.over_budget(f"round {r + 1} {label}"):
                 continue
             n += 1
-            doc = sw.check("allreduce_inplace.py", "--lib horovod --grads --iters 5",
-                           dict(base_env) | cand, label)  # fmt: skip
+            doc = sw.check(
+                "allreduce_inplace.py",
+                "--lib horovod --grads --iters 5",
+                dict(base_env) | cand,
+                label,
+            )
             if doc["mismatches"]:
                 raise HpcenvError(f"tune: {label}: {doc['mismatches']} wrong Horovod sums")
             results.setdefault(label, []).append(doc)
-            sw.echo(f"  [{n}/{total}] {label}: gradient step {doc['grads_step_ms']:.3f} ms, "
-                    f"64 MiB {doc['busbw_GBps']:.2f} GB/s")  # fmt: skip
-    best = {k: {"grads_step_ms": min(d["grads_step_ms"] for d in v),
-                "busbw_GBps": max(d["busbw_GBps"] for d in v)} for k, v in results.items()}  # fmt: skip
+            sw.echo(
+                f"  [{n}/{total}] {label}: gradient step {doc['grads_step_ms']:.3f} ms, "
+                f"64 MiB {doc['busbw_GBps']:.2f} GB/s"
+            )
+    best = {
+        k: {
+            "grads_step_ms": min(d["grads_step_ms"] for d in v),
+            "busbw_GBps": max(d["busbw_GBps"] for d in v),
+        }
+        for k, v in results.items()
+    }
     base = best["Horovod defaults"]
     env: dict[str, str] = {}
     reasons: list[str] = []
@@ -501,20 +591,35 @@ def measure_horovod(sw: Sweep, p: Plan, base_env: Mapping[str, str],
         # winner here, HOROVOD_CYCLE_TIME=0.5 (1.9x on this exchange), made training steps
         # ~10 % slower (9.3 vs 8.2 ms): the background thread wakes 2x as often on a core the
         # compute thread needs.
-        reasons.append(f"Horovod {winner[0]}: gradient-only exchange {winner[2]:.2f}x faster "
-                       "than Horovod's defaults; NOT applied: on this exchange the cores idle "
-                       "between allreduces, in training they compute (bench MNIST: slower)")  # fmt: skip
+        reasons.append(
+            f"Horovod {winner[0]}: gradient-only exchange {winner[2]:.2f}x faster "
+            "than Horovod's defaults; NOT applied: on this exchange the cores idle "
+            "between allreduces, in training they compute (bench MNIST: slower)"
+        )
     else:
-        reasons.append(f"Horovod: no knob made the gradient-shaped step {HOROVOD_MARGIN - 1:.0%} "
-                       "faster without slowing 64 MiB: Horovod's defaults kept")  # fmt: skip
+        reasons.append(
+            f"Horovod: no knob made the gradient-shaped step {HOROVOD_MARGIN - 1:.0%} "
+            "faster without slowing 64 MiB: Horovod's defaults kept"
+        )
     return env, {"best": best}, reasons
 
 
 def measure(
-    site: Any, image: str, image_id: str, placement: Any, run: Runner, mpirun: str,
-    work: Path, *, lock: Mapping[str, Any], gpu_visible: bool = False, budget_s: float = 300,
-    quick: bool = False, echo: Callable[[str], None] = print, rules_mount: str = RULES_MOUNT,
-) -> MeasuredTuning:  # fmt: skip
+    site: Any,
+    image: str,
+    image_id: str,
+    placement: Any,
+    run: Runner,
+    mpirun: str,
+    work: Path,
+    *,
+    lock: Mapping[str, Any],
+    gpu_visible: bool = False,
+    budget_s: float = 300,
+    quick: bool = False,
+    echo: Callable[[str], None] = print,
+    rules_mount: str = RULES_MOUNT,
+) -> MeasuredTuning:
     """Run the sweep and return the tuning (not yet saved); ``work`` is the host folder the
     container sees at ``rules_mount`` (rules files under test are written there)."""
     from hpcenv.tuning.apply import layout_of
@@ -528,14 +633,17 @@ def measure(
     base_env = dict(placement.env) | {str(k): str(v) for k, v in site.tuning.items()}
     rules: list[Rule] = []
     measurements: dict[str, Any] = {"mpirun": mpirun, "base_env": base_env}
-    reasons = [f"measured with `{mpirun}` in one container of {image}, {rounds} interleaved "
-               f"round(s) ({1 if quick else TRANSPORT_ROUNDS} for transports), budget "
-               f"{budget_s:.0f} s"]  # fmt: skip
+    reasons = [
+        f"measured with `{mpirun}` in one container of {image}, {rounds} interleaved "
+        f"round(s) ({1 if quick else TRANSPORT_ROUNDS} for transports), budget "
+        f"{budget_s:.0f} s"
+    ]
     transport: dict[str, str] = {}
     if p.transports:
         echo("Open MPI transports, allreduce 8 B..64 MiB:")
         transport, default_runs, tm, why = measure_transport(
-            sw, p, base_env, 1 if quick else TRANSPORT_ROUNDS)
+            sw, p, base_env, 1 if quick else TRANSPORT_ROUNDS
+        )
         # the coll_tuned stage adds `rounds` default runs of its own: keep the default's best-of
         # as deep as each candidate's plus those (6 vs 3), not 11 vs 3
         default_runs = default_runs[-rounds:]
@@ -544,9 +652,14 @@ def measure(
     else:
         default_runs = []
     if p.openmpi:
-        echo("Open MPI coll_tuned allreduce, 8 B..64 MiB"
-             + (f" (over {' '.join(f'{k}={v}' for k, v in transport.items())}):" if transport
-                else ":"))  # fmt: skip
+        echo(
+            "Open MPI coll_tuned allreduce, 8 B..64 MiB"
+            + (
+                f" (over {' '.join(f'{k}={v}' for k, v in transport.items())}):"
+                if transport
+                else ":"
+            )
+        )
         rules, m, why = measure_openmpi(sw, p, base_env | transport, rounds, default_runs)
         measurements["openmpi"] = m
         reasons += why
@@ -555,8 +668,15 @@ def measure(
         reasons.append("Horovod knobs not swept (--quick): none is applied by default anyway")
     elif p.horovod:
         echo("Horovod (over MPI), with the chosen rules in force:")
-        draft = MeasuredTuning(site=site.name, image=image, image_id=image_id, layout=layout,
-                               mpi=p.mpi, date="-", collective_rules=rules)  # fmt: skip
+        draft = MeasuredTuning(
+            site=site.name,
+            image=image,
+            image_id=image_id,
+            layout=layout,
+            mpi=p.mpi,
+            date="-",
+            collective_rules=rules,
+        )
         if rules:
             (work / RULES_NAME).write_text(draft.rules_text() or "", encoding="utf-8")
         hv_env = base_env | transport | environment(draft, sw.rules_path)
@@ -568,11 +688,19 @@ def measure(
         reasons.append(f"time budget ({budget_s:.0f} s) ran out: skipped " + "; ".join(sw.skipped))
     measurements["runs"] = sw.log
     return MeasuredTuning(
-        site=site.name, image=image, image_id=image_id, layout=layout, mpi=p.mpi,
-        date=datetime.now(UTC).isoformat(timespec="seconds"), seconds=round(sw.elapsed, 1),
-        collective_rules=rules, env=env, reasons=reasons, rendered_only=p.rendered_only,
+        site=site.name,
+        image=image,
+        image_id=image_id,
+        layout=layout,
+        mpi=p.mpi,
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        seconds=round(sw.elapsed, 1),
+        collective_rules=rules,
+        env=env,
+        reasons=reasons,
+        rendered_only=p.rendered_only,
         measurements=json.loads(json.dumps(measurements)),
-    )  # fmt: skip
+    )
 
 
 def mpirun_line(site: Any, placement: Any) -> str:

@@ -75,8 +75,15 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
         raise ConfigError("--budget must be > 0 seconds")
     refuse_empty(image=req.image)
     s = load_site(req.site)
-    t = place(s, req.nodes, req.ranks_per_node, cores_per_rank=req.cores_per_rank,
-              ccl_workers=req.ccl_workers, recipe=req.recipe, force=req.force)  # fmt: skip
+    t = place(
+        s,
+        req.nodes,
+        req.ranks_per_node,
+        cores_per_rank=req.cores_per_rank,
+        ccl_workers=req.ccl_workers,
+        recipe=req.recipe,
+        force=req.force,
+    )
     recipe = req.recipe or DEFAULT_RECIPE
     img = req.image or default_image(s, recipe)
     if req.plan:

@@ -45,9 +45,14 @@ def require_image(site: Any, image: str) -> str:
 
 
 def measure_site(
-    site: Any, placement: Any, image: str, *, budget_s: float = 300, quick: bool = False,
+    site: Any,
+    placement: Any,
+    image: str,
+    *,
+    budget_s: float = 300,
+    quick: bool = False,
     echo: Callable[[str], None] = print,
-) -> Measured:  # fmt: skip
+) -> Measured:
     """Measure in a fresh container of ``image``; save and return the tuning file."""
     from hpcenv.bench.shells import Container, Result
     from hpcenv.tuning.measure import measure, mpirun_line, read_lock
@@ -72,8 +77,22 @@ def measure_site(
             lock = read_lock(run)
             gpu = run("nvidia-smi -L", {}, 30).ok
             mpirun = mpirun_line(site, placement)
-            echo(f"measuring in {image} ({iid[:12]}), layout "
-                 f"{placement.nodes}x{placement.ranks_per_node} ranks, budget {budget_s:.0f} s")  # fmt: skip
-            tuning = measure(site, image, iid, placement, run, mpirun, work, lock=lock,
-                             gpu_visible=gpu, budget_s=budget_s, quick=quick, echo=echo)  # fmt: skip
+            echo(
+                f"measuring in {image} ({iid[:12]}), layout "
+                f"{placement.nodes}x{placement.ranks_per_node} ranks, budget {budget_s:.0f} s"
+            )
+            tuning = measure(
+                site,
+                image,
+                iid,
+                placement,
+                run,
+                mpirun,
+                work,
+                lock=lock,
+                gpu_visible=gpu,
+                budget_s=budget_s,
+                quick=quick,
+                echo=echo,
+            )
     return Measured(tuning, save(tuning))

@@ -77,20 +77,26 @@ def in_force(site: str, layout: Layout, image: str, image_id: str | None) -> InF
         return InForce(None, path, "ignored", f"tuning file ignored: {err}")
     if tuning.site != site or tuning.layout != layout:
         return InForce(
-            None, path, "ignored",
+            None,
+            path,
+            "ignored",
             f"tuning file {path} ignored: it is for site {tuning.site}, "
             f"{tuning.layout.describe()}, not {site}, {layout.describe()}",
-        )  # fmt: skip
+        )
     if image_id is None:
         return InForce(
-            None, path, "ignored",
+            None,
+            path,
+            "ignored",
             f"tuning file {path} ignored: the digest of {image} cannot be checked here "
             f"(measured on {tuning.image} {tuning.image_id[:12]})",
-        )  # fmt: skip
+        )
     if not tuning.image_id.startswith(image_id[:12]) and not image_id.startswith(tuning.image_id):
         return InForce(
-            None, path, "ignored",
+            None,
+            path,
+            "ignored",
             f"tuning file {path} ignored: measured on {tuning.image} {tuning.image_id[:12]} "
             f"({tuning.date}), but {image} is {image_id[:12]}; re-measure: {hint}",
-        )  # fmt: skip
+        )
     return InForce(tuning, path, f"measured {tuning.date} on {tuning.image} {tuning.image_id[:12]}")

@@ -20,10 +20,11 @@ hvd.init()
 rank, size = hvd.rank(), hvd.size()
 want = size * (size + 1) / 2
 small = {
-    str(dt): float(hvd.allreduce(torch.full((1024,), rank + 1.0, dtype=dt), op=hvd.Sum,
-                                 name=f"small.{dt}")[0])
+    str(dt): float(
+        hvd.allreduce(torch.full((1024,), rank + 1.0, dtype=dt), op=hvd.Sum, name=f"small.{dt}")[0]
+    )
     for dt in (torch.float32, torch.float64)
-}  # fmt: skip
+}
 # 131072 float64 values i*(rank+1): the sum over ranks is i*want, exact in float64.
 big = torch.arange(131072, dtype=torch.float64) * (rank + 1)
 big_sum = hvd.allreduce(big, op=hvd.Sum, name="big")

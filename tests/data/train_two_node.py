@@ -22,9 +22,21 @@ hvd.init()
 files = sorted(os.listdir(data))
 # Which image the rank runs in: the SIF apptainer names, or a podman container.
 container = os.environ.get("APPTAINER_CONTAINER") or (
-    "podman" if os.path.exists("/run/.containerenv") else None)  # fmt: skip
-print("rank-on " + json.dumps({"rank": hvd.rank(), "host": socket.gethostname(), "data": data,
-                               "files": files, "container": container}), flush=True)  # fmt: skip
+    "podman" if os.path.exists("/run/.containerenv") else None
+)
+print(
+    "rank-on "
+    + json.dumps(
+        {
+            "rank": hvd.rank(),
+            "host": socket.gethostname(),
+            "data": data,
+            "files": files,
+            "container": container,
+        }
+    ),
+    flush=True,
+)
 sys.argv = [sys.argv[0], data, *rest]
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):

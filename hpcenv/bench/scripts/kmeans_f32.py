@@ -64,8 +64,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000, help="total rows, split over ranks")
     ap.add_argument("--features", type=int, default=10)
     ap.add_argument("--clusters", type=int, default=10)
-    ap.add_argument("--iters", type=int, default=10, help="below the data's convergence point "
-                    "(13), so every method does exactly this many Lloyd iterations")  # fmt: skip
+    ap.add_argument(
+        "--iters",
+        type=int,
+        default=10,
+        help="below the data's convergence point "
+        "(13), so every method does exactly this many Lloyd iterations",
+    )
     ap.add_argument("--spread", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--reps", type=int, default=5)
