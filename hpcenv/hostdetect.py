@@ -506,10 +506,13 @@ def _storage(host: CommandHost, d: Detection, on: str) -> None:
     sizes = dict(parse_df(_ok(host, "node-local") or ""))
     for path, kind in NODE_LOCAL:
         if path in sizes:
-            local = {"kind": kind, "path": path, "size_gb": sizes[path]}
-            if path == "/mnt/bb":
-                local["path"] = "/mnt/bb/$USER"
+            # Per user: these folders are shared by everyone on the node, and a job's folder
+            # under a path another user can predict (and make first) could be taken over. hpcenv
+            # makes $USER 0700 and checks it is ours (templates/jobs/_lib.sh); /mnt/bb/$USER is
+            # also how OLCF names the burst buffer.
+            local = {"kind": kind, "path": f"{path}/$USER", "size_gb": sizes[path]}
             d.set("node_local", local, verified=_by("node-local") + on)
+            d.assumed["node_local.path"] = "per user ($USER) by hpcenv, for multi-user safety"
             break
 
 
@@ -547,6 +550,14 @@ def site_data(detection: Detection) -> dict[str, Any]:
     return {**data, "provenance": provenance}
 
 
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_site(
     data: dict[str, Any],
     out: Path,
@@ -567,9 +578,16 @@ def write_site(
         "# Written by `hpcenv sites init --from-host`. provenance says which values were read\n"
         "# (verified), guessed (assumed) or must be filled in (placeholder).\n"
     )
+    import tempfile
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.yaml")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    # A new file with a random name (O_CREAT|O_EXCL, mode 0600): a symlink planted at a
+    # predictable temporary name is never followed.
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".yaml", dir=out.parent)
+    tmp = Path(name)
+    with os.fdopen(fd, "w") as f:
+        f.write(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         if validate is not None:
             validate(tmp)

@@ -98,12 +98,13 @@ def test_every_job_script_runs_with_stub_launchers(
     assert run.returncode == 0, run.stderr
     calls = [c for c in run.calls if c[0] in LAUNCHERS]
     # The job's node-local folder: made first on every node, removed at the end (trap).
-    node_local = [c for c in calls if c[-4:-1] in (["mkdir", "-p", "--"], ["rm", "-rf", "--"])]
+    folder_step = f"{values['HPCENV_WORKDIR']}/.hpcenv/4242/node-local.sh"
+    node_local = [c for c in calls if c[-4:-2] == ["bash", folder_step]]
     launches = [c for c in calls if c not in node_local]
     expected = _expected(rendered.launch_argv, values)
     assert launches[-1] == expected
     if staging:
-        assert [c[-4] for c in node_local] == ["mkdir", "rm"] and calls[-1] == node_local[-1]
+        assert [c[-2] for c in node_local] == ["make", "remove"] and calls[-1] == node_local[-1]
         assert node_local[0][-1] == values["HPCENV_NODE_LOCAL"].rstrip("/")
         assert site.node_local is not None
         per_node = get_launcher(site.scheduler.launcher).per_node(nodes)
@@ -227,7 +228,7 @@ def test_frontier_launch_as_olcf_documents(tmp_path: Path) -> None:
 def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
     argv, v, run = _launch(tmp_path, "aurora", "torch-ccl")
     r = str(tmp_path)
-    wd = f"{r}/lus/flare/projects/{ACCOUNT}/hpcenv-jobs"
+    wd = f"{r}/lus/flare/projects/{ACCOUNT}/alice/hpcenv-jobs"  # per user: hpcenv's choice
     assert argv[:9] == [
         "mpiexec",
         "-n",

@@ -83,6 +83,7 @@ PERLMUTTER_SHARED = (
     "scheduler.launcher",
     "runtime.kind",
     "node_local.kind",
+    "node_local.path",
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -157,7 +158,7 @@ def test_stitch_orders_parts_and_checks_them(tmp_path: Path) -> None:
 
 
 @needs_tool("shellcheck", why="the step scripts are shellchecked")
-@pytest.mark.parametrize("name", ["stage_in", "stage_out", "stitch"])
+@pytest.mark.parametrize("name", ["stage_in", "stage_out", "stitch", "node_local"])
 def test_step_scripts_pass_shellcheck(tmp_path: Path, name: str) -> None:
     proc = subprocess.run(
         ["shellcheck", str(_step(tmp_path, name))], capture_output=True, text=True
@@ -521,8 +522,10 @@ def test_node_local_folder_is_per_job_and_removed_at_the_end(tmp_path: Path, fai
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "SLURM_JOB_ID": "4711"},
+        env={**os.environ, "SLURM_JOB_ID": "4711", "USER": "u1"},
     )
     assert proc.returncode == (1 if fails else 0), proc.stderr
-    assert seen.read_text().strip() == str(tmp_path / "nl" / "nl-4711")
-    assert list((tmp_path / "nl").iterdir()) == []
+    # per user (the site path names no $USER, so hpcenv adds it), per job, 0700
+    assert seen.read_text().strip() == str(tmp_path / "nl" / "u1" / "nl-4711")
+    assert list((tmp_path / "nl" / "u1").iterdir()) == []
+    assert stat.S_IMODE((tmp_path / "nl" / "u1").stat().st_mode) == 0o700

@@ -10,6 +10,7 @@ shipped step files (``templates/jobs/*.sh.j2``) that take arguments, never strin
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -106,6 +107,7 @@ STEP_TEMPLATES = {
     "podman-rank.sh": "podman_rank",  # containers.PODMAN_RANK_STEP
     "stitch.sh": "stitch",
     "stage-out.sh": "stage_out",
+    "node-local.sh": "node_local",
 }
 
 
@@ -127,6 +129,16 @@ def _arg(value: str) -> str:
 def default_workdir(site: Site) -> str:
     scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), "$HOME")
     return f"{scratch}/hpcenv-jobs"
+
+
+def user_folder(path: str) -> str:
+    """The per-user folder under a site's node-local ``path``: ``path`` itself when it names
+    ``$USER`` (``/tmp/$USER``, ``/mnt/bb/$USER``), else ``path/$USER``. Other users share the
+    node, so a job's folder lives in a folder of the user's own (made 0700 and checked by
+    ``templates/jobs/node_local.sh.j2``), never straight in a shared one."""
+    if re.search(r"\$(USER\b|\{USER\})", path):
+        return path
+    return f"{path.rstrip('/') or ''}/$USER"
 
 
 def _one_line(text: str) -> str:
@@ -170,7 +182,7 @@ def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPa
     per_node = bool(job.stage_in and job.stage_in.per_node)
     node_local: str | None = None
     if site.node_local:  # per job: a second job never touches this one's staged data
-        node_local = f"{site.node_local.path}/{job.name}-${{HPCENV_JOB_ID}}"
+        node_local = f"{user_folder(site.node_local.path)}/{job.name}-${{HPCENV_JOB_ID}}"
     if (per_node or "node_local" in used) and node_local is None:
         raise ConfigError(f"site {site.name!r} has no node_local storage to stage into")
     data: str | None = None
@@ -350,7 +362,8 @@ def _node_local_argv(
     many = per_node or (job.launch == "mpi" and placement.nodes > 1)
     on_nodes = launcher.per_node(placement.nodes) if many else []
     folder = Expand("$HPCENV_NODE_LOCAL")
-    return (*on_nodes, "mkdir", "-p", "--", folder), (*on_nodes, "rm", "-rf", "--", folder)
+    script = ("bash", step_path("node-local.sh"))
+    return (*on_nodes, *script, "make", folder), (*on_nodes, *script, "remove", folder)
 
 
 def plan_job(
@@ -432,6 +445,10 @@ def plan_job(
             files.append(file)
     steps = [s for _, s in pre] + ([launch] if launch else []) + [s for _, s in after]
     make, remove = _node_local_argv(job, paths, used, placement, launcher)
+    if make:
+        files.insert(
+            0, step_file("node-local.sh", "this job's node-local folder, made and checked")
+        )
     return JobPlan(
         site=site.name,
         name=job.name,

@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 
 from hpcenv.errors import ConfigError
@@ -75,14 +76,22 @@ def write_manifest(root: Path, out: Path | None = None) -> Path:
     """Write ``root/.hpcenv-manifest`` (or ``out``) atomically; returns its path."""
     out = out or root / MANIFEST_NAME
     lines = manifest_lines(root)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp: Path | None = None
     try:
-        tmp.write_bytes(b"".join(line + b"\n" for line in lines))
+        # A random new name (O_CREAT|O_EXCL): a symlink planted beside ``out`` is never followed.
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"".join(line + b"\n" for line in lines))
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as a plain write would (mkstemp makes 0600)
         tmp.replace(out)
     except OSError as err:
         raise ConfigError(f"cannot write manifest {out}: {err.strerror or err}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
     return out
 
 

@@ -3,6 +3,92 @@
 # the manifest itself. Datasets hold regular files and folders only: symbolic links, special
 # files and names with a newline or a backslash are refused, here and in hpcenv/jobs/staging.py
 # alike. Results are published under a lock beside the destination, from a mktemp name.
+# Other users share the node and the file systems: a folder hpcenv makes for a job is made by
+# mkdir (failing if it exists), 0700, in a per-user folder that must be ours and that nobody else
+# can write, and every folder above it must be root's or ours and not writable by others unless
+# sticky (like /tmp); a lock file is made with noclobber (O_EXCL), never through a symlink, and
+# must be ours. Each refusal is one line naming the path and its owner.
+hpcenv_unsafe_parents() {  # PATH: print why a folder above PATH lets another user move it
+  local dir uid mode me
+  me=$(id -u)
+  dir=$(dirname -- "$1")
+  while :; do
+    if [ -e "$dir" ]; then
+      read -r uid mode < <(stat -L -c '%u %a' -- "$dir")
+      if [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
+        echo "$dir belongs to $(stat -L -c %U -- "$dir")"
+        return
+      fi
+      if ((8#$mode & 8#022)) && ! ((8#$mode & 8#1000)); then
+        echo "$dir is writable by other users (mode $mode, not sticky)"
+        return
+      fi
+    fi
+    [ "$dir" != / ] && [ "$dir" != . ] || return 0
+    dir=$(dirname -- "$dir")
+  done
+}
+hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours nobody else can write
+  local dir=$1 what=$2 mode why
+  if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+    echo "hpcenv: $what $dir is not a folder (a link or a file); refusing to use it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$dir")" != "$(id -u)" ]; then
+    echo "hpcenv: $what $dir belongs to $(stat -c %U -- "$dir"), not to $(id -un); refusing to use it" >&2
+    return 1
+  fi
+  mode=$(stat -c %a -- "$dir")
+  if ((8#$mode & 8#022)); then
+    echo "hpcenv: $what $dir is writable by other users (mode $mode); refusing to use it" >&2
+    return 1
+  fi
+  why=$(hpcenv_unsafe_parents "$dir")
+  if [ -n "$why" ]; then
+    echo "hpcenv: $what $dir is not safe from other users: $why; refusing to use it" >&2
+    return 1
+  fi
+}
+hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
+  local dir=$1 up
+  if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+    up=$(dirname -- "$dir")
+    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
+    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+  fi
+  hpcenv_check_ours "$dir" "per-user folder"
+}
+hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
+  local dir=$1
+  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+      echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
+    else
+      echo "hpcenv: cannot make job folder $dir" >&2
+    fi
+    return 1
+  fi
+}
+hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
+  local fd=$1 path=$2
+  (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
+  if [ -L "$path" ] || [ ! -f "$path" ]; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+    echo "hpcenv: lock $path belongs to $(stat -c %U -- "$path"), not to $(id -un); refusing it" >&2
+    return 1
+  fi
+  eval "exec $fd<\"\$path\""  # read-only: opening never truncates or creates
+  if [ "$(stat -L -c '%d:%i:%u' -- "/proc/self/fd/$fd")" != "$(stat -c '%d:%i:%u' -- "$path")" ]; then
+    echo "hpcenv: lock $path changed while it was opened; refusing it" >&2
+    return 1
+  fi
+  flock "$fd"
+}
 hpcenv_check_tree() {  # DIR: fail on links, special files and names a manifest cannot hold
   local dir=$1 f bad=0
   while IFS= read -r -d '' f; do
@@ -82,8 +168,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
   # Exit 3 when refused; the caller removes TMP.
   local tmp=$1 dest=$2 force=$3 seen=$4 old
-  exec 9>"$dest.hpcenv-lock"
-  flock 9
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
   if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
     echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
     return 3

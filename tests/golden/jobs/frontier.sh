@@ -30,33 +30,121 @@ export PROJWORK="${PROJWORK:-/lustre/orion/proj-shared}"
 export HPCENV_JOB_NAME=train
 export HPCENV_JOB_ID=${SLURM_JOB_ID}
 export HPCENV_WORKDIR="$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs"
+: "${USER:=$(id -un)}" # the per-user part of the node-local folder
 export HPCENV_NODE_LOCAL="/mnt/bb/$USER/train-${HPCENV_JOB_ID}"
 export HPCENV_DATA="/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data"
 export HPCENV_OUTPUT="$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID}"
 cd "$HPCENV_WORKDIR"
 export HPCENV_STEPS="$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID"
-mkdir -p "$HPCENV_STEPS"
-# This job's node-local folder goes when the job ends (done, failed or cancelled), on every node.
-hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none rm -rf -- "$HPCENV_NODE_LOCAL" || true; }
-trap hpcenv_cleanup EXIT
-trap 'exit 143' TERM
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none mkdir -p -- "$HPCENV_NODE_LOCAL"
+# The steps folder holds scripts this job runs: ours alone (0700), never another user's.
+mkdir -p -- "$HPCENV_WORKDIR/.hpcenv"
+mkdir -m 0700 -- "$HPCENV_STEPS" 2>/dev/null || true # exists when the job is requeued
+[ "$(stat -c %u:%a -- "$HPCENV_STEPS")" = "$(id -u):700" ] || {
+  echo "hpcenv: steps folder $HPCENV_STEPS belongs to $(stat -c %U -- "$HPCENV_STEPS") (mode $(stat -c %a -- "$HPCENV_STEPS")), not to $(id -un) alone; refusing to run" >&2
+  exit 3
+}
 echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
 
-# Step file: stage-in.
-cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
+# Step file: this job's node-local folder, made and checked.
+cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
 #!/bin/bash
-# hpcenv stage-in: copy SOURCE to DEST on this node, verified against MANIFEST. DEST is made
-# once: the copy goes to a mktemp name beside it and is renamed into place under a lock, so a
-# reader never sees half a dataset. A DEST that already holds a verified copy of the same
-# manifest is reused; one that holds anything else is never rewritten (another job may be
-# reading it). Node-local DESTs are per job and removed when the job ends (job.sh).
+# hpcenv node-local folder: make or remove this job's folder on this node (job.sh runs it on
+# every node the job uses). Other users share the node's /tmp, /dev/shm or burst buffer: the
+# folder is made by mkdir (never reused: it fails if the folder exists), 0700, inside a per-user
+# folder that must be ours and that nobody else can write (_lib.sh), so nobody else can put or
+# change data in it. Usage: node-local.sh make|remove DIR
 set -euo pipefail
 # hpcenv step library. A manifest has one line per file, "SIZE  SHA256  RELATIVE-PATH"
 # (sha256sum-compatible after the size column), sorted by the path's bytes (LC_ALL=C), without
 # the manifest itself. Datasets hold regular files and folders only: symbolic links, special
 # files and names with a newline or a backslash are refused, here and in hpcenv/jobs/staging.py
 # alike. Results are published under a lock beside the destination, from a mktemp name.
+# Other users share the node and the file systems: a folder hpcenv makes for a job is made by
+# mkdir (failing if it exists), 0700, in a per-user folder that must be ours and that nobody else
+# can write, and every folder above it must be root's or ours and not writable by others unless
+# sticky (like /tmp); a lock file is made with noclobber (O_EXCL), never through a symlink, and
+# must be ours. Each refusal is one line naming the path and its owner.
+hpcenv_unsafe_parents() {  # PATH: print why a folder above PATH lets another user move it
+  local dir uid mode me
+  me=$(id -u)
+  dir=$(dirname -- "$1")
+  while :; do
+    if [ -e "$dir" ]; then
+      read -r uid mode < <(stat -L -c '%u %a' -- "$dir")
+      if [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
+        echo "$dir belongs to $(stat -L -c %U -- "$dir")"
+        return
+      fi
+      if ((8#$mode & 8#022)) && ! ((8#$mode & 8#1000)); then
+        echo "$dir is writable by other users (mode $mode, not sticky)"
+        return
+      fi
+    fi
+    [ "$dir" != / ] && [ "$dir" != . ] || return 0
+    dir=$(dirname -- "$dir")
+  done
+}
+hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours nobody else can write
+  local dir=$1 what=$2 mode why
+  if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+    echo "hpcenv: $what $dir is not a folder (a link or a file); refusing to use it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$dir")" != "$(id -u)" ]; then
+    echo "hpcenv: $what $dir belongs to $(stat -c %U -- "$dir"), not to $(id -un); refusing to use it" >&2
+    return 1
+  fi
+  mode=$(stat -c %a -- "$dir")
+  if ((8#$mode & 8#022)); then
+    echo "hpcenv: $what $dir is writable by other users (mode $mode); refusing to use it" >&2
+    return 1
+  fi
+  why=$(hpcenv_unsafe_parents "$dir")
+  if [ -n "$why" ]; then
+    echo "hpcenv: $what $dir is not safe from other users: $why; refusing to use it" >&2
+    return 1
+  fi
+}
+hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
+  local dir=$1 up
+  if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+    up=$(dirname -- "$dir")
+    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
+    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+  fi
+  hpcenv_check_ours "$dir" "per-user folder"
+}
+hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
+  local dir=$1
+  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+      echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
+    else
+      echo "hpcenv: cannot make job folder $dir" >&2
+    fi
+    return 1
+  fi
+}
+hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
+  local fd=$1 path=$2
+  (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
+  if [ -L "$path" ] || [ ! -f "$path" ]; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+    echo "hpcenv: lock $path belongs to $(stat -c %U -- "$path"), not to $(id -un); refusing it" >&2
+    return 1
+  fi
+  eval "exec $fd<\"\$path\""  # read-only: opening never truncates or creates
+  if [ "$(stat -L -c '%d:%i:%u' -- "/proc/self/fd/$fd")" != "$(stat -c '%d:%i:%u' -- "$path")" ]; then
+    echo "hpcenv: lock $path changed while it was opened; refusing it" >&2
+    return 1
+  fi
+  flock "$fd"
+}
 hpcenv_check_tree() {  # DIR: fail on links, special files and names a manifest cannot hold
   local dir=$1 f bad=0
   while IFS= read -r -d '' f; do
@@ -136,8 +224,230 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
   # Exit 3 when refused; the caller removes TMP.
   local tmp=$1 dest=$2 force=$3 seen=$4 old
-  exec 9>"$dest.hpcenv-lock"
-  flock 9
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
+  if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
+    echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
+    return 3
+  fi
+  if [ "$seen" = absent ]; then
+    mv -n -T -- "$tmp" "$dest" # rename(2) with RENAME_NOREPLACE: never overwrites
+    if [ -e "$tmp" ]; then
+      echo "publish: $dest appeared meanwhile; not overwriting" >&2
+      return 3
+    fi
+  elif [ "$force" != 1 ]; then
+    echo "publish: $dest already exists; not overwriting (use --force)" >&2
+    return 3
+  elif [ -d "$dest" ] && [ ! -L "$dest" ]; then
+    old=$(mktemp -d -- "$dest.hpcenv-old.XXXXXX")
+    mv -T -- "$dest" "$old"
+    mv -T -- "$tmp" "$dest" || { mv -T -- "$old" "$dest"; return 1; }
+    rm -rf -- "$old"
+  else
+    mv -f -T -- "$tmp" "$dest" # one rename replaces a file atomically
+  fi
+  exec 9>&-
+}
+
+action=$1 dir=$2
+host=$(hostname -s)
+case $action in
+  make)
+    hpcenv_job_dir "$dir" || { echo "node-local[$host]: not running this job" >&2; exit 3; }
+    ;;
+  remove) # only a folder of ours: never one another user made at this name
+    if hpcenv_check_ours "$dir" "job folder" 2>/dev/null; then rm -rf -- "$dir"; fi
+    ;;
+  *)
+    echo "node-local: unknown action $action (make or remove)" >&2
+    exit 2
+    ;;
+esac
+HPCENV_NODE_LOCAL
+
+# Step file: stage-in.
+cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
+#!/bin/bash
+# hpcenv stage-in: copy SOURCE to DEST on this node, verified against MANIFEST. DEST is made
+# once: the copy goes to a mktemp name beside it and is renamed into place under a lock, so a
+# reader never sees half a dataset. A DEST that already holds a verified copy of the same
+# manifest is reused; one that holds anything else is never rewritten (another job may be
+# reading it). Node-local DESTs are per job and removed when the job ends (job.sh).
+# Other users: DEST must be in a folder nobody else can write (the job's node-local folder is
+# 0700), the copy is ours and writable by us alone, and it is verified there, so what was
+# verified is what the job reads; the lock is never opened through a symlink (_lib.sh).
+set -euo pipefail
+# hpcenv step library. A manifest has one line per file, "SIZE  SHA256  RELATIVE-PATH"
+# (sha256sum-compatible after the size column), sorted by the path's bytes (LC_ALL=C), without
+# the manifest itself. Datasets hold regular files and folders only: symbolic links, special
+# files and names with a newline or a backslash are refused, here and in hpcenv/jobs/staging.py
+# alike. Results are published under a lock beside the destination, from a mktemp name.
+# Other users share the node and the file systems: a folder hpcenv makes for a job is made by
+# mkdir (failing if it exists), 0700, in a per-user folder that must be ours and that nobody else
+# can write, and every folder above it must be root's or ours and not writable by others unless
+# sticky (like /tmp); a lock file is made with noclobber (O_EXCL), never through a symlink, and
+# must be ours. Each refusal is one line naming the path and its owner.
+hpcenv_unsafe_parents() {  # PATH: print why a folder above PATH lets another user move it
+  local dir uid mode me
+  me=$(id -u)
+  dir=$(dirname -- "$1")
+  while :; do
+    if [ -e "$dir" ]; then
+      read -r uid mode < <(stat -L -c '%u %a' -- "$dir")
+      if [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
+        echo "$dir belongs to $(stat -L -c %U -- "$dir")"
+        return
+      fi
+      if ((8#$mode & 8#022)) && ! ((8#$mode & 8#1000)); then
+        echo "$dir is writable by other users (mode $mode, not sticky)"
+        return
+      fi
+    fi
+    [ "$dir" != / ] && [ "$dir" != . ] || return 0
+    dir=$(dirname -- "$dir")
+  done
+}
+hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours nobody else can write
+  local dir=$1 what=$2 mode why
+  if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+    echo "hpcenv: $what $dir is not a folder (a link or a file); refusing to use it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$dir")" != "$(id -u)" ]; then
+    echo "hpcenv: $what $dir belongs to $(stat -c %U -- "$dir"), not to $(id -un); refusing to use it" >&2
+    return 1
+  fi
+  mode=$(stat -c %a -- "$dir")
+  if ((8#$mode & 8#022)); then
+    echo "hpcenv: $what $dir is writable by other users (mode $mode); refusing to use it" >&2
+    return 1
+  fi
+  why=$(hpcenv_unsafe_parents "$dir")
+  if [ -n "$why" ]; then
+    echo "hpcenv: $what $dir is not safe from other users: $why; refusing to use it" >&2
+    return 1
+  fi
+}
+hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
+  local dir=$1 up
+  if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+    up=$(dirname -- "$dir")
+    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
+    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+  fi
+  hpcenv_check_ours "$dir" "per-user folder"
+}
+hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
+  local dir=$1
+  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+      echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
+    else
+      echo "hpcenv: cannot make job folder $dir" >&2
+    fi
+    return 1
+  fi
+}
+hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
+  local fd=$1 path=$2
+  (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
+  if [ -L "$path" ] || [ ! -f "$path" ]; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+    echo "hpcenv: lock $path belongs to $(stat -c %U -- "$path"), not to $(id -un); refusing it" >&2
+    return 1
+  fi
+  eval "exec $fd<\"\$path\""  # read-only: opening never truncates or creates
+  if [ "$(stat -L -c '%d:%i:%u' -- "/proc/self/fd/$fd")" != "$(stat -c '%d:%i:%u' -- "$path")" ]; then
+    echo "hpcenv: lock $path changed while it was opened; refusing it" >&2
+    return 1
+  fi
+  flock "$fd"
+}
+hpcenv_check_tree() {  # DIR: fail on links, special files and names a manifest cannot hold
+  local dir=$1 f bad=0
+  while IFS= read -r -d '' f; do
+    echo "manifest: $dir/$f is a link or special file; datasets hold regular files only" >&2
+    bad=1
+  done < <(cd "$dir" && find . -mindepth 1 ! -type f ! -type d -printf '%P\0')
+  while IFS= read -r -d '' f; do
+    case $f in
+      *$'\n'* | *\\*)
+        echo "manifest: file name not allowed in a manifest: $(printf '%q' "$f")" >&2
+        bad=1
+        ;;
+    esac
+  done < <(cd "$dir" && find . -mindepth 1 -printf '%P\0')
+  return "$bad"
+}
+hpcenv_manifest() {  # DIR: print the manifest of DIR
+  local dir=$1 f
+  hpcenv_check_tree "$dir" || return 1
+  (cd "$dir" && find . -type f ! -name .hpcenv-manifest -printf '%P\0' | LC_ALL=C sort -z |
+    while IFS= read -r -d '' f; do
+      printf '%s  %s  %s\n' "$(stat -c %s -- "$f")" "$(sha256sum -- "$f" | cut -d' ' -f1)" "$f"
+    done)
+}
+hpcenv_verify() {  # DIR MANIFEST: exactly the listed files; sizes first (cheap), then sha256
+  local dir=$1 manifest=$2 line size rest digest path actual extra bad=0 listed=""
+  hpcenv_check_tree "$dir" || return 1
+  while IFS= read -r line || [ -n "$line" ]; do
+    [ -n "$line" ] || continue
+    size=${line%%  *} rest=${line#*  }
+    digest=${rest%%  *} path=${rest#*  }
+    if ! [[ $size =~ ^[0-9]+$ && $digest =~ ^[0-9a-f]{64}$ ]] || [ "$path" = "$rest" ]; then
+      echo "verify: malformed line in $manifest: $(printf '%q' "$line")" >&2
+      bad=1
+      continue
+    fi
+    case /$path/ in
+      //* | */../* | */./* | *//*)
+        echo "verify: $(printf '%q' "$path") in $manifest leaves $dir; refused" >&2
+        bad=1
+        continue
+        ;;
+    esac
+    listed+=$path$'\n'
+    if [ ! -f "$dir/$path" ]; then
+      echo "verify: missing $dir/$path" >&2
+      bad=1
+      continue
+    fi
+    actual=$(stat -c %s -- "$dir/$path")
+    if [ "$actual" != "$size" ]; then
+      echo "verify: size of $dir/$path is $actual, manifest says $size" >&2
+      bad=1
+    fi
+  done <"$manifest"
+  while IFS= read -r extra; do
+    [ -z "$extra" ] || { echo "verify: $dir/$extra is not in the manifest" >&2; bad=1; }
+  done < <(LC_ALL=C comm -13 <(printf '%s' "$listed" | LC_ALL=C sort) \
+    <(cd "$dir" && find . -type f ! -name .hpcenv-manifest -printf '%P\n' | LC_ALL=C sort))
+  [ "$bad" -eq 0 ] || return 1
+  [ -s "$manifest" ] || return 0  # no files: nothing to checksum (sha256sum -c refuses empty input)
+  sed -E 's/^[0-9]+  //' "$manifest" | (cd "$dir" && sha256sum --quiet --strict -c -) || {
+    echo "verify: checksum mismatch in $dir against $manifest" >&2
+    return 1
+  }
+}
+hpcenv_identity() {  # PATH: what PATH is now: "absent", or its device:inode and change time
+  if [ -e "$1" ] || [ -L "$1" ]; then stat -c '%d:%i:%z' -- "$1"; else echo absent; fi
+}
+hpcenv_mode_like_umask() {  # PATH: the mode a new file gets (mktemp makes 0600/0700)
+  local base=0666
+  [ -d "$1" ] && base=0777
+  chmod "$(printf '%04o' $((base & ~0$(umask))))" -- "$1"
+}
+hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
+  # SEEN is hpcenv_identity DEST from when the step began: if DEST changed since (another job
+  # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
+  # Exit 3 when refused; the caller removes TMP.
+  local tmp=$1 dest=$2 force=$3 seen=$4 old
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
   if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
     echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
     return 3
@@ -167,10 +477,16 @@ host=$(hostname -s)
 [ -d "$src" ] || { echo "stage-in[$host]: source $src is not a directory" >&2; exit 2; }
 [ -f "$manifest" ] || { echo "stage-in[$host]: manifest $manifest not found" >&2; exit 2; }
 mkdir -p -- "$(dirname -- "$dest")"
-exec 8>"$dest.hpcenv-lock"
-flock 8 # one stager per destination: other jobs and tasks on this node wait here
+why=$(hpcenv_unsafe_parents "$dest")
+if [ -n "$why" ]; then
+  echo "stage-in[$host]: another user could change $dest after it is verified ($why); stage into a folder only you can write" >&2
+  exit 3
+fi
+# one stager per destination: other jobs and tasks on this node wait here
+hpcenv_lock 8 "$dest.hpcenv-lock" || exit 3
 stamp="$dest/.hpcenv-manifest"
 if [ -e "$dest" ] || [ -L "$dest" ]; then
+  hpcenv_check_ours "$dest" "staged data" || exit 3
   if [ -f "$stamp" ] && cmp -s "$stamp" "$manifest" && hpcenv_verify "$dest" "$stamp"; then
     echo "stage-in[$host]: $dest already holds a verified copy"
     exit 0
@@ -181,14 +497,19 @@ fi
 start=$(date +%s%N)
 tmp=$(mktemp -d -- "$dest.hpcenv-tmp.XXXXXX")
 trap 'rm -rf -- "$tmp"' EXIT
-cp -a -- "$src"/. "$tmp"/
+cp -a --no-preserve=ownership -- "$src"/. "$tmp"/
 cp -- "$manifest" "$tmp/.hpcenv-manifest"
+hpcenv_mode_like_umask "$tmp"
+chmod -R go-w -- "$tmp" # ours to change alone, before it is verified
 hpcenv_verify "$tmp" "$tmp/.hpcenv-manifest" || {
   echo "stage-in[$host]: copy for $dest does not verify against $manifest; stopping before the job runs" >&2
   exit 4
 }
-hpcenv_mode_like_umask "$tmp"
-mv -n -T -- "$tmp" "$dest"
+mv -n -T -- "$tmp" "$dest" # rename(2) with RENAME_NOREPLACE: never overwrites
+if [ -e "$tmp" ]; then
+  echo "stage-in[$host]: $dest appeared meanwhile (owner $(stat -c %U -- "$dest")); not using it" >&2
+  exit 3
+fi
 trap - EXIT
 files=$(wc -l <"$stamp")
 echo "stage-in[$host]: $files files $src -> $dest verified in $((($(date +%s%N) - start) / 1000000)) ms"
@@ -267,6 +588,92 @@ set -euo pipefail
 # the manifest itself. Datasets hold regular files and folders only: symbolic links, special
 # files and names with a newline or a backslash are refused, here and in hpcenv/jobs/staging.py
 # alike. Results are published under a lock beside the destination, from a mktemp name.
+# Other users share the node and the file systems: a folder hpcenv makes for a job is made by
+# mkdir (failing if it exists), 0700, in a per-user folder that must be ours and that nobody else
+# can write, and every folder above it must be root's or ours and not writable by others unless
+# sticky (like /tmp); a lock file is made with noclobber (O_EXCL), never through a symlink, and
+# must be ours. Each refusal is one line naming the path and its owner.
+hpcenv_unsafe_parents() {  # PATH: print why a folder above PATH lets another user move it
+  local dir uid mode me
+  me=$(id -u)
+  dir=$(dirname -- "$1")
+  while :; do
+    if [ -e "$dir" ]; then
+      read -r uid mode < <(stat -L -c '%u %a' -- "$dir")
+      if [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
+        echo "$dir belongs to $(stat -L -c %U -- "$dir")"
+        return
+      fi
+      if ((8#$mode & 8#022)) && ! ((8#$mode & 8#1000)); then
+        echo "$dir is writable by other users (mode $mode, not sticky)"
+        return
+      fi
+    fi
+    [ "$dir" != / ] && [ "$dir" != . ] || return 0
+    dir=$(dirname -- "$dir")
+  done
+}
+hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours nobody else can write
+  local dir=$1 what=$2 mode why
+  if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+    echo "hpcenv: $what $dir is not a folder (a link or a file); refusing to use it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$dir")" != "$(id -u)" ]; then
+    echo "hpcenv: $what $dir belongs to $(stat -c %U -- "$dir"), not to $(id -un); refusing to use it" >&2
+    return 1
+  fi
+  mode=$(stat -c %a -- "$dir")
+  if ((8#$mode & 8#022)); then
+    echo "hpcenv: $what $dir is writable by other users (mode $mode); refusing to use it" >&2
+    return 1
+  fi
+  why=$(hpcenv_unsafe_parents "$dir")
+  if [ -n "$why" ]; then
+    echo "hpcenv: $what $dir is not safe from other users: $why; refusing to use it" >&2
+    return 1
+  fi
+}
+hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
+  local dir=$1 up
+  if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+    up=$(dirname -- "$dir")
+    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
+    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+  fi
+  hpcenv_check_ours "$dir" "per-user folder"
+}
+hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
+  local dir=$1
+  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+      echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
+    else
+      echo "hpcenv: cannot make job folder $dir" >&2
+    fi
+    return 1
+  fi
+}
+hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
+  local fd=$1 path=$2
+  (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
+  if [ -L "$path" ] || [ ! -f "$path" ]; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
+  if [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+    echo "hpcenv: lock $path belongs to $(stat -c %U -- "$path"), not to $(id -un); refusing it" >&2
+    return 1
+  fi
+  eval "exec $fd<\"\$path\""  # read-only: opening never truncates or creates
+  if [ "$(stat -L -c '%d:%i:%u' -- "/proc/self/fd/$fd")" != "$(stat -c '%d:%i:%u' -- "$path")" ]; then
+    echo "hpcenv: lock $path changed while it was opened; refusing it" >&2
+    return 1
+  fi
+  flock "$fd"
+}
 hpcenv_check_tree() {  # DIR: fail on links, special files and names a manifest cannot hold
   local dir=$1 f bad=0
   while IFS= read -r -d '' f; do
@@ -346,8 +753,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
   # Exit 3 when refused; the caller removes TMP.
   local tmp=$1 dest=$2 force=$3 seen=$4 old
-  exec 9>"$dest.hpcenv-lock"
-  flock 9
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
   if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
     echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
     return 3
@@ -392,6 +798,13 @@ hpcenv_publish "$tmp" "$dest" "$force" "$seen"
 trap - EXIT
 echo "stage-out: $(wc -l <"$dest/.hpcenv-manifest") files $src -> $dest verified"
 HPCENV_STAGE_OUT
+
+# This job's node-local folder (per user, per job, 0700) goes when the job ends (done, failed or
+# cancelled), on every node.
+hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove "$HPCENV_NODE_LOCAL" || true; }
+trap hpcenv_cleanup EXIT
+trap 'exit 143' TERM
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make "$HPCENV_NODE_LOCAL"
 
 # Placement, site MPI, site environment, measured tuning, the job's and the runtime's variables.
 export OMP_NUM_THREADS=7
