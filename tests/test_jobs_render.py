@@ -172,7 +172,9 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
         '#BSUB -alloc_flags "smt1 NVME"',  # no gpumps: MPS hangs with CUDA > 11.0.3 (OLCF)
     }
     lines = script.splitlines()
-    stage = next(ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 1 -c 1 bash"))
+    stage = next(
+        ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 1 -c 1 bash") and "stage-in" in ln
+    )
     assert '"/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data"' in stage and "stage-in.sh" in stage
     run = next(ln for ln in lines if ln.startswith("jsrun -n 12"))
     assert run.startswith(

@@ -94,12 +94,18 @@ hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours no
   fi
 }
 hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
-  local dir=$1 up
+  local dir=$1 up why
   if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
     up=$(dirname -- "$dir")
-    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
-    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
-    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+    # A root above it that nobody made yet (/tmp/hpcenv-local) becomes ours: other users are
+    # then refused under it (its owner could move their folders), so sites name $USER.
+    [ -e "$up" ] || mkdir -p -- "$up" 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true # may lose a race: the checks decide
+    if [ ! -e "$dir" ]; then
+      why=$(hpcenv_unsafe_parents "$dir")
+      echo "hpcenv: cannot make per-user folder $dir (${why:-no permission}); refusing to run" >&2
+      return 1
+    fi
   fi
   hpcenv_check_ours "$dir" "per-user folder"
 }
@@ -212,7 +218,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
   # Exit 3 when refused; the caller removes TMP.
   local tmp=$1 dest=$2 force=$3 seen=$4 old
-  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 3
   if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
     echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
     return 3
@@ -317,12 +323,18 @@ hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours no
   fi
 }
 hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
-  local dir=$1 up
+  local dir=$1 up why
   if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
     up=$(dirname -- "$dir")
-    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
-    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
-    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+    # A root above it that nobody made yet (/tmp/hpcenv-local) becomes ours: other users are
+    # then refused under it (its owner could move their folders), so sites name $USER.
+    [ -e "$up" ] || mkdir -p -- "$up" 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true # may lose a race: the checks decide
+    if [ ! -e "$dir" ]; then
+      why=$(hpcenv_unsafe_parents "$dir")
+      echo "hpcenv: cannot make per-user folder $dir (${why:-no permission}); refusing to run" >&2
+      return 1
+    fi
   fi
   hpcenv_check_ours "$dir" "per-user folder"
 }
@@ -435,7 +447,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
   # Exit 3 when refused; the caller removes TMP.
   local tmp=$1 dest=$2 force=$3 seen=$4 old
-  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 3
   if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
     echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
     return 3
@@ -563,12 +575,18 @@ hpcenv_check_ours() {  # DIR WHAT: refuse unless DIR is a real folder of ours no
   fi
 }
 hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be ours
-  local dir=$1 up
+  local dir=$1 up why
   if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
     up=$(dirname -- "$dir")
-    # A shared root above it (e.g. /tmp/hpcenv-local) is made like /tmp: everyone's, sticky.
-    [ -e "$up" ] || { mkdir -p -- "$(dirname -- "$up")" && mkdir -m 1777 -- "$up"; } 2>/dev/null || true
-    mkdir -m 0700 -- "$dir" 2>/dev/null || true  # may lose a race: the checks decide
+    # A root above it that nobody made yet (/tmp/hpcenv-local) becomes ours: other users are
+    # then refused under it (its owner could move their folders), so sites name $USER.
+    [ -e "$up" ] || mkdir -p -- "$up" 2>/dev/null || true
+    mkdir -m 0700 -- "$dir" 2>/dev/null || true # may lose a race: the checks decide
+    if [ ! -e "$dir" ]; then
+      why=$(hpcenv_unsafe_parents "$dir")
+      echo "hpcenv: cannot make per-user folder $dir (${why:-no permission}); refusing to run" >&2
+      return 1
+    fi
   fi
   hpcenv_check_ours "$dir" "per-user folder"
 }
@@ -681,7 +699,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   # published there), nothing is replaced. An existing DEST is replaced only with FORCE=1.
   # Exit 3 when refused; the caller removes TMP.
   local tmp=$1 dest=$2 force=$3 seen=$4 old
-  hpcenv_lock 9 "$dest.hpcenv-lock" || return 1
+  hpcenv_lock 9 "$dest.hpcenv-lock" || return 3
   if [ "$(hpcenv_identity "$dest")" != "$seen" ]; then
     echo "publish: $dest changed while this step ran (another job wrote it); not overwriting" >&2
     return 3
