@@ -12,9 +12,19 @@ never reach a layer, a label, ``stack.lock.json`` or the def text.
   ``-o Dir::Etc::netrc``; its download methods then run as root so they can read it.
 * pip reads ``hpcenv-pip.conf``, the whole build pip.conf with the credentialed URLs, via
   ``PIP_CONFIG_FILE``.
+* debootstrap (the base image) downloads with wget, which reads ``$HOME/.netrc``: hpcenv runs
+  it with ``HOME`` set to a private folder holding one (:func:`netrc_entry`), never with the
+  credentials in an argument, where ``ps`` shows them to every user.
 
-:func:`redact` replaces any ``user[:password]@`` in a URL with ``***@``; hpcenv applies it to
-every log line, progress line and error message.
+The secret files go when the build ends, also on Ctrl-C, SIGTERM (Slurm at a time limit) and
+SIGHUP; a SIGKILLed process's folder is removed by the next build (:func:`secret_files`).
+
+One parser reads the user-info (:func:`_split`: up to the rightmost ``@``, percent-decoded), and
+everything that shows a URL uses it: :func:`redact` replaces ``user[:password]@`` with ``***@``
+in every log line, progress line, error message and site dump (``sites show/init``, also
+through the site model's JSON serializer); :func:`shown` quotes a rejected value the same way.
+A site URL whose user-info holds an unencoded ``/``, ``?`` or ``#`` is refused
+(:func:`userinfo_problem`): no other tool would read it the same way.
 """
 
 from __future__ import annotations
