@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hpcenv import naming
-from hpcenv.credentials import clean_url, redact, strip_userinfo
+from hpcenv.credentials import (
+    clean_url,
+    has_credentials,
+    netrc_entry,
+    redact,
+    secret_files,
+    strip_userinfo,
+)
 from hpcenv.engines import HOST_SETUP_HINT, Engine, StepCallback, get_engine, stream_command
 from hpcenv.errors import BuildError, EnvironmentProblem
 from hpcenv.paths import cache_dir, file_lock
@@ -154,8 +161,13 @@ def bootstrap_rootfs(
     rootfs = work / "rootfs"
     try:
         phase(redact(f"debootstrap --variant=minbase {suite} {mirror}"))
-        argv = ["debootstrap", "--variant=minbase", suite, str(rootfs), mirror]
-        rc, tail = stream_command(argv, log_path, on_line=on_line, append=True)
+        argv = ["debootstrap", "--variant=minbase", suite, str(rootfs), clean_url(mirror)]
+        # The mirror's credentials reach wget (debootstrap's downloader) as $HOME/.netrc in a
+        # private folder, never on a command line (``ps`` shows every user's arguments).
+        netrc = {".netrc": netrc_entry(mirror)} if has_credentials(mirror) else {}
+        with secret_files(netrc, cache_dir() / "secrets") as secrets:
+            env = {"HOME": str(secrets[".netrc"].parent)} if secrets else None
+            rc, tail = stream_command(argv, log_path, on_line=on_line, append=True, env=env)
         if rc != 0:
             errors = [ln for ln in tail if ln.startswith("E:")] or tail[-1:]
             detail = errors[-1] if errors else ""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from hpcenv.credentials import redact
 from hpcenv.errors import ConfigError, EnvironmentProblem
 from hpcenv.naming import image_kind
 from hpcenv.site import Site
@@ -52,10 +53,25 @@ class DeliveryStep:
         return f"none: the job runs {self.target} from this host's image storage"
 
 
+def _holds_credentials(ref: str) -> bool:
+    """``user:password@registry/...`` or ``scheme://``: an ``@`` before the first ``/`` that is
+    not a digest (``name@sha256:...``)."""
+    head, at, tail = ref.partition("@")
+    return "://" in ref or bool(at and "/" not in head and not tail.startswith("sha256:"))
+
+
 def check_ref(ref: str) -> str:
-    """A registry reference for ``--push``: lower-case name[:tag], no spaces or shell words."""
+    """A registry reference for ``--push``: lower-case name[:tag], no spaces or shell words,
+    no credentials (they would show in ``ps``, the plan and any error: never repeated here)."""
+    if _holds_credentials(ref):
+        raise ConfigError(
+            "--push: a registry reference holds no scheme or user:password@; log in once with "
+            "`podman login REGISTRY` (credentials stay in its auth file) and give registry/name:tag"
+        )
     if not _REF.match(ref) or ".." in ref:
-        raise ConfigError(f"--push {ref!r}: not a registry reference like registry/name:tag")
+        raise ConfigError(
+            f"--push {redact(ref)!r}: not a registry reference like registry/name:tag"
+        )
     return ref
 
 
@@ -182,7 +198,9 @@ def deliver(
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()
         raise EnvironmentProblem(
-            f"{shlex.join(step.command)} failed (exit {proc.returncode}): "
-            f"{last[-1] if last else 'no output'}"
+            redact(
+                f"{shlex.join(step.command)} failed (exit {proc.returncode}): "
+                f"{last[-1] if last else 'no output'}"
+            )
         )
     return Outcome(step, True, step.describe())

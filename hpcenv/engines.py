@@ -161,9 +161,10 @@ def stream_command(
     tracker: StepTracker | None = None,
     on_line: Callable[[str], None] | None = None,
     append: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[int, list[str]]:
-    """Run ``argv`` with :func:`engine_env`; each output line goes to the log, ``tracker`` and
-    ``on_line``. Returns the exit code and the last 40 lines."""
+    """Run ``argv`` with :func:`engine_env` (plus ``env``); each output line goes to the log,
+    ``tracker`` and ``on_line``. Returns the exit code and the last 40 lines."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=40)
     with log_path.open("a" if append else "w", encoding="utf-8") as log:
@@ -175,7 +176,7 @@ def stream_command(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=engine_env(),
+                env=engine_env() | dict(env or {}),
                 text=True,
                 encoding="utf-8",
                 errors="replace",

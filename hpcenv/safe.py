@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from hpcenv.credentials import shown, userinfo_problem
 from hpcenv.errors import ConfigError
 
 # C0 controls, DEL, C1 controls and the Unicode line/paragraph separators.
@@ -77,7 +78,7 @@ def ini_line(key: str, value: str) -> str:
     if not re.fullmatch(
         r"[A-Za-z0-9._~:/?#\[\]@!&+,;=%-]+(?: [A-Za-z0-9._~:/?#\[\]@!&+,;=%-]+)*", value
     ):
-        raise ConfigError(f"pip.conf {key}: {value!r} is not a URL or path list")
+        raise ConfigError(f"pip.conf {key}: {shown(value)!r} is not a URL or path list")
     return f"{key} = {value}"
 
 
@@ -105,7 +106,7 @@ def error_words(error: Any) -> str:
     template = _WORDS.get(kind)
     if template is not None:
         try:
-            return template.format(input=error.get("input"), **(error.get("ctx") or {}))
+            return template.format(input=shown(error.get("input")), **(error.get("ctx") or {}))
         except (KeyError, IndexError, ValueError):
             pass
     msg = str(error.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -187,7 +188,18 @@ HostPath = Annotated[
 ]
 # http(s) or file URL: no spaces, quotes, backslashes, backticks, '$', '<', '>' or '{}'.
 URL = r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&+,;=%-]{1,2000}"
-Url = Annotated[str, StringConstraints(pattern=_pattern(URL))]
+
+
+def _userinfo_readable(value: str) -> str:
+    problem = userinfo_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# ``user:password@`` is allowed (build secrets, see :mod:`hpcenv.credentials`) when it can be
+# read one way only.
+Url = Annotated[str, StringConstraints(pattern=_pattern(URL)), AfterValidator(_userinfo_readable)]
 # An OCI image reference: [registry[:port]/]path[:tag][@digest], lower-case path components.
 IMAGE = (
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\.[a-z0-9]+)*(?::[0-9]{1,5})?"

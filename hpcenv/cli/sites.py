@@ -201,16 +201,10 @@ def register(app: typer.Typer) -> None:
         site = load_site_file(target)
         marks = placeholders(site)
         if as_json:
-            typer.echo(
-                json.dumps(
-                    {
-                        "file": str(target),
-                        "site": site.model_dump(mode="json"),
-                        "placeholders": marks,
-                    },
-                    indent=2,
-                )
-            )
+            from hpcenv.credentials import redact
+
+            doc = {"file": str(target), "site": site.model_dump(mode="json"), "placeholders": marks}
+            typer.echo(redact(json.dumps(doc, indent=2)))
             return
         typer.echo(f"wrote {target} (valid)")
         for field, what in marks.items():

@@ -22,10 +22,12 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
+from hpcenv.credentials import redact_url
 from hpcenv.errors import ConfigError
 from hpcenv.safe import (
     Count,
@@ -347,6 +349,14 @@ class Build(Strict):
     pip_find_links: list[HostPath] = Field(default=[], max_length=16)
     ca_bundle: HostPath | None = None
     jobs: Count = Field(default=2, description="parallel compile jobs")
+
+    @field_serializer("apt_mirror", "pip_index_url", "pip_extra_index_urls", when_used="json")
+    def _redacted(self, value: str | list[str] | None) -> str | list[str] | None:
+        """Shown (``sites show/init --json``) without ``user:password@``: those reach only the
+        build secrets (:mod:`hpcenv.credentials`)."""
+        if isinstance(value, list):
+            return [redact_url(u) for u in value]
+        return None if value is None else redact_url(value)
 
 
 class NetworkPlugin(Strict):
