@@ -204,6 +204,6 @@ def test_oci_only_build_for_a_sif_site_says_the_job_needs_a_sif() -> None:
     assert not outcome.done
     assert outcome.detail == (
         "none: the site's jobs run a SIF at "
-        "/lus/flare/projects/$HPCENV_PROJECT/hpcenv/images/torch-gpu-aurora.sif; "
+        "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif; "
         "build with --format sif"
     )
