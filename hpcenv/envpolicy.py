@@ -195,8 +195,7 @@ def refused(
             return None
         field = "mpi.env" if layer == "site-mpi" else "tuning"
         return (
-            f"{why}; a site sets it only with its source in "
-            f"provenance.verified['{field}.{name}']"
+            f"{why}; a site sets it only with its source in provenance.verified['{field}.{name}']"
         )
     if layer == "job":
         inner = inner_name(name)
@@ -206,9 +205,11 @@ def refused(
         if why is not None:
             return why
         if not name.startswith(TUNER_PREFIXES):
-            return "not a variable hpcenv tune measures (" + ", ".join(
-                p + "*" for p in TUNER_PREFIXES
-            ) + ")"
+            return (
+                "not a variable hpcenv tune measures ("
+                + ", ".join(p + "*" for p in TUNER_PREFIXES)
+                + ")"
+            )
         words = set(name.upper().split("_"))
         hit = sorted(words & LOADS)
         if hit:
