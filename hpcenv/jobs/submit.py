@@ -150,7 +150,8 @@ def check_record(data: Any) -> Submission:
     if data["scheduler"] not in SCHEDULERS:
         raise bad("scheduler", f"not a scheduler hpcenv knows: {data['scheduler']!r}")
     path("workdir", data["workdir"])
-    path("script_path", data["script_path"])
+    if data["script_path"] != "":  # "": no copy of the script kept
+        path("script_path", data["script_path"])
     logs = data["log_names"]
     if not isinstance(logs, list) or len(logs) != 2:
         raise bad("log_names", "not a pair of file names")
@@ -201,7 +202,7 @@ def _read_record(path: Path) -> Submission:
         return check_record(data)
     except ConfigError as err:
         raise ConfigError(
-            f"job record {path} refused ({err}): not as hpcenv wrote it; "
+            f"job record {path} is unreadable ({err}; not as hpcenv wrote it, refused); "
             "delete it, or pass --site to ask the scheduler directly"
         ) from None
 
