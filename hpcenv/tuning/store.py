@@ -61,6 +61,11 @@ def load(path: Path) -> MeasuredTuning:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: not a readable tuning file ({err})") from None
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if isinstance(env, dict):  # the name decides before the value's shape: refused, not ignored
+        from hpcenv.envpolicy import check
+
+        check({str(k): "" for k in env}, "measured-tuning", str(path))
     try:
         tuning = MeasuredTuning.model_validate(doc)
     except ValidationError as err:
