@@ -67,6 +67,13 @@ def register(app: typer.Typer) -> None:
                 help="any other scheduler option, one per --option (e.g. '-l filesystems=home')",
             ),
         ] = None,
+        option_override: Annotated[
+            bool,
+            typer.Option(
+                "--option-override",
+                help="let --option replace hpcenv's own directives (logs, workdir, name...)",
+            ),
+        ] = False,
         single: Annotated[
             bool, typer.Option("--single", help="run once in the batch shell, not per rank")
         ] = False,
@@ -129,6 +136,7 @@ def register(app: typer.Typer) -> None:
             qos=qos,
             constraint=constraint,
             options=tuple(option or ()),
+            option_override=option_override,
             single=single,
             stage_in=stage_in,
             stage_out=stage_out,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from hpcenv.envpolicy import check as check_env
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import preflight_args, site_mpi
 from hpcenv.jobs.containers import ContainerLaunch, RunContext, get_runtime
@@ -208,7 +209,11 @@ def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPa
 
 class _EnvLayers:
     """The environment, layer by layer; a later layer's value wins, the first position stays
-    (so the exports keep their order), and each variable keeps the layer that set it."""
+    (so the exports keep their order), and each variable keeps the layer that set it.
+
+    What each layer may set is :mod:`hpcenv.envpolicy`; the site layers are checked where the
+    site file is read (with its line), measured tuning where its file is read and in
+    :func:`hpcenv.tuning.apply.environment`, the job's own variables here."""
 
     def __init__(self) -> None:
         self._vars: dict[str, EnvVar] = {}
@@ -219,6 +224,8 @@ class _EnvLayers:
         source: EnvSource,
         expands: frozenset[str] | set[str] = frozenset(),
     ) -> None:
+        if source == "job":
+            check_env(values, source, "the job's environment")
         for name, value in values.items():
             env_name(name)
             self._vars[name] = EnvVar(name, value, source, name in expands)

@@ -141,8 +141,49 @@ class Scheduler(ABC):
             extra += site.node_local.request
         pairs = [*self.resources(site, job, tuning), *directive_pairs(extra)]
         pairs += self.job_options(job)
-        pairs += [option_pair(o) for o in job.scheduler_options]
+        for text in job.scheduler_options:
+            flag, value = option_pair(text)
+            if not job.option_override:
+                self.refuse_owned(text, flag, value)
+            pairs.append((flag, value))
         return [self.line(f, v) for f, v in _merge(pairs, self.merge)]
+
+    # The directives hpcenv writes itself (logs it reads back, where the job runs, its name, the
+    # environment it exports, the job's shape and the dependencies and token of `submit`), by
+    # flag, with what each is for: ``--option`` may add directives, not replace these (unless
+    # ``--option-override``). ``owned_values``: flags whose value's key decides (PBS ``-l
+    # select=``). ``getopt``: the submit command parses with getopt_long (Slurm, PBS), so
+    # ``-ofile`` is ``-o file`` and a long option may be abbreviated (``--out=x``).
+    owned: ClassVar[dict[str, str]] = {}
+    owned_values: ClassVar[dict[str, dict[str, str]]] = {}
+    getopt: ClassVar[bool] = False
+    own_options: ClassVar[frozenset[str]] = frozenset()  # options that are prefixes of owned
+
+    def owner_of(self, flag: str, value: str | None) -> str | None:
+        """The hpcenv directive that ``flag`` (with ``value``) would replace, if any."""
+        if flag in self.owned:
+            return self.owned[flag]
+        attached = None
+        if self.getopt and flag.startswith("--"):
+            if len(flag) > 3 and flag not in self.own_options:
+                hit = next((o for o in self.owned if o.startswith(flag)), None)
+                if hit:
+                    return self.owned[hit]
+        elif self.getopt and len(flag) > 2:
+            if flag[:2] in self.owned:
+                return self.owned[flag[:2]]
+            flag, attached = flag[:2], flag[2:]
+        keys = self.owned_values.get(flag, {})
+        key = (attached or value or "").split("=", 1)[0]
+        return keys.get(key)
+
+    def refuse_owned(self, text: str, flag: str, value: str | None) -> None:
+        what = self.owner_of(flag, value)
+        if what is not None:
+            raise ConfigError(
+                f"--option {text!r} would replace hpcenv's own {what}; "
+                "pass --option-override to replace it anyway"
+            )
 
     # Flags for --qos and --constraint; a scheduler without one refuses the option.
     qos_flag: ClassVar[str | None] = None
@@ -328,6 +369,28 @@ class Slurm(Scheduler):
     submit_command = "sbatch"
     account_flag = "--account"
     log_patterns = {"%j": "{id}", "%A": "{id}", "%a": "*"}
+    getopt = True
+    own_options = frozenset({"--gpus"})  # sbatch's own --gpus, not --gpus-per-task abbreviated
+    owned = {
+        **dict.fromkeys(("-o", "--output"), "--output (the stdout log status and logs read)"),
+        **dict.fromkeys(("-e", "--error"), "--error (the stderr log status and logs read)"),
+        **dict.fromkeys(("-D", "--chdir"), "working directory (--workdir)"),
+        **dict.fromkeys(("--export", "--export-file", "--get-user-env"), "exported environment"),
+        **dict.fromkeys(("-J", "--job-name"), "--job-name (--name)"),
+        "--parsable": "--parsable (how submit reads the job id)",
+        "--comment": "--comment (the submit token that stops a retry submitting twice)",
+        **dict.fromkeys(("-d", "--dependency", "--kill-on-invalid-dep"), "dependency (--after)"),
+        **dict.fromkeys(("-a", "--array"), "--array (--array)"),
+        "--wrap": "job script",
+        **dict.fromkeys(("-N", "--nodes"), "--nodes (--nodes)"),
+        **dict.fromkeys(
+            ("-n", "--ntasks", "--ntasks-per-node", "-c", "--cpus-per-task", "--gpus-per-task"),
+            "rank placement (--ranks-per-node, --cores-per-rank)",
+        ),
+        **dict.fromkeys(("-t", "--time"), "--time (--walltime)"),
+        **dict.fromkeys(("-A", "--account"), "--account (--account)"),
+        **dict.fromkeys(("-p", "--partition"), "--partition (--partition)"),
+    }
     conf_env = "SLURM_CONF"  # a second cluster served from the same login host (local-2node)
     probe = Probe(
         command="scontrol",
@@ -503,6 +566,18 @@ class Lsf(Scheduler):
     account_option = f"--account ({submit_command} {account_flag})"
     needs_account = True
     log_patterns = {"%J": "{id}", "%I": "*"}
+    owned = {
+        **dict.fromkeys(("-o", "-oo"), "-o (the stdout log status and logs read)"),
+        **dict.fromkeys(("-e", "-eo"), "-e (the stderr log status and logs read)"),
+        "-cwd": "working directory (--workdir)",
+        "-J": "-J job name and array (--name, --array)",
+        "-env": "exported environment",
+        "-w": "dependency (--after)",
+        "-nnodes": "-nnodes (--nodes)",
+        "-W": "-W (--walltime)",
+        "-P": "-P (--account)",
+        "-q": "-q (--queue)",
+    }
     probe = Probe(
         command="bsub",
         answers=(("lsid",), ("bsub", "-V")),
@@ -615,6 +690,29 @@ class Pbs(Scheduler):
     submit_command = "qsub"
     account_flag = "-A"
     needs_account = True
+    getopt = True
+    owned = {
+        "-o": "-o (the stdout log status and logs read)",
+        "-e": "-e (the stderr log status and logs read)",
+        "-N": "-N (--name)",
+        "-V": "exported environment",
+        "-v": "exported environment",
+        "-J": "-J (--array)",
+        "-A": "-A (--account)",
+        "-q": "-q (--queue)",
+    }
+    owned_values = {
+        "-l": {
+            "select": "-l select (--nodes)",
+            "place": "-l place (rank placement)",
+            "walltime": "-l walltime (--walltime)",
+            "nodes": "-l select (--nodes)",
+        },
+        "-W": {
+            "depend": "-W depend (--after)",
+            "max_run_subjobs": "-W max_run_subjobs (the array's parallel limit)",
+        },
+    }
     probe = Probe(
         command="qsub",
         answers=(("qstat", "-B"), ("qsub", "--version")),

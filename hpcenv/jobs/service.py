@@ -72,6 +72,7 @@ class SubmitRequest:
     qos: str | None = None
     constraint: str | None = None
     options: tuple[str, ...] = ()
+    option_override: bool = False
     single: bool = False
     stage_in: str | None = None
     stage_out: str | None = None
@@ -229,6 +230,7 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
             qos=req.qos,
             constraint=req.constraint,
             scheduler_options=list(req.options),
+            option_override=req.option_override,
             stage_in=StageIn(source=req.stage_in) if req.stage_in is not None else None,
             stage_out=(
                 StageOut(dest=req.stage_out, force=req.force) if req.stage_out is not None else None

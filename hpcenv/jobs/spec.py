@@ -112,6 +112,10 @@ class JobSpec(_Strict):
     scheduler_options: list[ShellText] = Field(
         default=[], description="more directives, one option (flag and value) per item"
     )
+    option_override: bool = Field(
+        default=False,
+        description="scheduler_options may replace hpcenv's own directives (logs, workdir...)",
+    )
     env: dict[EnvName, str] = {}
     stage_in: StageIn | None = None
     stage_out: StageOut | None = None

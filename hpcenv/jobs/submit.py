@@ -105,12 +105,104 @@ def record_key(spec: TransportSpec, job_id: str) -> str:
     return "-".join([*safe, job_id])
 
 
+_RECORD_KEYS = frozenset(
+    {"job_id", "name", "site", "scheduler", "workdir", "transport", "log_names", "script_path"}
+)
+_LOG_NAME = re.compile(r"[A-Za-z0-9_.,:@%+=-]{1,255}")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_RECORD_PATH = re.compile(r"[A-Za-z0-9_.,:@%+=/~ -]{1,4096}")
+
+
+def check_record(data: Any) -> Submission:
+    """A job record as ``status``/``cancel``/``logs`` may use it, or ConfigError naming the
+    field. Every field is checked where it enters: the id, names, paths, the transport, and
+    its environment, which may carry only the scheduler clients' ``conf_env`` (SLURM_CONF) set
+    to an absolute path (:mod:`hpcenv.envpolicy`): a record never runs what it holds."""
+    from hpcenv.envpolicy import EnvNotAllowed, check
+    from hpcenv.jobs.schedulers import SCHEDULERS
+    from hpcenv.jobs.shell import job_name
+
+    def bad(field: str, why: str) -> ConfigError:
+        return ConfigError(f"{field}: {why}")
+
+    def path(field: str, value: Any, absolute: bool = True) -> None:
+        if not isinstance(value, str) or not _RECORD_PATH.fullmatch(value):
+            raise bad(field, "not a path hpcenv writes")
+        if absolute and not value.startswith("/"):
+            raise bad(field, "not an absolute path")
+
+    if not isinstance(data, dict):
+        raise bad("(top)", "not a JSON object")
+    extra = set(data) - _RECORD_KEYS - {"array"}
+    if extra:
+        raise bad(sorted(extra)[0], "not a field of a job record")
+    missing = _RECORD_KEYS - set(data)
+    if missing:
+        raise bad(sorted(missing)[0], "missing")
+    for field in ("job_id", "name", "site", "scheduler"):
+        if not isinstance(data[field], str):
+            raise bad(field, "not a string")
+    check_job_id(data["job_id"])
+    job_name(data["name"])
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,63}", data["site"]):
+        raise bad("site", f"not a site name: {data['site']!r}")
+    if data["scheduler"] not in SCHEDULERS:
+        raise bad("scheduler", f"not a scheduler hpcenv knows: {data['scheduler']!r}")
+    path("workdir", data["workdir"])
+    if data["script_path"] != "":  # "": no copy of the script kept
+        path("script_path", data["script_path"])
+    logs = data["log_names"]
+    if not isinstance(logs, list) or len(logs) != 2:
+        raise bad("log_names", "not a pair of file names")
+    for log in logs:
+        if log is not None and not (isinstance(log, str) and _LOG_NAME.fullmatch(log)):
+            raise bad("log_names", f"not a log file name: {log!r}")
+    array = data.get("array")
+    if array is not None and (type(array) is not int or not 1 <= array <= 100000):
+        raise bad("array", "not a task count")
+    t = data["transport"]
+    if not isinstance(t, dict):
+        raise bad("transport", "not an object")
+    try:
+        spec = TransportSpec.model_validate(t, strict=True)
+    except ValueError as err:
+        raise bad("transport", str(err).splitlines()[0]) from None
+    if spec.host is not None and not _HOST.fullmatch(spec.host):
+        raise bad("transport.host", f"not a host name: {spec.host!r}")
+    if spec.user is not None and not _USER.fullmatch(spec.user):
+        raise bad("transport.user", f"not a user name: {spec.user!r}")
+    if not 1 <= spec.port <= 65535:
+        raise bad("transport.port", f"not a port: {spec.port}")
+    if not 0 < spec.connect_timeout <= 600:
+        raise bad("transport.connect_timeout", "not a timeout in seconds")
+    for field in ("key_file", "known_hosts"):
+        value = getattr(spec, field)
+        if value is not None:
+            path(f"transport.{field}", value, absolute=False)
+    allowed = {c.conf_env for c in SCHEDULERS.values() if c.conf_env}
+    try:
+        check(spec.env, "record", "transport.env", allowed=allowed)
+    except EnvNotAllowed as err:
+        raise bad("transport.env", str(err).split(": ", 1)[1]) from None
+    for name, value in spec.env.items():
+        path(f"transport.env.{name}", value)
+    return Submission.from_dict(data)
+
+
 def _read_record(path: Path) -> Submission:
     try:
-        return Submission.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
         raise ConfigError(
             f"job record {path} is unreadable ({type(err).__name__}: {err}); "
+            "delete it, or pass --site to ask the scheduler directly"
+        ) from None
+    try:
+        return check_record(data)
+    except ConfigError as err:
+        raise ConfigError(
+            f"job record {path} is unreadable ({err}; not as hpcenv wrote it, refused); "
             "delete it, or pass --site to ask the scheduler directly"
         ) from None
 

@@ -462,6 +462,31 @@ class Site(Strict):
                     )
         return self
 
+    @model_validator(mode="after")
+    def _environment(self) -> Site:
+        """A name that changes how a shell, the loader or an interpreter starts (BASH_ENV,
+        LD_PRELOAD...) only with its source in ``provenance.verified`` (:mod:`hpcenv.envpolicy`);
+        the error names the variable's own field, so the file and line are shown."""
+        from pydantic import ValidationError
+        from pydantic_core import InitErrorDetails, PydanticCustomError
+
+        from hpcenv.envpolicy import refused
+
+        documented = self.provenance.verified
+        layers: list[tuple[tuple[str, ...], Any, dict[str, str]]] = [
+            (("mpi", "env"), "site-mpi", self.mpi.env),
+            (("tuning",), "site-environment", self.tuning),
+        ]
+        for loc, layer, values in layers:
+            field = ".".join(loc)
+            for name, value in values.items():
+                why = refused(name, layer, {n for n in values if f"{field}.{n}" in documented})
+                if why is not None:
+                    error = PydanticCustomError("env_not_allowed", "{why}", {"why": why})
+                    detail = InitErrorDetails(type=error, loc=(*loc, name), input=value)
+                    raise ValidationError.from_exception_data("Site", [detail])
+        return self
+
 
 def _has_path(data: Any, dotted: str) -> bool:
     cur = data

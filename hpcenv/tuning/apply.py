@@ -71,7 +71,11 @@ def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
 
 def environment(tuning: MeasuredTuning, rules_path: str | None) -> dict[str, str]:
     """The variables a launch sets for ``tuning``; ``rules_path`` is the rules file's path as
-    the ranks see it (required when the tuning has coll_tuned rules)."""
+    the ranks see it (required when the tuning has coll_tuned rules). The file's own variables
+    pass :mod:`hpcenv.envpolicy` here too, so every launch (job, smoke, bench) is checked."""
+    from hpcenv.envpolicy import check
+
+    check(tuning.env, "measured-tuning", f"measured tuning for {tuning.site}")
     env = dict(tuning.env)
     if tuning.collective_rules:
         if not rules_path:

@@ -4,7 +4,9 @@ One JSON file per site and rank layout: ``<cache>/tuning/<site>/<layout>.json`` 
 ``$HPCENV_CACHE`` or ``~/.cache/hpcenv``; ``$HPCENV_TUNING_DIR`` replaces ``<cache>/tuning``). A newer measurement replaces the older one. A file is
 in force for a launch only when its site and layout match and it was measured on the same image
 digest as the image being launched; otherwise it is ignored and the reason is returned as a
-warning (never silently applied, never silently dropped).
+warning (never silently applied, never silently dropped). A file that sets a variable the tuner
+never measures (``BASH_ENV``, ``LD_PRELOAD``, ``OMPI_MCA_plm_rsh_agent``: :mod:`hpcenv.envpolicy`)
+is refused outright: it was not written by ``hpcenv tune``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from hpcenv.envpolicy import EnvNotAllowed
 from hpcenv.errors import ConfigError
 from hpcenv.tuning.model import Layout, MeasuredTuning
 
@@ -31,9 +34,20 @@ def tuning_path(site: str, layout: Layout) -> Path:
     return tuning_dir() / site / f"{layout.key}.json"
 
 
+def check_env(tuning: MeasuredTuning, where: str) -> None:
+    """Refuse a variable the tuner does not measure (:mod:`hpcenv.envpolicy`), in one line."""
+    from hpcenv.envpolicy import check
+
+    check(tuning.env, "measured-tuning", where)
+    for cands in tuning.rendered_only.values():
+        for cand in cands:
+            check(cand, "measured-tuning", where)
+
+
 def save(tuning: MeasuredTuning) -> Path:
     """Write the file atomically (temp name + rename); returns its path."""
     path = tuning_path(tuning.site, tuning.layout)
+    check_env(tuning, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(tuning.model_dump(), indent=2, sort_keys=True) + "\n")
@@ -47,12 +61,19 @@ def load(path: Path) -> MeasuredTuning:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: not a readable tuning file ({err})") from None
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if isinstance(env, dict):  # the name decides before the value's shape: refused, not ignored
+        from hpcenv.envpolicy import check
+
+        check({str(k): "" for k in env}, "measured-tuning", str(path))
     try:
-        return MeasuredTuning.model_validate(doc)
+        tuning = MeasuredTuning.model_validate(doc)
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(top)"
         raise ConfigError(f"{path}: {field}: {first['msg']}") from None
+    check_env(tuning, str(path))
+    return tuning
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,8 @@ def in_force(site: str, layout: Layout, image: str, image_id: str | None) -> InF
         return InForce(None, path, f"no measured tuning for {layout.describe()} ({hint})")
     try:
         tuning = load(path)
+    except EnvNotAllowed:
+        raise  # a variable no measurement sets: a tampered file, refused, not ignored
     except ConfigError as err:
         return InForce(None, path, "ignored", f"tuning file ignored: {err}")
     if tuning.site != site or tuning.layout != layout:

@@ -1,0 +1,235 @@
+"""Which environment variables each layer of a job may set (issue 20: files hpcenv reads must
+not make a job or a command run code).
+
+A job's environment is built in layers (:data:`hpcenv.jobs.plan.EnvSource`), and each layer comes
+from somewhere with its own trust. The rule per layer, checked where its data enters hpcenv:
+
+===================  ===============================  ========================================
+layer                where it comes from              what it may set
+===================  ===============================  ========================================
+placement            hpcenv's own code                anything (checked by review and tests)
+site-mpi             the site file (``mpi.env``)      anything but :data:`STARTUP` names,
+site-environment     the site file (``tuning``)       unless ``provenance.verified`` documents
+                                                      that exact field with its source
+                                                      (``mpi.env.LD_PRELOAD: "<where read>"``);
+                                                      checked when the site file is read
+measured-tuning      ``hpcenv tune --measure`` files  only what the tuner measures:
+                                                      :data:`TUNER_PREFIXES`, never a name that
+                                                      loads or runs something (:data:`LOADS`),
+                                                      never a :data:`STARTUP` name; checked
+                                                      when the file is read and again in
+                                                      :func:`hpcenv.tuning.apply.environment`
+job                  the user's own job               anything but :data:`SHELL_STARTUP`
+runtime, host        hpcenv's own code                anything
+record               a job record (``status`` ...)    only the scheduler clients' ``conf_env``
+===================  ===============================  ========================================
+
+The user's own job may set loader and interpreter variables (``LD_LIBRARY_PATH``,
+``LD_PRELOAD``, ``PYTHONPATH``): a workload needs them the way ``sbatch --export`` passes them,
+and they run nothing the user could not run in the command itself. It may not set the
+:data:`SHELL_STARTUP` names: those change how hpcenv's own step scripts (stage-in verification,
+stage-out, the per-rank wrapper) run in bash, and no workload needs them.
+
+Sites set none of the :data:`STARTUP` names today (``site-configs/*.yaml``, 2026-11-24): the bind
+model's ``LD_LIBRARY_PATH``/``LD_PRELOAD`` come from the typed ``mpi.library_path`` and
+``mpi.preload`` fields through the runtime layer, not from ``mpi.env``. A site that must set one
+documents it in ``provenance.verified`` with its source, as every other verified fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from typing import Literal
+
+from hpcenv.errors import ConfigError
+
+Layer = Literal[
+    "placement",
+    "site-mpi",
+    "site-environment",
+    "measured-tuning",
+    "job",
+    "runtime",
+    "host",
+    "record",
+]
+
+# Names that change how bash or sh starts or reads hpcenv's step scripts (bash(1): INVOCATION,
+# Shell Variables; POSIX sh: ENV).
+SHELL_STARTUP: dict[str, str] = {
+    "BASH_ENV": "bash sources this file before every non-interactive script",
+    "ENV": "sh (and bash --posix) sources this file at start",
+    "SHELLOPTS": "bash turns these options on at start (xtrace with PS4 runs code)",
+    "BASHOPTS": "bash turns these shopt options on at start (extdebug runs traps)",
+    "PS4": "bash expands it, command substitutions included, before each traced command",
+    "PROMPT_COMMAND": "bash runs it before each prompt",
+    "IFS": "changes how every unquoted expansion in the step scripts splits",
+    "CDPATH": "changes where cd goes in the step scripts",
+    "GLOBIGNORE": "changes what the step scripts' globs match",
+    "BASH_XTRACEFD": "bash writes its trace to this file descriptor",
+    "BASH_LOADABLES_PATH": "bash's enable -f loads builtins from here",
+    "INPUTRC": "readline reads this file at start",
+}
+
+# Names that change which program or library runs, or load code into an interpreter (ld.so(8),
+# python(1), perlrun(1), ruby(1), node(1), lua(1), Lmod/Environment Modules).
+LOADER: dict[str, str] = {
+    "LD_PRELOAD": "ld.so loads these libraries into every dynamically linked program",
+    "LD_AUDIT": "ld.so loads these audit libraries into every program",
+    "LD_LIBRARY_PATH": "ld.so looks for libraries here first (a library there replaces the "
+    "system's)",
+    "GCONV_PATH": "glibc loads iconv modules from here",
+    "PATH": "which program runs for every command name (srun, apptainer, bash)",
+    "PYTHONSTARTUP": "python runs this file at start (interactive)",
+    "PYTHONPATH": "python imports modules from here first",
+    "PYTHONHOME": "python's standard library (site.py runs at start) comes from here",
+    "PYTHONINSPECT": "python enters interactive mode after the script",
+    "PYTHONBREAKPOINT": "python calls this on breakpoint()",
+    "PERL5OPT": "perl takes these options (-M loads modules) at start",
+    "PERL5LIB": "perl loads modules from here first",
+    "PERLLIB": "perl loads modules from here first",
+    "PERL5DB": "perl runs this code under -d",
+    "RUBYOPT": "ruby takes these options (-r loads code) at start",
+    "RUBYLIB": "ruby loads code from here first",
+    "NODE_OPTIONS": "node takes these options (--require loads code) at start",
+    "NODE_PATH": "node loads modules from here",
+    "LUA_INIT": "lua (and Lmod's module command) runs this at start",
+    "LUA_PATH": "lua loads modules from here",
+    "LUA_CPATH": "lua loads C modules from here",
+    "TCLLIBPATH": "Tcl (Environment Modules) loads packages from here",
+    "MODULEPATH": "module load reads modulefiles (code) from here",
+}
+
+STARTUP: dict[str, str] = SHELL_STARTUP | LOADER
+
+# Every LD_ name is the loader's (LD_DEBUG_OUTPUT writes files, LD_PROFILE, LD_BIND_NOW ...).
+_STARTUP_PREFIXES = ("LD_",)
+
+# Apptainer and Singularity set NAME inside the container from APPTAINERENV_NAME.
+_INNER = ("APPTAINERENV_", "SINGULARITYENV_")
+
+# What ``hpcenv tune --measure`` writes or records (hpcenv/tuning/collectives.yaml and
+# measure.py: Open MPI MCA and UCX transports, coll_tuned, Horovod knobs, MPICH CVARs,
+# Intel MPI I_MPI_ADJUST_*, NCCL algorithms) and the tuning knobs of the same libraries.
+TUNER_PREFIXES: tuple[str, ...] = (
+    "OMPI_MCA_",
+    "UCX_",
+    "HOROVOD_",
+    "NCCL_",
+    "CCL_",
+    "I_MPI_",
+    "FI_",
+    "MPIR_CVAR_",
+    "MPICH_",
+    "OMP_",
+    "KMP_",
+)
+
+# Words that, in a tunable library's variable, name a program, library, plugin or file to load
+# or run (OMPI_MCA_plm_rsh_agent, FI_PROVIDER_PATH, I_MPI_PMI_LIBRARY, NCCL_NET_PLUGIN,
+# OMPI_MCA_mca_base_component_path): a measurement never chooses one.
+LOADS: frozenset[str] = frozenset(
+    {
+        "AGENT",
+        "CMD",
+        "COMMAND",
+        "DEBUGGER",
+        "DIR",
+        "EXEC",
+        "FILE",
+        "FILENAME",
+        "FILES",
+        "HOME",
+        "LAUNCHER",
+        "LIB",
+        "LIBRARY",
+        "LIBRARIES",
+        "LIBS",
+        "PATH",
+        "PLUGIN",
+        "PLUGINS",
+        "PREFIX",
+        "PRELOAD",
+        "ROOT",
+        "SCRIPT",
+        "TOOL",
+    }
+)
+
+
+class EnvNotAllowed(ConfigError):
+    """A layer sets a variable it may not set (never silently dropped: the job would differ)."""
+
+
+def inner_name(name: str) -> str:
+    """The name a container sees: ``APPTAINERENV_LD_PRELOAD`` sets ``LD_PRELOAD`` inside."""
+    for prefix in _INNER:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def startup_reason(name: str) -> str | None:
+    """Why ``name`` changes how a shell, the loader or an interpreter starts; None if not."""
+    inner = inner_name(name)
+    if inner in STARTUP:
+        return STARTUP[inner]
+    if inner.startswith(_STARTUP_PREFIXES):
+        return "a dynamic loader variable (ld.so(8))"
+    return None
+
+
+def refused(
+    name: str, layer: Layer, documented: Container[str] = (), allowed: Container[str] = ()
+) -> str | None:
+    """Why ``layer`` may not set ``name`` (None: it may).
+
+    ``documented``: names the site file documents with a source (site layers only);
+    ``allowed``: the exact names a record may carry (the schedulers' ``conf_env``).
+    """
+    if layer in ("placement", "runtime", "host"):
+        return None
+    if layer in ("site-mpi", "site-environment"):
+        why = startup_reason(name)
+        if why is None or name in documented:
+            return None
+        field = "mpi.env" if layer == "site-mpi" else "tuning"
+        return (
+            f"{why}; a site sets it only with its source in provenance.verified['{field}.{name}']"
+        )
+    if layer == "job":
+        inner = inner_name(name)
+        return f"{SHELL_STARTUP[inner]}" if inner in SHELL_STARTUP else None
+    if layer == "measured-tuning":
+        why = startup_reason(name)
+        if why is not None:
+            return why
+        if not name.startswith(TUNER_PREFIXES):
+            return (
+                "not a variable hpcenv tune measures ("
+                + ", ".join(p + "*" for p in TUNER_PREFIXES)
+                + ")"
+            )
+        words = set(name.upper().split("_"))
+        hit = sorted(words & LOADS)
+        if hit:
+            return f"names something to load or run ({hit[0]}), which a measurement never chooses"
+        return None
+    if layer == "record":
+        return None if name in allowed else "a job record may carry only the scheduler's conf_env"
+    return f"unknown layer {layer!r}"
+
+
+def check(
+    values: Mapping[str, str],
+    layer: Layer,
+    where: str,
+    *,
+    documented: Container[str] = (),
+    allowed: Container[str] = (),
+) -> None:
+    """Refuse the first name ``layer`` may not set, in one line naming ``where`` and the name."""
+    for name in values:
+        why = refused(name, layer, documented, allowed)
+        if why is not None:
+            raise EnvNotAllowed(f"{where}: {layer} may not set {name}: {why}")
