@@ -134,6 +134,8 @@ class RecordedHost:
     def run(self, key: str) -> tuple[int, str]:
         path = self.folder / f"{key}.txt"
         if not path.is_file():
+            if path.exists():  # a folder named KEY.txt: a broken recording, not an absent command
+                raise EnvironmentProblem(f"sites init: {path} is not a file")
             return 127, ""
         try:
             with path.open("rb") as f:

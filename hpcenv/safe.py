@@ -187,7 +187,23 @@ HostPath = Annotated[
 ]
 # http(s) or file URL: no spaces, quotes, backslashes, backticks, '$', '<', '>' or '{}'.
 URL = r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&+,;=%-]{1,2000}"
-Url = Annotated[str, StringConstraints(pattern=_pattern(URL))]
+
+
+def _url_parts(value: str) -> str:
+    """A URL Python's ``urlsplit`` reads whole: a port from 1 to 65535, brackets that close
+    (later ``.port`` or ``urlsplit`` would raise ValueError where the URL is used)."""
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(value).port
+    except ValueError as err:  # "Port out of range 0-65535", "Invalid IPv6 URL"
+        raise ValueError(f"not a usable URL: {str(err)[0].lower()}{str(err)[1:]}") from None
+    if port == 0:
+        raise ValueError("not a usable URL: port 0")
+    return value
+
+
+Url = Annotated[str, StringConstraints(pattern=_pattern(URL)), AfterValidator(_url_parts)]
 # An OCI image reference: [registry[:port]/]path[:tag][@digest], lower-case path components.
 IMAGE = (
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\.[a-z0-9]+)*(?::[0-9]{1,5})?"

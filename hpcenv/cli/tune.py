@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hpcenv.cli.options import JsonOpt, SiteOpt
+from hpcenv.cli.options import JsonOpt, SiteOpt, positive_seconds
 
 if TYPE_CHECKING:
     from hpcenv.tuning.measure import Plan
@@ -41,7 +41,12 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--image", help="image to measure/check (default: recipe's)")
         ] = None,
         budget: Annotated[
-            float, typer.Option("--budget", help="--measure: seconds before no new run starts")
+            float,
+            typer.Option(
+                "--budget",
+                help="--measure: seconds before no new run starts",
+                callback=positive_seconds,
+            ),
         ] = 300,
         quick: Annotated[
             bool, typer.Option("--quick", help="--measure: one round instead of three")
