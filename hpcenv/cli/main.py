@@ -128,9 +128,10 @@ def main() -> None:
         if os.environ.get("HPCENV_DEBUG"):
             raise
         from hpcenv.credentials import redact
+        from hpcenv.printable import printable
 
         for line in redact(str(err)).splitlines() or [""]:  # several conflicts: one line each
-            typer.echo(f"error: {line}", err=True)
+            typer.echo(f"error: {printable(line)}", err=True)  # may quote a scheduler
         sys.exit(err.exit_code)
     except typer.Exit as ex:
         _flush_or_fail()

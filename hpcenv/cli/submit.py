@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 
 def _stderr(line: str) -> None:
-    typer.echo(line, err=True)
+    from hpcenv.printable import printable
+
+    typer.echo(printable(line), err=True)  # may quote a scheduler or a tuning file
 
 
 def _show_change(change: JobStatus) -> None:  # state changes on stderr; the result on stdout

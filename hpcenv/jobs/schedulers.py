@@ -592,7 +592,7 @@ def _json(text: str, tool: str, key: str, kind: type) -> Any:
     """``text`` as a JSON object, and its ``key`` (absent: empty) of ``kind``; else a JobError."""
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, 5,000-digit numbers, nesting
         raise JobError(f"{tool} output is not JSON: {printable(text.strip()[:200])}") from err
     if not isinstance(data, dict):
         raise JobError(f"{tool} output is JSON but not an object: {printable(text.strip()[:200])}")
