@@ -6,6 +6,12 @@ of thumb as ``assumed`` (with the rule), and a value only the user knows (a proj
 as ``placeholder``. The commands run on this host (:class:`LocalHost`) or are read from a folder
 of recorded outputs, one ``KEY.txt`` per command (:class:`RecordedHost`; tests keep real sites'
 recordings under ``tests/data/hosts/``), or on a login node over SSH (:class:`TransportHost`). The written file is validated before it is kept.
+
+Outputs are other programs' text, so they are read defensively: bytes that are not UTF-8 become
+U+FFFD, a recorded file is read up to :data:`MAX_OUTPUT` bytes, and a parser that cannot find
+what it needs (a field missing, a count that is not a small whole number) raises
+:class:`~hpcenv.errors.EnvironmentProblem` naming the command and the field, never a traceback;
+optional facts (a PMIx version, a GPU model) fall back to the documented default instead.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Protocol
 
+from hpcenv.errors import EnvironmentProblem
 from hpcenv.jobs.schedulers import NO_SCHEDULER, SCHEDULERS
 
 # The schedulers' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
@@ -49,6 +56,8 @@ COMMANDS: dict[str, list[str]] = {
     ],
 }
 
+# A recorded output larger than this is not a command's output (lscpu is ~2 KiB, modules ~200 KiB).
+MAX_OUTPUT = 8 * 1024 * 1024
 # Installed memory is a nominal DIMM total; MemTotal is that less firmware/kernel reservations.
 NOMINAL_GB = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 # Node-local folders, most preferred first: (path, kind).
@@ -87,7 +96,12 @@ class LocalHost:
     def run(self, key: str) -> tuple[int, str]:
         try:
             proc = subprocess.run(
-                command(key), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+                command(key),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=30,
+                stdin=subprocess.DEVNULL,
             )
         except FileNotFoundError:
             return 127, ""
@@ -119,7 +133,21 @@ class RecordedHost:
 
     def run(self, key: str) -> tuple[int, str]:
         path = self.folder / f"{key}.txt"
-        return (0, path.read_text()) if path.is_file() else (127, "")
+        if not path.is_file():
+            if path.exists():  # a folder named KEY.txt: a broken recording, not an absent command
+                raise EnvironmentProblem(f"sites init: {path} is not a file")
+            return 127, ""
+        try:
+            with path.open("rb") as f:
+                data = f.read(MAX_OUTPUT + 1)
+        except OSError as err:
+            raise EnvironmentProblem(f"sites init: cannot read {path}: {err.strerror}") from None
+        if len(data) > MAX_OUTPUT:
+            raise EnvironmentProblem(
+                f"sites init: {path} is larger than {MAX_OUTPUT // 1024 // 1024} MiB; "
+                "not a recorded command output"
+            )
+        return 0, data.decode(errors="replace")
 
 
 @dataclass
@@ -156,6 +184,20 @@ class Detection:
 
 
 # -- parsers (pure: text in, values out) --------------------------------------------------------
+def _unreadable(what: str, why: str) -> EnvironmentProblem:
+    return EnvironmentProblem(f"sites init: cannot read the output of {what}: {why}")
+
+
+def _whole(value: str | None, what: str, field: str, *, high: int) -> int:
+    """``value`` as a whole number from 1 to ``high``, or an error naming the field."""
+    if value is None:
+        raise _unreadable(what, f"no {field!r} line")
+    if not re.fullmatch(r"[0-9]{1,18}", value) or not 1 <= int(value) <= high:
+        shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
+        raise _unreadable(what, f"{field} is {shown}, not a whole number from 1 to {high}")
+    return int(value)
+
+
 def parse_colon_table(text: str) -> dict[str, str]:
     """``Key:   value`` lines (lscpu, meminfo)."""
     out: dict[str, str] = {}
@@ -170,22 +212,35 @@ def parse_lscpu(text: str) -> dict[str, Any]:
     t = parse_colon_table(text)
     return {
         "arch": t.get("Architecture"),
-        "sockets": int(t["Socket(s)"]),
-        "cores_per_socket": int(t["Core(s) per socket"]),
-        "threads_per_core": int(t.get("Thread(s) per core", "1")),
+        "sockets": _whole(t.get("Socket(s)"), "lscpu", "Socket(s)", high=1024),
+        "cores_per_socket": _whole(
+            t.get("Core(s) per socket"), "lscpu", "Core(s) per socket", high=65536
+        ),
+        "threads_per_core": _whole(
+            t.get("Thread(s) per core", "1"), "lscpu", "Thread(s) per core", high=64
+        ),
     }
 
 
 def parse_meminfo_gb(text: str) -> tuple[int, float]:
     """(nominal GB, MemTotal in GiB)."""
-    kib = int(parse_colon_table(text)["MemTotal"].split()[0])
+    total = parse_colon_table(text).get("MemTotal")
+    kib = _whole(
+        (total.split() or [""])[0] if total is not None else None,
+        "/proc/meminfo",
+        "MemTotal",
+        high=2**50,
+    )
     gib = kib / 1024 / 1024
     nominal = min(NOMINAL_GB, key=lambda n: abs(n - gib))
     return (nominal if abs(nominal - gib) / nominal <= 0.06 else round(gib)), gib
 
 
 def parse_nvidia_smi(text: str) -> tuple[int, str, str]:
+    """(GPU count, model, driver) from ``name, driver_version`` lines."""
     rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if "," in line]
+    if not rows or not rows[0][0] or not rows[0][1]:
+        raise _unreadable("nvidia-smi", "no 'name, driver_version' line")
     return len(rows), rows[0][0], rows[0][1]
 
 
@@ -216,7 +271,7 @@ def parse_srun_mpi_list(text: str) -> tuple[list[str], int | None]:
     names = [w.strip() for w in text.splitlines() if w.startswith(("\t", " ", "srun: "))]
     names = [n.removeprefix("srun: ").strip() for n in names]
     names = [n for n in names if n and " " not in n]
-    major = re.search(r"pmix_v(\d+)", text)
+    major = re.search(r"pmix_v(\d{1,3})(?!\d)", text)
     return names, int(major.group(1)) if major else None
 
 
@@ -260,9 +315,15 @@ def parse_df(text: str) -> list[tuple[str, int]]:
     out = []
     for line in text.splitlines():
         cols = line.split()
-        if len(cols) >= 6 and cols[1].isdigit():
+        if len(cols) >= 6 and re.fullmatch(r"[0-9]{1,18}", cols[1]):
             out.append((cols[5], int(int(cols[1]) * 1024 / 1e9)))
     return out
+
+
+def parse_pmix_major(text: str) -> int | None:
+    """The major of ``pkg-config --modversion pmix`` (``4.2.9``), None when it is not one."""
+    m = re.fullmatch(r"\s*(\d{1,3})(?:\.[\w.-]*)?\s*", text)
+    return int(m.group(1)) if m else None
 
 
 # -- detection ----------------------------------------------------------------------------------
@@ -453,10 +514,11 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
                 "cray_shasta",
                 assumed="HPE Cray EX: srun starts Cray MPICH through the cray_shasta plugin",
             )
-    elif "pmix" in srun["plugins"] or (pmix := _ok(host, "pmix")):
+    elif "pmix" in srun["plugins"] or _ok(host, "pmix"):
         major = srun["pmix_major"]
-        if major is None and (pmix := _ok(host, "pmix")):
-            major = int(pmix.strip().split(".")[0])
+        pkg = parse_pmix_major(_ok(host, "pmix") or "") if major is None else None
+        if pkg is not None:
+            major = pkg
             d.set("mpi.pmi", f"pmix@{major}", verified=_by("pmix") + on)
         elif major is not None:
             d.set("mpi.pmi", f"pmix@{major}", verified=_by("srun-mpi") + on)

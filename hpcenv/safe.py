@@ -190,6 +190,20 @@ HostPath = Annotated[
 URL = r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&+,;=%-]{1,2000}"
 
 
+def _url_parts(value: str) -> str:
+    """A URL Python's ``urlsplit`` reads whole: a port from 1 to 65535, brackets that close
+    (later ``.port`` or ``urlsplit`` would raise ValueError where the URL is used)."""
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(value).port
+    except ValueError as err:  # "Port out of range 0-65535", "Invalid IPv6 URL"
+        raise ValueError(f"not a usable URL: {str(err)[0].lower()}{str(err)[1:]}") from None
+    if port == 0:
+        raise ValueError("not a usable URL: port 0")
+    return value
+
+
 def _userinfo_readable(value: str) -> str:
     problem = userinfo_problem(value)
     if problem is not None:
@@ -199,7 +213,12 @@ def _userinfo_readable(value: str) -> str:
 
 # ``user:password@`` is allowed (build secrets, see :mod:`hpcenv.credentials`) when it can be
 # read one way only.
-Url = Annotated[str, StringConstraints(pattern=_pattern(URL)), AfterValidator(_userinfo_readable)]
+Url = Annotated[
+    str,
+    StringConstraints(pattern=_pattern(URL)),
+    AfterValidator(_userinfo_readable),  # first: a later error must not quote a password
+    AfterValidator(_url_parts),
+]
 # An OCI image reference: [registry[:port]/]path[:tag][@digest], lower-case path components.
 IMAGE = (
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\.[a-z0-9]+)*(?::[0-9]{1,5})?"

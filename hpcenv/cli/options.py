@@ -7,6 +7,19 @@ from typing import Annotated
 import typer
 
 
+def positive_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float) -> float:
+    """A duration option: finite and > 0 (``nan`` compares false with every bound, so click's
+    ``min=`` lets it through, and ``--timeout nan`` would wait forever)."""
+    import math
+
+    from hpcenv.errors import ConfigError
+
+    if not math.isfinite(value) or value <= 0:
+        name = (param.opts or [param.name or "value"])[0]
+        raise ConfigError(f"{name} {value}: give a number of seconds greater than 0")
+    return value
+
+
 def _complete_site(incomplete: str) -> list[str]:
     from hpcenv.site import site_names
 

@@ -155,6 +155,7 @@ def register(app: typer.Typer) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
             raise ConfigError(f"site name {name!r}: lowercase letters, digits and dashes")
         target = out or Path(f"{name}.yaml")
+        _check_init_paths(target, recorded)
         if from_host or recorded or ssh_host:
             if ssh_host:
                 from hpcenv.hostdetect import TransportHost
@@ -197,7 +198,12 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(
                 "say where the site comes from: --from-host, --recorded DIR or --extends SITE"
             )
-        write_site(data, target, force=force, validate=load_site_file)
+        try:
+            write_site(data, target, force=force, validate=load_site_file)
+        except OSError as err:  # a read-only folder, a full disk, a file where a folder should be
+            from hpcenv.errors import OutputError
+
+            raise OutputError(f"cannot write {target}: {err.strerror or err}") from None
         site = load_site_file(target)
         marks = placeholders(site)
         if as_json:
@@ -288,3 +294,19 @@ def _show_resolved(data: dict, resolved: object, provenance: object, as_json: bo
     for r in rows:
         extra = f"  [{r['provenance']}]" if r["provenance"] else ""
         typer.echo(redact(f"{r['field']} = {json.dumps(r['value'])}  # {r['from']}{extra}"))
+
+
+def _check_init_paths(target: Path, recorded: Path | None) -> None:
+    """``sites init``'s paths, before anything is detected: one line for each mistake."""
+    from hpcenv.errors import ConfigError
+
+    if recorded is not None and not recorded.is_dir():
+        what = "is not a folder" if recorded.exists() else "does not exist"
+        raise ConfigError(f"--recorded {recorded} {what}; give the folder of KEY.txt outputs")
+    if target.is_dir():
+        raise ConfigError(f"--out {target} is a folder; give the site file's name")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"--out {target}: {parent} is not a folder")

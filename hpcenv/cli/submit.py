@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hpcenv.choices import TransportKind
-from hpcenv.cli.options import JsonOpt, SiteOpt
+from hpcenv.cli.options import JsonOpt, SiteOpt, positive_seconds
 
 if TYPE_CHECKING:
     from hpcenv.jobs.status import JobStatus
 
 
 def _stderr(line: str) -> None:
-    typer.echo(line, err=True)
+    from hpcenv.printable import printable
+
+    typer.echo(printable(line), err=True)  # may quote a scheduler or a tuning file
 
 
 def _show_change(change: JobStatus) -> None:  # state changes on stderr; the result on stdout
@@ -113,7 +115,10 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--wait", help="wait; exit 2 with the scheduler's message on failure"),
         ] = False,
-        timeout: Annotated[float, typer.Option("--timeout", help="seconds for --wait")] = 600,
+        timeout: Annotated[
+            float,
+            typer.Option("--timeout", help="seconds for --wait", callback=positive_seconds),
+        ] = 600,
     ) -> None:
         """Render a job script for SITE and submit it (``-- COMMAND...``)."""
         from hpcenv.jobs.service import SshOptions, SubmitRequest, submit_request

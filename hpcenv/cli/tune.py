@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hpcenv.cli.options import JsonOpt, SiteOpt
+from hpcenv.cli.options import JsonOpt, SiteOpt, positive_seconds
 
 if TYPE_CHECKING:
     from hpcenv.tuning.measure import Plan
@@ -41,7 +41,12 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--image", help="image to measure/check (default: recipe's)")
         ] = None,
         budget: Annotated[
-            float, typer.Option("--budget", help="--measure: seconds before no new run starts")
+            float,
+            typer.Option(
+                "--budget",
+                help="--measure: seconds before no new run starts",
+                callback=positive_seconds,
+            ),
         ] = 300,
         quick: Annotated[
             bool, typer.Option("--quick", help="--measure: one round instead of three")
@@ -88,13 +93,21 @@ def register(app: typer.Typer) -> None:
             _print_placement(result, show, as_json)
 
 
+def _out(line: str) -> None:
+    """A line with text from a tuning file in it: control characters escaped (a file anyone
+    could have written must not send escape sequences to the terminal)."""
+    from hpcenv.printable import printable
+
+    typer.echo(printable(line))
+
+
 def _print_measured(done: Measured, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(done.tuning.model_dump(), indent=2))
         return
     typer.echo(f"wrote {done.path} ({done.tuning.seconds:.0f} s)")
     for r in done.tuning.reasons:
-        typer.echo(f"  - {r}")
+        _out(f"  - {r}")
 
 
 def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
@@ -156,29 +169,27 @@ def _found_json(found: InForce | None) -> dict[str, Any]:
 def _show_measured(found: InForce | None, image: str) -> None:
     from hpcenv.tuning.apply import RULES_NAME, environment
 
-    typer.echo(f"measured tuning for {image}:")
+    _out(f"measured tuning for {image}:")
     if found is None:
-        typer.echo(
-            "  none in force: nothing measured for this site and layout (hpcenv tune --measure)"
-        )
+        _out("  none in force: nothing measured for this site and layout (hpcenv tune --measure)")
         return
     if found.tuning is None:
-        typer.echo(f"  none in force: {found.warning or found.why}")
+        _out(f"  none in force: {found.warning or found.why}")
         return
     t = found.tuning
-    typer.echo(f"  in force: {found.path}")
-    typer.echo(f"  {found.why}; layout {t.layout.describe()}; sweep took {t.seconds:.0f} s")
+    _out(f"  in force: {found.path}")
+    _out(f"  {found.why}; layout {t.layout.describe()}; sweep took {t.seconds:.0f} s")
     for r in t.reasons:
-        typer.echo(f"  - {r}")
+        _out(f"  - {r}")
     for k, v in environment(t, f"<job step dir>/{RULES_NAME}").items():
-        typer.echo(f"  {k}={v}")
+        _out(f"  {k}={v}")
     text = t.rules_text()
     if text:
-        typer.echo("  coll_tuned rules file (allreduce):")
+        _out("  coll_tuned rules file (allreduce):")
         for line in text.splitlines():
-            typer.echo(f"    {line}")
+            _out(f"    {line}")
     for key, cands in t.rendered_only.items():
-        typer.echo(
+        _out(
             f"  rendered only, {key}: "
             + "; ".join(" ".join(f"{k}={v}" for k, v in c.items()) for c in cands)
         )

@@ -22,7 +22,7 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.launchers import slurm_shape
@@ -32,6 +32,7 @@ from hpcenv.jobs.shell import join, word
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus, Phase, aggregate
 from hpcenv.jobs.transport import Completed, Transport
+from hpcenv.printable import printable
 from hpcenv.site import Site
 from hpcenv.site.words import directive_pairs
 
@@ -245,7 +246,10 @@ class Scheduler(ABC):
             for line in result.stdout.splitlines():
                 m = self.id_pattern.search(line.strip())
                 if m:
-                    return m.group(1)
+                    try:
+                        return job_id_word(m.group(1))
+                    except ConfigError as err:  # 10,000 digits: not an id hpcenv can use
+                        raise JobError(f"{self.submit_command} answered with {err}") from None
         raise JobError(f"{self.name} rejected the job: {result.message()}")
 
     # -- monitoring -------------------------------------------------------------------------
@@ -319,12 +323,30 @@ _SLURM_BLOCKED = re.compile(
     r"JobHeldAdmin|JobHeldUser|Nodes_required|launch failed"
 )
 _NODELIST = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")  # node1,node[2-4]
-_KV = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
+_WORDS = re.compile(r"(\s+)")
 
 
 def parse_slurm_record(line: str) -> dict[str, str]:
-    """``scontrol show job -o`` / jobcomp line -> dict (values may contain spaces)."""
-    return {k: v.strip() for k, v in _KV.findall(line.strip())}
+    """``scontrol show job -o`` / jobcomp line -> dict (values may contain spaces).
+
+    A word with ``=`` after its first character starts the next ``Key=value``; other words
+    continue the value before them. One pass over the words: linear in the line's length
+    (a regular expression with a look-ahead for the next key took 8 s on 32 KB of one word).
+    """
+    out: dict[str, str] = {}
+    key: str | None = None
+    value: list[str] = []
+    for w in _WORDS.split(line.strip()):
+        eq = w.find("=", 1)
+        if eq > 0 and not w.isspace():
+            if key is not None:
+                out[key] = "".join(value).strip()
+            key, value = w[:eq], [w[eq + 1 :]]
+        elif key is not None:
+            value.append(w)
+    if key is not None:
+        out[key] = "".join(value).strip()
+    return out
 
 
 def slurm_status_from_record(rec: dict[str, str], source: str) -> JobStatus:
@@ -633,26 +655,61 @@ class Lsf(Scheduler):
         return ["bkill", job_id_word(job_id)]
 
 
-def parse_bjobs_json(job_id: str, text: str) -> JobStatus:
+def _kind(value: object) -> str:
+    """What a JSON value is, in JSON's words."""
+    if isinstance(value, bool):
+        return "true/false"
+    names = {dict: "an object", list: "a list", str: "text", int: "a number", float: "a number"}
+    return names.get(type(value), "null")
+
+
+def _json(text: str, tool: str, key: str, kind: type) -> Any:
+    """``text`` as a JSON object, and its ``key`` (absent: empty) of ``kind``; else a JobError."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise JobError(f"bjobs output is not JSON: {text.strip()[:200]}") from err
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, 5,000-digit numbers, nesting
+        raise JobError(f"{tool} output is not JSON: {printable(text.strip()[:200])}") from err
+    if not isinstance(data, dict):
+        raise JobError(f"{tool} output is JSON but not an object: {printable(text.strip()[:200])}")
+    value = data.get(key) or kind()
+    if not isinstance(value, kind):
+        raise JobError(f"{tool} output: {key} is {_kind(value)}, not {_kind(kind())}")
+    return value
+
+
+def _text(rec: dict[str, Any], key: str, tool: str) -> str | None:
+    """A scalar field of a scheduler's JSON record as text (absent or empty: None)."""
+    value = rec.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise JobError(f"{tool} output: {key} is {_kind(value)}, not text or a number")
+    return str(value)
+
+
+def _record(rec: object, tool: str) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise JobError(f"{tool} output: a job record is {_kind(rec)}, not an object")
+    return rec
+
+
+def parse_bjobs_json(job_id: str, text: str) -> JobStatus:
     tasks = []
-    for rec in data.get("RECORDS", []):
+    for item in _json(text, "bjobs", "RECORDS", list):
+        rec = _record(item, "bjobs")
         if "ERROR" in rec:
-            raise JobError(f"no state for job {job_id}: {rec['ERROR']}")
-        stat = rec.get("STAT", "UNKWN")
-        reason = rec.get("EXIT_REASON") or rec.get("PEND_REASON") or None
+            raise JobError(f"no state for job {job_id}: {printable(str(rec['ERROR']))}")
+        stat = _text(rec, "STAT", "bjobs") or "UNKWN"
+        reason = _text(rec, "EXIT_REASON", "bjobs") or _text(rec, "PEND_REASON", "bjobs")
         tasks.append(
             JobStatus(
-                job_id=str(rec.get("JOBID", job_id)),
+                job_id=_text(rec, "JOBID", "bjobs") or job_id,
                 state=stat,
                 phase=_LSF_PHASE.get(stat, "unknown"),
-                exit_code=str(rec.get("EXIT_CODE") or "") or None,
+                exit_code=_text(rec, "EXIT_CODE", "bjobs"),
                 reason=reason,
-                stdout=rec.get("OUTPUT_FILE") or None,
-                stderr=rec.get("ERROR_FILE") or None,
+                stdout=_text(rec, "OUTPUT_FILE", "bjobs"),
+                stderr=_text(rec, "ERROR_FILE", "bjobs"),
                 source="bjobs",
                 raw=rec,
             )
@@ -768,29 +825,27 @@ class Pbs(Scheduler):
 
 
 def parse_qstat_json(job_id: str, text: str) -> JobStatus:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise JobError(f"qstat output is not JSON: {text.strip()[:200]}") from err
     tasks = []
-    for jid, rec in (data.get("Jobs") or {}).items():
-        state = rec.get("job_state", "?")
-        exit_status = rec.get("Exit_status")
+    jobs = _json(text, "qstat", "Jobs", dict)
+    for jid, item in jobs.items():
+        rec = _record(item, "qstat")
+        state = _text(rec, "job_state", "qstat") or "?"
+        exit_status = _text(rec, "Exit_status", "qstat")
         if state in ("F", "X"):
-            phase: Phase = "done" if exit_status in (0, "0") else "failed"
+            phase: Phase = "done" if exit_status == "0" else "failed"
         else:
             phase = _PBS_PHASE.get(state, "unknown")
-        if rec.get("array") and len(data["Jobs"]) > 1:
+        if rec.get("array") and len(jobs) > 1:
             continue  # the parent of subjobs listed below it
         tasks.append(
             JobStatus(
                 job_id=jid,
                 state=state,
                 phase=phase,
-                exit_code=None if exit_status is None else str(exit_status),
-                reason=rec.get("comment"),
-                stdout=str(rec.get("Output_Path", "")).split(":", 1)[-1] or None,
-                stderr=str(rec.get("Error_Path", "")).split(":", 1)[-1] or None,
+                exit_code=exit_status,
+                reason=_text(rec, "comment", "qstat"),
+                stdout=(_text(rec, "Output_Path", "qstat") or "").split(":", 1)[-1] or None,
+                stderr=(_text(rec, "Error_Path", "qstat") or "").split(":", 1)[-1] or None,
                 source="qstat",
                 raw=rec,
             )

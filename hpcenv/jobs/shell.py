@@ -19,7 +19,7 @@ from hpcenv.errors import ConfigError
 _PATH = re.compile(r"(?:[A-Za-z0-9_.,:@%+=/-]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?)+")
 _WORD = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]{0,127}")  # 128 characters at most
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -79,7 +79,8 @@ def job_name(value: str) -> str:
 def job_id(value: str) -> str:
     """Check a job id (``12``, ``12_3``, ``123[].pbs01``) before it reaches a command."""
     if not _JOB_ID.fullmatch(value):
-        raise ConfigError(f"not a job id: {value!r}")
+        shown = repr(value[:60]) + ("..." if len(value) > 60 else "")
+        raise ConfigError(f"not a job id: {shown}")
     return value
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from hpcenv.printable import printable
+
 Phase = Literal["pending", "running", "done", "failed", "unknown"]
 TERMINAL: frozenset[str] = frozenset({"done", "failed"})
 
@@ -39,7 +41,8 @@ class JobStatus:
         failed = [t for t in self.tasks if t.phase == "failed"]
         if failed:
             parts.append("failed tasks: " + "; ".join(t.message() for t in failed[:5]))
-        return " ".join(parts) + (f" ({self.source})" if self.source else "")
+        line = " ".join(parts) + (f" ({self.source})" if self.source else "")
+        return printable(line)  # the scheduler's words: no terminal escapes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -92,6 +92,7 @@ class LocalTransport(Transport):
                 input=stdin,
                 capture_output=True,
                 text=True,
+                errors="replace",  # a scheduler's non-UTF-8 output: U+FFFD, not a traceback
                 timeout=timeout,
                 env={**os.environ, **self.spec.env},
             )
