@@ -251,8 +251,9 @@ def submit_request(
 
     ``notify`` gets one-line warnings and notes (the CLI puts them on stderr); ``on_change``
     gets each state change while waiting."""
+    from hpcenv.errors import ConfigError
     from hpcenv.jobs.render import prepare
-    from hpcenv.jobs.submit import submit
+    from hpcenv.jobs.submit import records_dir, submit
     from hpcenv.jobs.submit import wait as wait_for
     from hpcenv.site import load_site
     from hpcenv.tuning.apply import for_job
@@ -265,6 +266,10 @@ def submit_request(
     rendered = prepare(s, job, submitting=True, measured=measured)
     if req.dry_run:
         return SubmitResult(s.name, rendered)
+    try:  # local checks first, so nothing is queued (nor a manifest written) that cannot be recorded
+        records_dir(probe=True)
+    except ConfigError as err:
+        raise ConfigError(f"{err}; nothing was submitted") from None
     local = req.transport is TransportKind.local
     t = make_transport(s, req.transport, req.ssh)
     st = None

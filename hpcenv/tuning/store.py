@@ -17,7 +17,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError
+from hpcenv.reads import load_json
 from hpcenv.tuning.model import Layout, MeasuredTuning
+
+TUNING_MAX_BYTES = 4 << 20  # a sweep of every collective and size is a few hundred KiB
 
 
 def tuning_dir() -> Path:
@@ -42,11 +45,12 @@ def save(tuning: MeasuredTuning) -> Path:
 
 
 def load(path: Path) -> MeasuredTuning:
-    """Parse and validate a tuning file; ConfigError naming the file and field otherwise."""
+    """Parse and validate a tuning file; ConfigError naming the file and field otherwise
+    (size and nesting bounded before anything uses it: :func:`hpcenv.reads.load_json`)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: not a readable tuning file ({err})") from None
+        doc = load_json(path, TUNING_MAX_BYTES, "a tuning file")
+    except ConfigError as err:
+        raise ConfigError(f"not a readable tuning file: {err}") from None
     try:
         return MeasuredTuning.model_validate(doc)
     except ValidationError as err:
