@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcenv.errors import ConfigError
+from hpcenv.safe import has_control
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -26,6 +27,14 @@ MAX_DEPTH = 64
 
 def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
+
+
+def printable(text: str) -> str:
+    """``text`` for a one-line message: control characters (a newline, a terminal escape)
+    written as Python escapes, so a file's content cannot break the line or the terminal."""
+    if not has_control(text):
+        return text
+    return "".join(repr(c)[1:-1] if has_control(c) else c for c in text)
 
 
 def read_bounded(path: Path, limit: int = MAX_BYTES, what: str = "a file") -> bytes:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.render import RenderedJob, prepare
 from hpcenv.jobs.schedulers import get_scheduler
@@ -39,7 +41,7 @@ from hpcenv.jobs.transport import (
 )
 from hpcenv.output import write_private
 from hpcenv.paths import cache_dir
-from hpcenv.reads import load_json
+from hpcenv.reads import load_json, printable
 from hpcenv.site import Site
 
 _WORKDIR_MARK = "HPCENV_WORKDIR="
@@ -135,16 +137,36 @@ def record_key(spec: TransportSpec, job_id: str) -> str:
     return "-".join([*safe, job_id])
 
 
+def _check_record(sub: Submission) -> Submission:
+    """A record's fields have the types hpcenv wrote (a hand-edited or foreign file may not)."""
+    texts = (sub.job_id, sub.name, sub.site, sub.scheduler, sub.workdir, sub.script_path)
+    if not all(isinstance(v, str) for v in texts):
+        raise TypeError("a field that holds text holds something else")
+    if not all(v is None or isinstance(v, str) for v in sub.log_names):
+        raise TypeError("log_names holds something other than file names")
+    if sub.array is not None and (type(sub.array) is not int or sub.array < 1):
+        raise TypeError("array is not a task count")
+    try:
+        check_job_id(sub.job_id)
+    except ConfigError:
+        raise ValueError("job_id is not a job id") from None
+    return sub
+
+
 def _read_record(path: Path) -> Submission:
     try:
-        return Submission.from_dict(load_json(path, what="a job record"))
+        return _check_record(Submission.from_dict(load_json(path, what="a job record")))
     except ConfigError as err:
         raise ConfigError(
             f"job record {err}; delete it, or pass --site to ask the scheduler directly"
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError) as err:
+        why = str(err).splitlines()[0] if str(err).strip() else ""
+        if isinstance(err, ValidationError):
+            first = err.errors()[0]
+            why = f"field '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}"
         raise ConfigError(
-            f"job record {path} is unreadable ({type(err).__name__}: {err}); "
+            f"job record {path} is unreadable ({type(err).__name__}: {printable(why)[:200]}); "
             "delete it, or pass --site to ask the scheduler directly"
         ) from None
 

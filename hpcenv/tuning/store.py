@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError
-from hpcenv.reads import load_json
+from hpcenv.reads import load_json, printable
 from hpcenv.tuning.model import Layout, MeasuredTuning
 
 TUNING_MAX_BYTES = 4 << 20  # a sweep of every collective and size is a few hundred KiB
@@ -55,8 +55,8 @@ def load(path: Path) -> MeasuredTuning:
         return MeasuredTuning.model_validate(doc)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise ConfigError(f"{path}: {field}: {first['msg']}") from None
+        field = printable(".".join(str(p) for p in first["loc"])) or "(top)"
+        raise ConfigError(f"{path}: {field}: {printable(first['msg'])}") from None
 
 
 @dataclass(frozen=True)
