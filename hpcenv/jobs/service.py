@@ -4,7 +4,8 @@ Issue 18 ("a thin CLI"): a command parses its options into a typed object and ca
 service function; it no longer builds jobs. :class:`SubmitRequest` is ``hpcenv submit``'s
 options as data; :func:`submit_request` checks how they combine, builds the
 :class:`~hpcenv.jobs.spec.JobSpec`, looks up measured tuning, prepares the plan and script,
-and (unless a dry run) makes the transport, checks the local image and dataset manifest,
+and (unless a dry run) checks the job records folder, makes the transport, checks the local
+image and dataset manifest (all before anything is queued),
 submits and waits. :func:`job_status`, :func:`cancel_job` and :func:`job_logs` find a job's
 record (or ask a site's scheduler) for ``status``/``cancel``/``logs``.
 
