@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from hpcenv.checks._idx import read_idx, write_idx
-from hpcenv.errors import EnvironmentProblem, HpcenvError
+from hpcenv.errors import ConfigError, EnvironmentProblem, HpcenvError
 from hpcenv.paths import cache_dir
+from hpcenv.reads import load_json
 
 __all__ = [
     "MNIST_FILES",
@@ -164,7 +165,7 @@ def verify_manifest(directory: Path) -> dict[str, Any] | None:
     """The manifest of ``directory`` when every listed file has its size and sha256, else None."""
     path = directory / "manifest.json"
     try:
-        manifest = json.loads(path.read_text())
+        manifest = load_json(path, what="a dataset manifest")
         files = manifest["files"]
         if set(files) != set(MNIST_FILES.values()):
             return None
@@ -172,7 +173,7 @@ def verify_manifest(directory: Path) -> dict[str, Any] | None:
             target = directory / name
             if target.stat().st_size != meta["bytes"] or _sha256_file(target) != meta["sha256"]:
                 return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):
         return None
     return dict(manifest)
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.knowledge import kb, mpi_family, releases, rule
 from hpcenv.recipe import COMPONENTS
+from hpcenv.safe import has_control
 from hpcenv.versions import is_version, major_minor, parse_spec
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SITE_PROPERTY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _SERIES = ("cuda", "rocm", "python")  # pins compared by major.minor
 
@@ -35,7 +35,7 @@ class Pin:
 
 def no_control(text: str, what: str) -> str:
     """Refuse newlines and other control characters (they would start a new instruction)."""
-    if _CONTROL.search(text):
+    if has_control(text):  # hpcenv.safe's set: C0, DEL, C1 and the Unicode line breaks
         raise ConfigError(f"{what}: {text!r} contains a newline or control character")
     return text
 

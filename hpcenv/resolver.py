@@ -582,6 +582,10 @@ class Resolver:
     def decide_horovod(self, accel: str) -> None:
         if not self.recipe.wants("horovod"):
             return
+        if "torch" not in self.components:  # Horovod is built against PyTorch only
+            raise ConfigError(
+                f"recipe {self.recipe.name}: components: horovod needs torch; add torch"
+            )
         picked = self.decide("horovod", releases("horovod"))
         assert picked is not None
         torch = self.components["torch"].version

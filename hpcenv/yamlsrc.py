@@ -1,6 +1,7 @@
 """YAML loading that remembers where each value came from, for file:line:field errors.
 
-Hostile or careless files are refused before any value is used: more than 1 MiB, not UTF-8,
+Hostile or careless files are refused before any value is used: more than 1 MiB (looked at
+before reading, :func:`hpcenv.reads.read_bounded`), nested deeper than 64 levels, not UTF-8,
 anchors and aliases (a few hundred bytes of nested aliases expand to gigabytes), duplicate keys
 (YAML keeps the last one silently), keys that are not plain strings, and newlines or control
 characters in any key or string value (they would start a new instruction in a generated file).
@@ -16,11 +17,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hpcenv.errors import ConfigError
+from hpcenv.reads import MAX_BYTES, MAX_DEPTH, read_bounded
 from hpcenv.safe import has_control
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
-MAX_BYTES = 1 << 20
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 
@@ -47,11 +48,15 @@ def _index_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], where: Path) -
 
 
 def _refuse_aliases(node: yaml.Node, where: Path) -> None:
-    """An alias is the same node reached twice (composing shares it; nothing is expanded yet)."""
+    """An alias is the same node reached twice (composing shares it; nothing is expanded yet).
+    Nesting deeper than MAX_DEPTH is refused here too, before anything recurses over it."""
     seen: set[int] = set()
-    stack = [node]
+    stack = [(node, 0)]
     while stack:
-        cur = stack.pop()
+        cur, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            line = cur.start_mark.line + 1 if cur.start_mark else 1
+            raise ConfigError(f"{where}:{line}: nested deeper than {MAX_DEPTH} levels")
         if id(cur) in seen:
             line = cur.start_mark.line + 1 if cur.start_mark else 1
             raise ConfigError(
@@ -61,9 +66,9 @@ def _refuse_aliases(node: yaml.Node, where: Path) -> None:
         seen.add(id(cur))
         if isinstance(cur, yaml.MappingNode):
             for key, value in cur.value:
-                stack += [key, value]
+                stack += [(key, depth + 1), (value, depth + 1)]
         elif isinstance(cur, yaml.SequenceNode):
-            stack += cur.value
+            stack += [(item, depth + 1) for item in cur.value]
 
 
 def _show(part: str | int) -> str:
@@ -95,12 +100,7 @@ def _check_text(data: Any, path: Loc, lines: dict[Loc, int], where: Path) -> Non
 
 def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse ``path``; return the data and a map from field path to line number."""
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{path}: {len(raw)} bytes; a site or recipe file is at most 1 MiB")
+    raw = read_bounded(path, MAX_BYTES, "a site or recipe file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -124,7 +124,7 @@ def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from err
     except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply") from None
+        raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
     _check_text(data, (), lines, path)
     return data, lines
 

@@ -4,7 +4,8 @@ Issue 18 ("a thin CLI"): a command parses its options into a typed object and ca
 service function; it no longer builds jobs. :class:`SubmitRequest` is ``hpcenv submit``'s
 options as data; :func:`submit_request` checks how they combine, builds the
 :class:`~hpcenv.jobs.spec.JobSpec`, looks up measured tuning, prepares the plan and script,
-and (unless a dry run) makes the transport, checks the local image and dataset manifest,
+and (unless a dry run) checks the job records folder, makes the transport, checks the local
+image and dataset manifest (all before anything is queued),
 submits and waits. :func:`job_status`, :func:`cancel_job` and :func:`job_logs` find a job's
 record (or ask a site's scheduler) for ``status``/``cancel``/``logs``.
 
@@ -253,8 +254,9 @@ def submit_request(
 
     ``notify`` gets one-line warnings and notes (the CLI puts them on stderr); ``on_change``
     gets each state change while waiting."""
+    from hpcenv.errors import ConfigError
     from hpcenv.jobs.render import prepare
-    from hpcenv.jobs.submit import submit
+    from hpcenv.jobs.submit import records_dir, submit
     from hpcenv.jobs.submit import wait as wait_for
     from hpcenv.site import load_site
     from hpcenv.tuning.apply import for_job
@@ -267,6 +269,10 @@ def submit_request(
     rendered = prepare(s, job, submitting=True, measured=measured)
     if req.dry_run:
         return SubmitResult(s.name, rendered)
+    try:  # local checks first, so nothing is queued (nor a manifest written) that cannot be recorded
+        records_dir(probe=True)
+    except ConfigError as err:
+        raise ConfigError(f"{err}; nothing was submitted") from None
     local = req.transport is TransportKind.local
     t = make_transport(s, req.transport, req.ssh)
     st = None

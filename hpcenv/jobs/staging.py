@@ -20,7 +20,9 @@ from pathlib import Path
 
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.spec import MANIFEST_NAME, ArraySpec, JobSpec, StageIn, StageOut, Stitch
+from hpcenv.reads import read_bounded
 
+MANIFEST_MAX_BYTES = 256 << 20  # about two million files at ~120 bytes a line
 _LINE = re.compile(rb"^([0-9]+)  ([0-9a-f]{64})  (.+)$")
 
 
@@ -119,9 +121,9 @@ def verify_manifest(root: Path, manifest: Path) -> list[str]:
     if manifest.is_symlink():
         return [f"refused: the manifest {manifest} is a link"]
     try:
-        data = manifest.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read manifest {manifest}: {err.strerror}") from None
+        data = read_bounded(manifest, MANIFEST_MAX_BYTES, "a manifest")
+    except ConfigError as err:
+        raise ConfigError(f"cannot read manifest {err}") from None
     try:
         present = set(dataset_files(root))
     except ConfigError as err:

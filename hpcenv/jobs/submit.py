@@ -14,6 +14,8 @@ import os
 import re
 import shlex
 import socket
+import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -37,6 +39,8 @@ from hpcenv.jobs.transport import (
 )
 from hpcenv.output import write_private
 from hpcenv.paths import cache_dir
+from hpcenv.printable import printable
+from hpcenv.reads import load_json
 from hpcenv.site import Site
 
 _WORKDIR_MARK = "HPCENV_WORKDIR="
@@ -85,10 +89,37 @@ class Submission:
         )
 
 
-def records_dir() -> Path:
+def records_dir(*, probe: bool = False) -> Path:
+    """``<cache>/jobs``, made with mode 0700; a ConfigError line when it cannot be made, is not
+    a folder of this user's (a file or a link in its place, another owner), or (``probe``: a
+    file is made and removed there) cannot be written. :func:`submit` probes before anything
+    is queued, so an unwritable folder fails with nothing submitted (issue 20)."""
     path = cache_dir() / "jobs"
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    fix = "set HPCENV_CACHE to a writable folder of yours"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"job records folder {path} cannot be made ({err.strerror}); {fix}"
+        ) from None
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(
+            f"job records folder {path} is not a folder (a file or link is there); {fix}"
+        )
+    if info.st_uid != os.geteuid():
+        raise ConfigError(f"job records folder {path} belongs to another user; {fix}")
+    try:
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            os.chmod(path, 0o700)
+        if probe:
+            fd, name = tempfile.mkstemp(prefix=".probe.", dir=path)
+            os.close(fd)
+            os.unlink(name)
+    except OSError as err:
+        raise ConfigError(
+            f"job records folder {path} is not writable ({err.strerror}); {fix}"
+        ) from None
     return path
 
 
@@ -191,18 +222,23 @@ def check_record(data: Any) -> Submission:
 
 
 def _read_record(path: Path) -> Submission:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+    try:  # size and nesting bounded before anything uses it (hpcenv.reads.load_json)
+        data = load_json(path, what="a job record")
+    except ConfigError as err:
         raise ConfigError(
-            f"job record {path} is unreadable ({type(err).__name__}: {err}); "
-            "delete it, or pass --site to ask the scheduler directly"
+            f"job record {err}; delete it, or pass --site to ask the scheduler directly"
         ) from None
     try:
         return check_record(data)
     except ConfigError as err:
         raise ConfigError(
-            f"job record {path} is unreadable ({err}; not as hpcenv wrote it, refused); "
+            f"job record {path} is unreadable ({printable(str(err))}; not as hpcenv wrote it, "
+            "refused); delete it, or pass --site to ask the scheduler directly"
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        why = str(err).splitlines()[0] if str(err).strip() else ""
+        raise ConfigError(
+            f"job record {path} is unreadable ({type(err).__name__}: {printable(why)[:200]}); "
             "delete it, or pass --site to ask the scheduler directly"
         ) from None
 
@@ -260,6 +296,10 @@ def submit(
     finds the first submission instead of making a second one.
     """
     rendered = rendered or prepare(site, job, image, submitting=True)
+    try:  # everything that can fail here is checked before anything is queued
+        records = records_dir(probe=True)
+    except ConfigError as err:
+        raise ConfigError(f"{err}; nothing was submitted") from None
     scheduler = rendered.scheduler
     after = list(after or [])
     token = f"hpcenv-{uuid.uuid4().hex[:16]}"
@@ -307,7 +347,7 @@ def submit(
         _missing_command(done, scheduler.submit_argv(after)[0], site, transport)
         job_id = scheduler.parse_job_id(done)
     key = record_key(transport.spec, job_id)
-    script_path = write_private(records_dir() / f"{key}.sh", rendered.script)
+    script_path = records / f"{key}.sh"
     sub = Submission(
         job_id=job_id,
         name=job.name,
@@ -319,7 +359,15 @@ def submit(
         script_path=str(script_path),
         array=job.array.count if job.array else None,
     )
-    write_private(records_dir() / f"{key}.json", json.dumps(sub.to_dict(), indent=2) + "\n")
+    try:
+        write_private(script_path, rendered.script)
+        write_private(records / f"{key}.json", json.dumps(sub.to_dict(), indent=2) + "\n")
+    except OSError as err:
+        raise JobError(
+            f"job {job_id} was submitted, but its record could not be written in {records} "
+            f"({err.strerror}); do not submit it again: follow it with "
+            f"hpcenv status {job_id} --site {site.name}"
+        ) from None
     return sub
 
 

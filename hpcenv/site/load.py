@@ -5,7 +5,11 @@ value came from.
 built-in ``site-configs/``; a value with a ``.yaml`` suffix or a path separator is a file.
 
 A site file may name a built-in site or another file (a path relative to itself) under
-``extends:`` and give only what differs. Tables merge key by key; a list or a scalar replaces
+``extends:`` and give only what differs. ``extends:`` reaches site files only (issue 20: as root,
+``extends: /etc/shadow`` printed the file back line by line): a site name found as above, or a
+path ending in ``.yaml``/``.yml`` (its link target too) that is a regular file; a base that is not
+a site file (not YAML, not a mapping, keys that no site has) is refused naming only its path,
+never its content. Tables merge key by key; a list or a scalar replaces
 the base's. Provenance follows the values: a base's ``verified``/``assumed``/``placeholder``
 note on a field that the extending file sets is dropped (the new value has its own story).
 Every value keeps its origin (``file:line``), so errors point at the file that set the value and
@@ -24,6 +28,7 @@ from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.paths import site_configs_dir
+from hpcenv.reads import MAX_BYTES, read_bounded
 from hpcenv.site.model import Site
 from hpcenv.tables import merge
 from hpcenv.yamlsrc import Loc, error_message, load_yaml, unknown_field, validate_file
@@ -74,9 +79,17 @@ def _sets(data: Mapping[str, Any], dotted: str) -> bool:
     return True
 
 
+SITE_SUFFIXES = (".yaml", ".yml")
+
+
 def _base_path(ref: str, child: Path, line: int) -> Path:
-    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+    if ref.endswith(SITE_SUFFIXES) or "/" in ref:
         path = Path(ref) if Path(ref).is_absolute() else child.parent / ref
+        if not ref.endswith(SITE_SUFFIXES) or not path.resolve().name.endswith(SITE_SUFFIXES):
+            raise ConfigError(
+                f"{child}:{line}: extends {ref!r}: not a site file; extends takes a site name "
+                "or a path to a .yaml/.yml site file"
+            )
         if not path.is_file():
             raise ConfigError(f"{child}:{line}: extends {ref!r}: file not found ({path})")
         return path
@@ -86,9 +99,25 @@ def _base_path(ref: str, child: Path, line: int) -> Path:
         raise ConfigError(f"{child}:{line}: field 'extends': {err}") from None
 
 
-def resolve(path: Path, _seen: tuple[Path, ...] = ()) -> ResolvedSite:
+def _load_base(path: Path, child: Path, line: int) -> tuple[Any, dict[Loc, int]]:
+    """A base's data, or one line naming its path when it is not a site file: the reasons
+    load_yaml gives can quote the file (a key, a string), and a base may be any file."""
+    not_site = f"{child}:{line}: extends: {path} is not a site file"
+    try:
+        data, lines = load_yaml(path)
+    except ConfigError:
+        raise ConfigError(f"{not_site} (check it with: hpcenv sites validate {path})") from None
+    known = {*Site.model_fields, EXTENDS}
+    if not isinstance(data, dict) or not set(data) <= known:
+        raise ConfigError(f"{not_site} (its top level is not a site's fields)")
+    return data, lines
+
+
+def resolve(
+    path: Path, _seen: tuple[Path, ...] = (), _child: tuple[Path, int] | None = None
+) -> ResolvedSite:
     """Load ``path`` and everything it extends, merged, with each value's origin."""
-    data, lines = load_yaml(path)
+    data, lines = _load_base(path, *_child) if _child else load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: expected a mapping at the top level")
     here = path.resolve()
@@ -106,7 +135,8 @@ def resolve(path: Path, _seen: tuple[Path, ...] = ()) -> ResolvedSite:
         raise ConfigError(
             f"{path}:{_line(lines, (EXTENDS,))}: field 'extends': a site name or file"
         )
-    base = resolve(_base_path(ref, path, _line(lines, (EXTENDS,))), (*_seen, here))
+    at = _line(lines, (EXTENDS,))
+    base = resolve(_base_path(ref, path, at), (*_seen, here), (path, at))
     provenance = {
         kind: {
             k: v
@@ -190,9 +220,10 @@ def load_site_file(path: Path) -> Site:
 
 def _extends(path: Path) -> bool:
     try:
-        return any(line.startswith(b"extends:") for line in path.read_bytes().splitlines())
-    except OSError:
-        return False  # validate_file reports the unreadable file
+        text = read_bounded(path, MAX_BYTES, "a site file")
+    except ConfigError:
+        return False  # validate_file reports the unreadable or oversized file
+    return any(line.startswith(b"extends:") for line in text.splitlines())
 
 
 def site_names() -> list[str]:

@@ -20,7 +20,11 @@ from pydantic import ValidationError
 
 from hpcenv.envpolicy import EnvNotAllowed
 from hpcenv.errors import ConfigError
+from hpcenv.printable import printable
+from hpcenv.reads import load_json
 from hpcenv.tuning.model import Layout, MeasuredTuning
+
+TUNING_MAX_BYTES = 4 << 20  # a sweep of every collective and size is a few hundred KiB
 
 
 def tuning_dir() -> Path:
@@ -56,11 +60,12 @@ def save(tuning: MeasuredTuning) -> Path:
 
 
 def load(path: Path) -> MeasuredTuning:
-    """Parse and validate a tuning file; ConfigError naming the file and field otherwise."""
+    """Parse and validate a tuning file; ConfigError naming the file and field otherwise
+    (size and nesting bounded before anything uses it: :func:`hpcenv.reads.load_json`)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: not a readable tuning file ({err})") from None
+        doc = load_json(path, TUNING_MAX_BYTES, "a tuning file")
+    except ConfigError as err:
+        raise ConfigError(f"not a readable tuning file: {err}") from None
     env = doc.get("env") if isinstance(doc, dict) else None
     if isinstance(env, dict):  # the name decides before the value's shape: refused, not ignored
         from hpcenv.envpolicy import check
@@ -70,8 +75,8 @@ def load(path: Path) -> MeasuredTuning:
         tuning = MeasuredTuning.model_validate(doc)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise ConfigError(f"{path}: {field}: {first['msg']}") from None
+        field = printable(".".join(str(p) for p in first["loc"])) or "(top)"
+        raise ConfigError(f"{path}: {field}: {printable(first['msg'])}") from None
     check_env(tuning, str(path))
     return tuning
 
