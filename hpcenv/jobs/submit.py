@@ -226,7 +226,8 @@ def _read_record(path: Path) -> Submission:
         data = load_json(path, what="a job record")
     except ConfigError as err:
         raise ConfigError(
-            f"job record {err}; delete it, or pass --site to ask the scheduler directly"
+            f"job record is unreadable: {err}; delete it, or pass --site to ask the scheduler "
+            "directly"
         ) from None
     try:
         return check_record(data)
