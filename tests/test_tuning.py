@@ -391,7 +391,10 @@ def test_cli_bad_option_combinations_exit_2() -> None:
     proc = run_hpcenv("tune", "--site", "local", "--measure", "--show")
     assert proc.returncode == 2 and "exclude each other" in proc.stderr
     proc = run_hpcenv("tune", "--site", "local", "--measure", "--budget", "0")
-    assert proc.returncode == 2 and "--budget 0.0: give a number of seconds greater than 0" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "--budget 0.0: give a number of seconds greater than 0" in proc.stderr
+    )
 
 
 def test_cli_show_reports_a_foreign_file_as_ignored() -> None:
