@@ -23,7 +23,7 @@ from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import preflight_args, site_mpi
 from hpcenv.jobs.containers import ContainerLaunch, RunContext, get_runtime
 from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
-from hpcenv.jobs.placement import Placement, place
+from hpcenv.jobs.placement import Placement, place, usable_cores
 from hpcenv.jobs.plan import (
     STEPS,
     EnvSource,
@@ -170,7 +170,8 @@ def _placement(site: Site, job: JobSpec) -> Placement:
         site,
         job.nodes,
         1,
-        cores_per_rank=job.cores_per_rank or site.node.cores,
+        # one task gets every core the site leaves to jobs (not the reserved ones)
+        cores_per_rank=job.cores_per_rank or sum(len(c) for c in usable_cores(site)),
         ccl_workers=job.ccl_workers or 0,
         recipe=job.recipe,
         force=job.force,
