@@ -3,12 +3,15 @@ run as the installed ``hpcenv`` (exit codes and messages), and the two-rank loca
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from requirements import need_module, needs_tool
+
+from hpcenv.site import load_site
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
 CHECKS = Path(__file__).resolve().parents[1] / "hpcenv" / "checks"
@@ -203,10 +206,6 @@ def test_render_takes_the_account_for_job_sh(tmp_path: Path) -> None:
 def test_single_task_on_a_site_with_reserved_cores_is_planned(site: str) -> None:
     """``--single`` asks for every core the site leaves to jobs, not the reserved ones (it used
     to ask for all of them and was refused as over-subscription on Frontier and Aurora)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     hpcenv = Path(sys.executable).with_name("hpcenv")
     argv = [
         str(hpcenv),
@@ -222,15 +221,11 @@ def test_single_task_on_a_site_with_reserved_cores_is_planned(site: str) -> None
         "--json",
         "--",
         "true",
-    ]  # noqa: E501
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    import json
-
     placement = json.loads(proc.stdout)["placement"]
     reserved = {"frontier": 8, "aurora": 2}[site]
-    from hpcenv.site import load_site
-
     node = load_site(site).node
     assert placement["cores_per_rank"] == node.cores - reserved
     assert not placement["oversubscribed"]
