@@ -5,6 +5,7 @@ failures reported with Slurm's own words, rejected and blocked submissions, canc
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import shutil
@@ -211,11 +212,13 @@ def test_training_chain_stage_in_train_stage_out(
         staged_log = logs(subs[1], transport)
         assert "stage-in[" in staged_log and "verified" in staged_log
         assert not list(results.parent.glob("*.hpcenv-tmp.*"))
-        # The training job staged into /tmp/hpcenv-local/<name>-<its job id>, gone at its end.
-        assert f"/tmp/hpcenv-local/{name}-{subs[1].job_id}/data" in staged_log
-        assert not list(Path("/tmp/hpcenv-local").glob(f"{name}-*"))
+        # The training job staged into /tmp/hpcenv-local/<user>/<name>-<its job id> (the
+        # per-user folder hpcenv adds where the site path names no $USER), gone at its end.
+        mine = Path("/tmp/hpcenv-local") / getpass.getuser()
+        assert f"{mine}/{name}-{subs[1].job_id}/data" in staged_log
+        assert mine.is_dir() and not list(mine.glob(f"{name}-*"))
     finally:
-        for left in Path("/tmp/hpcenv-local").glob(f"{name}-*"):
+        for left in (Path("/tmp/hpcenv-local") / getpass.getuser()).glob(f"{name}-*"):
             shutil.rmtree(left, ignore_errors=True)
 
 

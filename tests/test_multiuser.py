@@ -111,9 +111,16 @@ def test_the_job_folder_is_per_user_per_job_and_0700(node: Node) -> None:
     # B cannot look in, nor put anything there
     assert node.sh(B, f"ls {job}").returncode != 0
     assert node.sh(B, f"mkdir {job}/data").returncode != 0
-    # a second make of the same job folder is refused (never reused)
+    # a second make of the same job (a requeued job keeps its id) reuses A's own folder...
     again = node.step(A, "node_local", "make", job)
-    assert again.returncode == 3 and "already exists" in again.stderr
+    assert again.returncode == 0 and "reusing it" in again.stdout
+    # ...but never one another user made at that name
+    theirs = node.root / A / "train-2"
+    assert node.sh(A, f"chmod 0777 {job.parent}").returncode == 0
+    assert node.sh(B, f"mkdir -m 0700 {theirs}").returncode == 0
+    assert node.sh(A, f"chmod 0700 {job.parent}").returncode == 0
+    refused = node.step(A, "node_local", "make", theirs)
+    assert refused.returncode == 3 and B in refused.stderr
     assert node.step(A, "node_local", "remove", job).returncode == 0
     assert not job.exists()
 

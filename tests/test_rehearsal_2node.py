@@ -15,6 +15,7 @@ array with one failing task. Kept lean for CI: 2 ranks (one per node), one epoch
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -273,12 +274,13 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     assert [r["host"] for r in ranks] == ["node1", "node2"], log
     for r in ranks:
         assert r["container"] == ranks_in.container, r
-        assert r["data"].startswith(f"{two_node.node_local}/{name}-"), r
+        assert r["data"].startswith(f"{two_node.node_local}/{getpass.getuser()}/{name}-"), r
         assert "train-images-idx3-ubyte" in r["files"], r
     for node in two_node.nodes:  # each node's per-job copy is removed when the job ends
-        left = _in_node(two_node, node, "sh", "-c", f"ls -d {two_node.node_local}/{name}-* || true")
+        mine = f"{two_node.node_local}/{getpass.getuser()}"
+        left = _in_node(two_node, node, "sh", "-c", f"ls -d {mine}/{name}-* || true")
         assert left.stdout.strip() == "", (node, left.stdout)
-    assert not list(Path(two_node.node_local).glob(f"{name}*"))  # never on the host's /tmp
+    assert not list(Path(two_node.node_local).rglob(f"{name}*"))  # never on the host's /tmp
     # Horovod trained across both: identical parameters on every rank.
     result = _lines(log, "mnist-result")[0]
     print(

@@ -107,6 +107,7 @@ class SubmitResult:
                 "image": r.image,
                 "workdir": r.workdir,
                 "placement": r.placement.to_dict(),
+                "tuning": r.placement.to_dict(),  # the old name of "placement", kept for scripts that read it
                 "plan": r.plan.to_dict(),
                 "script": r.script,
             }

@@ -70,6 +70,12 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
   hpcenv_user_dir "$(dirname -- "$dir")" || return 1
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
+      # A requeued job has the same id: its own folder from the first run is reused; any
+      # other (another user's, a link) is refused by the check.
+      if hpcenv_check_ours "$dir" "job folder" && ! ((8#$(stat -c %a -- "$dir") & 8#077)); then
+        echo "hpcenv: job folder $dir is ours from an earlier run of this job; reusing it"
+        return 0
+      fi
       echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
     else
       echo "hpcenv: cannot make job folder $dir" >&2
@@ -79,6 +85,11 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
 }
 hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
   local fd=$1 path=$2
+  # A planted FIFO or device would block or act on open, even with noclobber: refuse first.
+  if [ -L "$path" ] || { [ -e "$path" ] && [ ! -f "$path" ]; }; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
   (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
   if [ -L "$path" ] || [ ! -f "$path" ]; then
     echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2

@@ -21,6 +21,7 @@
 set -eo pipefail
 module load PrgEnv-gnu/8.7.0 cpe/26.03 rocm/7.1.1 craype-accel-amd-gfx90a cray-mpich-abi/9.1.0 rccl-net-plugin
 set -u
+: "${USER:=$(id -un)}" # site paths and the per-user folders name $USER; a batch system may not set it
 
 # The project (--account) and the variables the site provides, with their documented defaults.
 export HPCENV_PROJECT=stf007
@@ -30,7 +31,6 @@ export PROJWORK="${PROJWORK:-/lustre/orion/proj-shared}"
 export HPCENV_JOB_NAME=train
 export HPCENV_JOB_ID=${SLURM_JOB_ID}
 export HPCENV_WORKDIR="$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs"
-: "${USER:=$(id -un)}" # the per-user part of the node-local folder
 export HPCENV_NODE_LOCAL="/mnt/bb/$USER/train-${HPCENV_JOB_ID}"
 export HPCENV_DATA="/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data"
 export HPCENV_OUTPUT="$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID}"
@@ -39,10 +39,11 @@ export HPCENV_STEPS="$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID"
 # The steps folder holds scripts this job runs: ours alone (0700), never another user's.
 mkdir -p -- "$HPCENV_WORKDIR/.hpcenv"
 mkdir -m 0700 -- "$HPCENV_STEPS" 2>/dev/null || true # exists when the job is requeued
-[ "$(stat -c %u:%a -- "$HPCENV_STEPS")" = "$(id -u):700" ] || {
+steps_mode=$(stat -c %a -- "$HPCENV_STEPS") # 2700 in a setgid folder is fine: no group/other bits
+if [ "$(stat -c %u -- "$HPCENV_STEPS")" != "$(id -u)" ] || ((8#$steps_mode & 8#077)); then
   echo "hpcenv: steps folder $HPCENV_STEPS belongs to $(stat -c %U -- "$HPCENV_STEPS") (mode $(stat -c %a -- "$HPCENV_STEPS")), not to $(id -un) alone; refusing to run" >&2
   exit 3
-}
+fi
 echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
 
 # Step file: this job's node-local folder, made and checked.
@@ -126,6 +127,12 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
   hpcenv_user_dir "$(dirname -- "$dir")" || return 1
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
+      # A requeued job has the same id: its own folder from the first run is reused; any
+      # other (another user's, a link) is refused by the check.
+      if hpcenv_check_ours "$dir" "job folder" && ! ((8#$(stat -c %a -- "$dir") & 8#077)); then
+        echo "hpcenv: job folder $dir is ours from an earlier run of this job; reusing it"
+        return 0
+      fi
       echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
     else
       echo "hpcenv: cannot make job folder $dir" >&2
@@ -135,6 +142,11 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
 }
 hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
   local fd=$1 path=$2
+  # A planted FIFO or device would block or act on open, even with noclobber: refuse first.
+  if [ -L "$path" ] || { [ -e "$path" ] && [ ! -f "$path" ]; }; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
   (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
   if [ -L "$path" ] || [ ! -f "$path" ]; then
     echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
@@ -355,6 +367,12 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
   hpcenv_user_dir "$(dirname -- "$dir")" || return 1
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
+      # A requeued job has the same id: its own folder from the first run is reused; any
+      # other (another user's, a link) is refused by the check.
+      if hpcenv_check_ours "$dir" "job folder" && ! ((8#$(stat -c %a -- "$dir") & 8#077)); then
+        echo "hpcenv: job folder $dir is ours from an earlier run of this job; reusing it"
+        return 0
+      fi
       echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
     else
       echo "hpcenv: cannot make job folder $dir" >&2
@@ -364,6 +382,11 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
 }
 hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
   local fd=$1 path=$2
+  # A planted FIFO or device would block or act on open, even with noclobber: refuse first.
+  if [ -L "$path" ] || { [ -e "$path" ] && [ ! -f "$path" ]; }; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
   (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
   if [ -L "$path" ] || [ ! -f "$path" ]; then
     echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
@@ -667,6 +690,12 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
   hpcenv_user_dir "$(dirname -- "$dir")" || return 1
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
+      # A requeued job has the same id: its own folder from the first run is reused; any
+      # other (another user's, a link) is refused by the check.
+      if hpcenv_check_ours "$dir" "job folder" && ! ((8#$(stat -c %a -- "$dir") & 8#077)); then
+        echo "hpcenv: job folder $dir is ours from an earlier run of this job; reusing it"
+        return 0
+      fi
       echo "hpcenv: job folder $dir already exists (owner $(stat -c %U -- "$dir")); refusing to use it" >&2
     else
       echo "hpcenv: cannot make job folder $dir" >&2
@@ -676,6 +705,11 @@ hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fa
 }
 hpcenv_lock() {  # FD PATH: open PATH as a lock on FD and take it; never through a symlink
   local fd=$1 path=$2
+  # A planted FIFO or device would block or act on open, even with noclobber: refuse first.
+  if [ -L "$path" ] || { [ -e "$path" ] && [ ! -f "$path" ]; }; then
+    echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
+    return 1
+  fi
   (set -C && : >"$path") 2>/dev/null || true # O_CREAT|O_EXCL: a planted symlink is not followed
   if [ -L "$path" ] || [ ! -f "$path" ]; then
     echo "hpcenv: lock $path is a link or not a file (planted by $(stat -c %U -- "$path")); refusing it" >&2
