@@ -90,7 +90,7 @@ def test_show_reports_it_in_force_and_submit_applies_it(measured) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "# measured tuning: " in proc.stdout
     if doc["collective_rules"]:
-        assert "<<'HPCENV_TUNING'" in proc.stdout
+        assert "<<'HPCENV_ALLREDUCE'" in proc.stdout
         assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in proc.stdout
     for key, value in doc["env"].items():
         assert f"export {key}={value}" in proc.stdout
