@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hpcenv.errors import ConfigError
 from hpcenv.site import Site
+
+if TYPE_CHECKING:
+    from hpcenv.jobs.spec import JobSpec
 
 GpuBind = Literal["none", "closest", "list", "shared"]
 
@@ -293,4 +296,29 @@ def place(
         worker_cores=tuple(worker) if workers else tuple(() for _ in compute),
         env=env,
         reasons=reasons,
+    )
+
+
+def job_placement(site: Site, job: JobSpec) -> Placement:
+    """The placement of a job: its ranks for an MPI launch, else one task that gets every core
+    the site leaves to jobs (not the reserved ones). The one place jobs (the plan) and the
+    measured-tuning lookup for a job (:func:`hpcenv.tuning.apply.for_job`) derive it."""
+    if job.launch == "mpi":
+        return place(
+            site,
+            job.nodes,
+            job.ranks_per_node,
+            cores_per_rank=job.cores_per_rank,
+            ccl_workers=job.ccl_workers,
+            recipe=job.recipe,
+            force=job.force,
+        )
+    return place(
+        site,
+        job.nodes,
+        1,
+        cores_per_rank=job.cores_per_rank or sum(len(c) for c in usable_cores(site)),
+        ccl_workers=job.ccl_workers or 0,
+        recipe=job.recipe,
+        force=job.force,
     )

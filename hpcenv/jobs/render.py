@@ -23,7 +23,7 @@ from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import preflight_args, site_mpi
 from hpcenv.jobs.containers import ContainerLaunch, RunContext, get_runtime
 from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
-from hpcenv.jobs.placement import Placement, place, usable_cores
+from hpcenv.jobs.placement import Placement, job_placement
 from hpcenv.jobs.plan import (
     STEPS,
     EnvSource,
@@ -153,29 +153,6 @@ def _used_placeholders(job: JobSpec) -> set[str]:
     if "task" in used and not job.array:
         raise ConfigError("{task} is only defined in a job array (--array N)")
     return used
-
-
-def _placement(site: Site, job: JobSpec) -> Placement:
-    if job.launch == "mpi":
-        return place(
-            site,
-            job.nodes,
-            job.ranks_per_node,
-            cores_per_rank=job.cores_per_rank,
-            ccl_workers=job.ccl_workers,
-            recipe=job.recipe,
-            force=job.force,
-        )
-    return place(
-        site,
-        job.nodes,
-        1,
-        # one task gets every core the site leaves to jobs (not the reserved ones)
-        cores_per_rank=job.cores_per_rank or sum(len(c) for c in usable_cores(site)),
-        ccl_workers=job.ccl_workers or 0,
-        recipe=job.recipe,
-        force=job.force,
-    )
 
 
 def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPaths:
@@ -396,7 +373,7 @@ def plan_job(
     image = image if image is not None else job.image
     used = _used_placeholders(job)
     _check_queue_nodes(site, job)
-    placement = _placement(site, job)
+    placement = job_placement(site, job)
     paths = _paths(site, job, used, image)
     account = account_for(site, job.account, strict=submitting)
 

@@ -105,18 +105,9 @@ def for_job(site: Any, job: Any, image: str | None) -> tuple[MeasuredTuning | No
     """
     if job.launch != "mpi":
         return None, None
-    from hpcenv.jobs.placement import place
+    from hpcenv.jobs.placement import job_placement
 
-    placement = place(
-        site,
-        job.nodes,
-        job.ranks_per_node,
-        cores_per_rank=job.cores_per_rank,
-        ccl_workers=job.ccl_workers,
-        recipe=job.recipe,
-        force=job.force,
-    )
-    found = lookup(site, placement, image)
+    found = lookup(site, job_placement(site, job), image)
     if found is None:
         return None, None
     return found.tuning, found.warning
