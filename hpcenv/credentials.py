@@ -188,10 +188,21 @@ def _exit_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _host_key() -> str:
+    """This host in a folder name: the cache may be on a home shared by several login nodes,
+    where a pid says nothing about another node's processes."""
+    import socket
+
+    return "".join(c if c.isalnum() or c == "." else "_" for c in socket.gethostname())[:64]
+
+
 def _sweep(root: Path) -> None:
-    """Remove secret folders whose process is gone (SIGKILL runs no ``finally``)."""
-    for folder in root.glob("secrets-*-*"):
-        pid = folder.name.split("-")[1]
+    """Remove this host's secret folders whose process is gone (SIGKILL runs no ``finally``);
+    another host's are never touched (its process is not ours to see)."""
+    for folder in root.glob("secrets-*@*-*"):
+        pid, _, rest = folder.name.removeprefix("secrets-").partition("@")
+        if rest.rsplit("-", 1)[0] != _host_key():
+            continue
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
@@ -216,7 +227,8 @@ def secret_files(contents: Mapping[str, str], root: Path) -> Iterator[dict[str, 
     with _exit_on_signals():
         folder: Path | None = None
         try:
-            folder = Path(tempfile.mkdtemp(prefix=f"secrets-{os.getpid()}-", dir=root))
+            prefix = f"secrets-{os.getpid()}@{_host_key()}-"
+            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
             paths = {}
             for secret_id, text in contents.items():
                 path = folder / secret_id

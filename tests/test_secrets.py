@@ -467,3 +467,13 @@ def test_debootstrap_gets_credentials_from_a_private_netrc(tmp_path: Path) -> No
     (seen / "netrc").unlink()  # the copy this test made; hpcenv's own is gone:
     assert list((tmp_path / "cache" / "secrets").iterdir()) == []
     _nowhere(tmp_path, proc.stdout, proc.stderr, argv)
+
+
+def test_another_hosts_secret_folder_is_never_swept(tmp_path: Path) -> None:
+    """The cache may sit on a home shared by several login nodes: a folder another host's build
+    holds is named by that host and left alone (its pid means nothing here)."""
+    theirs = tmp_path / "secrets-999999999@login2.example-abc123"
+    theirs.mkdir()
+    with secret_files({"t": "x"}, tmp_path) as files:
+        assert files["t"].parent.name.startswith(f"secrets-{os.getpid()}@")
+    assert theirs.is_dir()
