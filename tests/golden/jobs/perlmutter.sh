@@ -35,10 +35,14 @@ cd "$HPCENV_WORKDIR"
 export HPCENV_STEPS="$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID"
 # The steps folder holds scripts this job runs: ours alone (0700), never another user's.
 mkdir -p -- "$HPCENV_WORKDIR/.hpcenv"
+# Its parent too: whoever can write .hpcenv could swap the steps folder after the check.
+chmod go-w -- "$HPCENV_WORKDIR/.hpcenv" 2>/dev/null || true
 mkdir -m 0700 -- "$HPCENV_STEPS" 2>/dev/null || true # exists when the job is requeued
 steps_mode=$(stat -c %a -- "$HPCENV_STEPS") # 2700 in a setgid folder is fine: no group/other bits
-if [ "$(stat -c %u -- "$HPCENV_STEPS")" != "$(id -u)" ] || ((8#$steps_mode & 8#077)); then
-  echo "hpcenv: steps folder $HPCENV_STEPS belongs to $(stat -c %U -- "$HPCENV_STEPS") (mode $(stat -c %a -- "$HPCENV_STEPS")), not to $(id -un) alone; refusing to run" >&2
+dot_mode=$(stat -c %a -- "$HPCENV_WORKDIR/.hpcenv")
+if [ "$(stat -c %u -- "$HPCENV_STEPS")" != "$(id -u)" ] || ((8#$steps_mode & 8#077)) ||
+  [ "$(stat -c %u -- "$HPCENV_WORKDIR/.hpcenv")" != "$(id -u)" ] || ((8#$dot_mode & 8#022)); then
+  echo "hpcenv: steps folder $HPCENV_STEPS (mode $steps_mode, owner $(stat -c %U -- "$HPCENV_STEPS")) or its parent (mode $dot_mode, owner $(stat -c %U -- "$HPCENV_WORKDIR/.hpcenv")) is not $(id -un)'s alone; refusing to run" >&2
   exit 3
 fi
 echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
@@ -48,9 +52,9 @@ cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
 #!/bin/bash
 # hpcenv node-local folder: make or remove this job's folder on this node (job.sh runs it on
 # every node the job uses). Other users share the node's /tmp, /dev/shm or burst buffer: the
-# folder is made by mkdir (never reused: it fails if the folder exists), 0700, inside a per-user
-# folder that must be ours and that nobody else can write (_lib.sh), so nobody else can put or
-# change data in it. Usage: node-local.sh make|remove DIR
+# folder is made by mkdir, 0700 (a requeued run reuses its own; any other existing one is
+# refused), in a per-user folder that must be ours and that nobody else can write (_lib.sh), so
+# nobody else can put or change data in it. Usage: node-local.sh make|remove DIR
 set -euo pipefail
 # hpcenv step library. A manifest has one line per file, "SIZE  SHA256  RELATIVE-PATH"
 # (sha256sum-compatible after the size column), sorted by the path's bytes (LC_ALL=C), without
