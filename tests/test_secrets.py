@@ -336,6 +336,14 @@ def _fake(tmp_path: Path, name: str, text: str) -> Path:
     return folder
 
 
+def _default_signals() -> None:
+    """In the child: SIGHUP, SIGTERM and SIGINT at their defaults, as a terminal or Slurm starts
+    a command. A run under ``nohup`` (or a shell's background job) would hand the child an
+    ignored SIGHUP (or SIGINT), which hpcenv rightly keeps ignoring."""
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.fixture
 def held_build(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """``hpcenv build`` of a credentialed site, held open by the fake podman's build."""
@@ -355,6 +363,7 @@ def held_build(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
         text=True,
         cwd=tmp_path,
         env=env,
+        preexec_fn=_default_signals,
     )
     try:
         deadline = time.monotonic() + 120
@@ -398,7 +407,11 @@ def _hold_secrets(root: Path) -> subprocess.Popen[str]:
         """
     )
     return subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
     )
 
 
