@@ -341,7 +341,7 @@ class Blocks:
             *[p for part in parts for p in part.runtime],
             *self.payload(lock_json, checks),
         ]
-        if pip_credentials(self.site):  # every build step may run pip
+        if pip_credentials(self.site.build):  # every build step may run pip
             build = [
                 replace(p, secrets=(*p.secrets, PIP_CONF)) if p.kind == "shell" else p
                 for p in build
@@ -354,7 +354,7 @@ class Blocks:
         With a credentialed index, pip reads its whole configuration from the build secret
         ``hpcenv-pip.conf`` instead (mounted for each build step, see :meth:`stages`)."""
         pip_conf = f"{BUILD_DIR}/pip.conf"
-        if pip_credentials(self.site):
+        if pip_credentials(self.site.build):
             pip_conf = f"{SECRETS_DIR}/{PIP_CONF}"
         return Parts(
             build=[

@@ -187,6 +187,6 @@ def build_secrets(site: Site) -> AbstractContextManager[dict[str, Path]]:
     contents = {}
     if has_credentials(site.build.apt_mirror):
         contents[APT_AUTH] = apt_auth_conf(site.build.apt_mirror or "")
-    if pip_credentials(site):
+    if pip_credentials(site.build):
         contents[PIP_CONF] = pip_conf(site, credentials=True)
     return secret_files(contents, cache_dir() / "secrets")

@@ -38,11 +38,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
-
-if TYPE_CHECKING:
-    from hpcenv.site import Site
 
 SECRETS_DIR = "/run/secrets"
 APT_AUTH = "hpcenv-apt-auth"
@@ -127,11 +124,17 @@ def strip_userinfo(text: str) -> str:
     return _URL_IN_TEXT.sub(lambda m: clean_url(m.group(0)), text)
 
 
-def pip_credentials(site: Site) -> bool:
-    """Whether the site's pip index or extra indexes carry credentials."""
-    return any(
-        has_credentials(u) for u in (site.build.pip_index_url, *site.build.pip_extra_index_urls)
-    )
+class PipIndexes(Protocol):
+    """What :func:`pip_credentials` reads of a site's ``build`` block (typed structurally, so this
+    module stays below the site model that validates its URLs with it)."""
+
+    pip_index_url: str | None
+    pip_extra_index_urls: list[str]
+
+
+def pip_credentials(build: PipIndexes) -> bool:
+    """Whether a site's pip index or extra indexes (``site.build``) carry credentials."""
+    return any(has_credentials(u) for u in (build.pip_index_url, *build.pip_extra_index_urls))
 
 
 def apt_auth_conf(url: str) -> str:
