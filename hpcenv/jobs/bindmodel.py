@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcenv.jobs.shell import Expand
+from hpcenv.jobs.shell import expanding
 from hpcenv.knowledge import kb
 from hpcenv.site import Site
 
@@ -81,7 +81,7 @@ def preflight_args(inj: SiteMpi) -> list[str]:
     root, injected loader path, spec, ABI, the mismatch exit status, then :func:`known_abis`.
     Values that name variables (``$MPI_ROOT``, ``$CRAY_LD_LIBRARY_PATH``) expand in the job."""
     args = [inj.soname, inj.root, inj.ld_library_path, inj.spec, inj.abi, str(ABI_MISMATCH_EXIT)]
-    return [Expand(a) if "$" in a else a for a in args] + known_abis()
+    return [expanding(a) for a in args] + known_abis()
 
 
 def known_abis() -> list[str]:

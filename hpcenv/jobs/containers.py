@@ -38,7 +38,7 @@ from hpcenv import naming
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
 from hpcenv.jobs.plan import step_path
-from hpcenv.jobs.shell import Expand
+from hpcenv.jobs.shell import expanding
 from hpcenv.site import Site
 
 # One container per rank (templates/jobs/podman_rank.sh.j2, a step file of the job): PMIx
@@ -65,11 +65,6 @@ class ContainerLaunch:
     notes: list[str] = field(default_factory=list)
 
 
-def _p(path: str) -> str:
-    """An argv item for a path that may name variables."""
-    return Expand(path) if "$" in path else path
-
-
 # Runtime flags that make the runtime inject the site MPI itself (NERSC podman-hpc modules
 # mpich/cuda-mpich, NERSC/podman-hpc etc/modules.d, read 2026-11-22; shifter's mpich modules).
 _SELF_INJECTING = {
@@ -85,11 +80,6 @@ def _injection(site: Site, ctx: RunContext) -> SiteMpi | None:
     if any(f in _SELF_INJECTING.get(site.runtime.kind, ()) for f in site.runtime.flags):
         return None
     return site_mpi(site)
-
-
-def _v(value: str) -> str:
-    """An exported value that names variables (``$CRAY_LD_LIBRARY_PATH``): double-quoted."""
-    return Expand(value) if "$" in value else value
 
 
 def _binds(site: Site, ctx: RunContext) -> list[str]:
@@ -131,19 +121,19 @@ class Apptainer(ContainerRuntime):
     env_prefix = "APPTAINERENV_"
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
-        argv = [_p(site.runtime.executable or self.kind), "exec", *site.runtime.flags]
+        argv = [expanding(site.runtime.executable or self.kind), "exec", *site.runtime.flags]
         for path in _binds(site, ctx):
-            argv += ["--bind", _p(path)]
-        argv += ["--pwd", _p(ctx.workdir), _p(image)]
+            argv += ["--bind", expanding(path)]
+        argv += ["--pwd", expanding(ctx.workdir), expanding(image)]
         env: dict[str, str] = {}
         notes = []
         inj = _injection(site, ctx)
         if inj:
-            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = _v(inj.ld_library_path)
+            env[f"{self.env_prefix}LD_LIBRARY_PATH"] = expanding(inj.ld_library_path)
             if inj.preload:
-                env[f"{self.env_prefix}LD_PRELOAD"] = _v(inj.ld_preload)
+                env[f"{self.env_prefix}LD_PRELOAD"] = expanding(inj.ld_preload)
             if inj.libs:  # single host libraries, bound into the container's library folder
-                env[f"{self.kind.upper()}_CONTAINLIBS"] = _v(",".join(inj.libs))
+                env[f"{self.kind.upper()}_CONTAINLIBS"] = expanding(",".join(inj.libs))
             notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
         return ContainerLaunch(prefix=argv, env=env, notes=notes)
 
@@ -160,8 +150,8 @@ def _oci_run(
     argv = list(cmd)
     inj = _injection(site, ctx)
     for path in [*_binds(site, ctx), *(inj.libs if inj else ())]:
-        argv.append(_p(f"--volume={path}:{path}"))
-    argv.append(_p(f"--workdir={ctx.workdir}"))
+        argv.append(expanding(f"--volume={path}:{path}"))
+    argv.append(expanding(f"--workdir={ctx.workdir}"))
     argv += [f"--env={name}" for name in ctx.env_names]
     return [*argv, *(extra or []), image]
 
@@ -170,9 +160,9 @@ def _oci_mpi_env(inj: SiteMpi | None) -> list[str]:
     """``--env`` flags that put the site MPI first on the loader path (and preload its GTL)."""
     if not inj:
         return []
-    out = [_p(f"--env=LD_LIBRARY_PATH={inj.ld_library_path}")]
+    out = [expanding(f"--env=LD_LIBRARY_PATH={inj.ld_library_path}")]
     if inj.preload:
-        out.append(_p(f"--env=LD_PRELOAD={inj.ld_preload}"))
+        out.append(expanding(f"--env=LD_PRELOAD={inj.ld_preload}"))
     return out
 
 
@@ -229,7 +219,7 @@ class Shifter(ContainerRuntime):
         argv = ["shifter", f"--image={ref}", *site.runtime.flags]
         inj = _injection(site, ctx)
         for path in [*_binds(site, ctx), *(inj.libs if inj else ())]:
-            argv.append(_p(f"--volume={path}:{path}"))
+            argv.append(expanding(f"--volume={path}:{path}"))
         return ContainerLaunch(prefix=[*argv, *_oci_mpi_env(inj)], notes=_self_injected(site))
 
 
@@ -241,9 +231,9 @@ class Pyxis(ContainerRuntime):
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
         mounts = ",".join(f"{p}:{p}" for p in _binds(site, ctx))
-        args = [f"--container-image={image}", _p(f"--container-workdir={ctx.workdir}")]
+        args = [f"--container-image={image}", expanding(f"--container-workdir={ctx.workdir}")]
         if mounts:
-            args.append(_p(f"--container-mounts={mounts}"))
+            args.append(expanding(f"--container-mounts={mounts}"))
         return ContainerLaunch(launcher_args=[*args, *site.runtime.flags])
 
 

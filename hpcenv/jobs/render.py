@@ -37,7 +37,16 @@ from hpcenv.jobs.plan import (
 )
 from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
-from hpcenv.jobs.shell import PLACEHOLDERS, Expand, env_name, join, placeholders, qpath, word
+from hpcenv.jobs.shell import (
+    PLACEHOLDERS,
+    Expand,
+    env_name,
+    expanding,
+    join,
+    placeholders,
+    qpath,
+    word,
+)
 from hpcenv.jobs.spec import MANIFEST_NAME, JobSpec
 from hpcenv.paths import templates_dir
 from hpcenv.safe import Lines, checked_lines, finalize
@@ -120,11 +129,6 @@ def step_script(name: str) -> str:
 
 def step_file(name: str, what: str) -> StepFile:
     return StepFile(name=name, text=step_script(STEP_TEMPLATES[name]), what=what)
-
-
-def _arg(value: str) -> str:
-    """An argv item for a path or value that may name variables."""
-    return Expand(value) if "$" in value else value
 
 
 def default_workdir(site: Site) -> str:
@@ -302,7 +306,7 @@ def _staging_steps(
         manifest = job.stage_in.manifest or f"{src}/{MANIFEST_NAME}"
         assert paths.data is not None
         per_node = job.stage_in.per_node
-        argv = ["bash", step_path("stage-in.sh"), *map(_arg, (src, paths.data, manifest))]
+        argv = ["bash", step_path("stage-in.sh"), *map(expanding, (src, paths.data, manifest))]
         if per_node:
             argv = [*launcher.per_node(placement.nodes), *argv]
         where = "once per node to node-local storage" if per_node else "once"
@@ -313,11 +317,11 @@ def _staging_steps(
         argv = [
             "bash",
             step_path("stitch.sh"),
-            _arg(s.parts),
+            expanding(s.parts),
             str(s.count),
             s.prefix,
             s.suffix,
-            _arg(s.output),
+            expanding(s.output),
             "1" if s.force else "0",
         ]
         what = f"Stitch: {s.count} parts {s.parts}/{s.prefix}<i>{s.suffix} -> {s.output}"
@@ -328,8 +332,8 @@ def _staging_steps(
         argv = [
             "bash",
             step_path("stage-out.sh"),
-            _arg(paths.output),
-            _arg(job.stage_out.dest),
+            expanding(paths.output),
+            expanding(job.stage_out.dest),
             force,
         ]
         what = f"Stage-out: {paths.output} -> {job.stage_out.dest}, atomic, verified"

@@ -34,6 +34,12 @@ class Expand(str):
         return super().__new__(cls, value)
 
 
+def expanding(value: str) -> str:
+    """An argv item for a path or value that may name variables: an :class:`Expand` when it
+    does (validated, its variables expand in the job), else the plain text."""
+    return Expand(value) if "$" in value else value
+
+
 def qpath(value: str) -> str:
     """Quote a path: double quotes (``$VARS`` expand) when it names a variable, else shlex."""
     if "$" not in value:
