@@ -516,6 +516,12 @@ class Resolver:
         variant = self.variant(accel)
         index = kb()["install"]["intel_index"][variant]
         for comp in ("torch-ccl", "ipex"):
+            if torch is None and self.recipe.requires(comp):  # built for one torch only
+                raise ConfigError(
+                    f"recipe {self.recipe.name}: components: {comp} needs torch; add torch"
+                )
+            if self.recipe.wants(comp) and torch is None:
+                self.excluded[comp] = "optional and built for torch, which the recipe lacks"
             if not self.recipe.wants(comp) or torch is None:
                 continue
             picked = self.decide(comp, releases(comp, variant), required=self.recipe.requires(comp))

@@ -4,6 +4,7 @@ are wrong, URLs Python cannot read. Each: one line on stderr, the right exit cod
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -190,3 +191,23 @@ def test_url_ports_are_checked_when_the_site_loads(tmp_path: Path, url: str, why
         proc = hpcenv(*args)
         one_error(proc, 2, f"field 'build.pip_index_url': not a usable URL: {why}")
         assert "pw" not in proc.stderr
+
+
+@pytest.mark.parametrize("component", ["torch-ccl", "ipex"])
+def test_required_component_without_its_prerequisite_is_refused(
+    tmp_path: Path, component: str
+) -> None:
+    """A required component built for torch, in a recipe without torch: refused, never dropped
+    silently (the image would lack what the recipe says it must have)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"name: r\ndescription: x\ncomponents:\n  {component}: required\n  mpi4py: required\n"
+    )
+    proc = hpcenv("render", "-s", "local", "-r", str(recipe), "-f", "docker")
+    one_error(proc, 2, rf"^error: recipe r: components: {component} needs torch; add torch$")
+    recipe.write_text(recipe.read_text().replace("required\n  mpi4py", "optional\n  mpi4py"))
+    proc = hpcenv("resolve", "-s", "local", "-r", str(recipe), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["excluded"] == {
+        component: "optional and built for torch, which the recipe lacks"
+    }
