@@ -32,14 +32,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
+
+from hpcenv.signals import exit_on_signals
 
 SECRETS_DIR = "/run/secrets"
 APT_AUTH = "hpcenv-apt-auth"
@@ -166,31 +166,6 @@ def secret_mount(secret_id: str) -> str:
     return f"--mount=type=secret,id={secret_id},target={SECRETS_DIR}/{secret_id}"
 
 
-def _raise_exit(signum: int, _frame: object) -> None:
-    signal.signal(signum, signal.SIG_IGN)  # a second signal does not cut the clean-up short
-    raise SystemExit(128 + signum)  # unwinds through ``finally``: the secrets are removed
-
-
-@contextmanager
-def _exit_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP (Slurm at a time limit, a closed terminal) end the process through
-    ``finally`` blocks instead of at once, as SIGINT already does (KeyboardInterrupt); the
-    previous handlers come back after. Only the main thread may set handlers: elsewhere this
-    does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) == signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, _raise_exit)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def _host_key() -> str:
     """This host in a folder name: the cache may be on a home shared by several login nodes,
     where a pid says nothing about another node's processes."""
@@ -220,14 +195,14 @@ def _sweep(root: Path) -> None:
 def secret_files(contents: Mapping[str, str], root: Path) -> Iterator[dict[str, Path]]:
     """Write ``{id: text}`` as 0600 files in a fresh 0700 folder under ``root``; removed when
     the block ends, whatever happens: an exception, Ctrl-C, SIGTERM or SIGHUP (see
-    :func:`_exit_on_signals`); a folder left by a killed (SIGKILL) process is removed by the
+    :func:`hpcenv.signals.exit_on_signals`); a folder left by a killed (SIGKILL) process is removed by the
     next call."""
     if not contents:
         yield {}
         return
     root.mkdir(parents=True, exist_ok=True)
     _sweep(root)
-    with _exit_on_signals():
+    with exit_on_signals():
         folder: Path | None = None
         try:
             prefix = f"secrets-{os.getpid()}@{_host_key()}-"

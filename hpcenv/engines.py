@@ -352,8 +352,11 @@ class Engine(ABC):
         user: str | None = None,
         command: Sequence[str] = ("sleep", "infinity"),
     ) -> str:
-        """Start a long-running container (``sleep infinity`` by default); returns its name."""
-        args = ["run", "-d", "--name", name]
+        """Start a long-running container (``sleep infinity`` by default); returns its name.
+
+        Its stop signal is KILL: ``sleep`` as PID 1 ignores SIGTERM (PID 1 has no default signal
+        actions), so a ``podman stop`` would wait 10 s for nothing; it holds no state to save."""
+        args = ["run", "-d", "--name", name, "--stop-signal", "KILL"]
         args += self._volume_args(list(volumes))
         for key, value in (env or {}).items():
             args += ["-e", f"{key}={value}"]

@@ -120,6 +120,9 @@ def main() -> None:
     """
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not SIG_IGN (nohup, &)
         signal.signal(signal.SIGINT, _on_sigint)
+    from hpcenv import signals
+
+    signals.install()  # SIGTERM/SIGHUP (Slurm's time limit): containers and secrets cleaned up
     sys.unraisablehook = _unraisable
     try:
         code = app(prog_name="hpcenv", standalone_mode=False)
