@@ -253,6 +253,9 @@ def test_every_scheduler_owns_its_log_and_name_directives() -> None:
 # -- job records --------------------------------------------------------------------------
 
 
+LOCAL_2NODE_CONF = "/var/tmp/hpcenv-services/slurm-2node/slurm.conf"  # site local-2node's
+
+
 def _record(**over: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "job_id": "123",
@@ -260,7 +263,7 @@ def _record(**over: Any) -> dict[str, Any]:
         "site": "local",
         "scheduler": "slurm",
         "workdir": "/scratch/u/hpcenv-jobs",
-        "transport": {"kind": "local", "env": {"SLURM_CONF": "/etc/slurm/slurm.conf"}},
+        "transport": {"kind": "local", "env": {"SLURM_CONF": LOCAL_2NODE_CONF}},
         "log_names": ["train-%j.out", "train-%j.err"],
         "script_path": "/home/u/.cache/hpcenv/jobs/local-h-123.sh",
         "array": None,
@@ -269,8 +272,38 @@ def _record(**over: Any) -> dict[str, Any]:
 
 
 def test_a_record_as_hpcenv_writes_it_is_read() -> None:
-    sub = check_record(_record())
-    assert sub.job_id == "123" and sub.transport.env == {"SLURM_CONF": "/etc/slurm/slurm.conf"}
+    sub = check_record(_record(site="local-2node"))
+    assert sub.job_id == "123" and sub.transport.env == {"SLURM_CONF": LOCAL_2NODE_CONF}
+
+
+def _conf_record(conf: Path, kind: str = "local") -> dict[str, Any]:
+    transport: dict[str, Any] = {"kind": kind, "env": {"SLURM_CONF": str(conf)}}
+    if kind == "ssh":
+        transport["host"] = "login1"
+    return _record(transport=transport)
+
+
+def test_a_records_client_conf_is_the_sites_or_a_file_nobody_else_can_change(
+    tmp_path: Path,
+) -> None:
+    """slurm.conf names plugin folders: a record may point ``status`` only at the site's own
+    configuration or at a local file that root or the user alone may change."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    conf.chmod(0o644)
+    assert check_record(_conf_record(conf)).transport.env == {"SLURM_CONF": str(conf)}
+    conf.chmod(0o664)  # someone else (the group) could rewrite it
+    with pytest.raises(ConfigError, match="transport.env.SLURM_CONF: .* only root or you"):
+        check_record(_conf_record(conf))
+    conf.chmod(0o644)
+    with pytest.raises(ConfigError, match="transport.env.SLURM_CONF"):  # not checkable remotely
+        check_record(_conf_record(conf, kind="ssh"))
+    with pytest.raises(ConfigError, match="transport.env.SLURM_CONF"):
+        check_record(_conf_record(tmp_path / "absent.conf"))
+    link = tmp_path / "dir"
+    link.mkdir()
+    with pytest.raises(ConfigError, match="transport.env.SLURM_CONF"):  # not a regular file
+        check_record(_conf_record(link))
 
 
 @pytest.mark.parametrize(

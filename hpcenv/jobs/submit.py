@@ -218,7 +218,38 @@ def check_record(data: Any) -> Submission:
         raise bad("transport.env", str(err).split(": ", 1)[1]) from None
     for name, value in spec.env.items():
         path(f"transport.env.{name}", value)
+        if not _trusted_client_conf(value, data["site"], local=spec.kind == "local"):
+            raise bad(
+                f"transport.env.{name}",
+                f"{value} is neither site {data['site']}'s scheduler.conf nor a file only root "
+                "or you can change (a client configuration can load plugins: it runs code)",
+            )
     return Submission.from_dict(data)
+
+
+def _trusted_client_conf(value: str, site_name: str, *, local: bool) -> bool:
+    """A record's client configuration (SLURM_CONF) as submit wrote it: the named site's own
+    ``scheduler.conf``, or, for a local transport, a regular file owned by root or this user
+    that nobody else may write. slurm.conf names plugin folders and ``Include`` files, so a
+    record must not point ``status`` at a configuration someone else wrote."""
+    from hpcenv.site import load_site
+
+    try:
+        if load_site(site_name).scheduler.conf == value:
+            return True
+    except ConfigError:
+        pass
+    if not local:
+        return False
+    try:
+        info = os.stat(value)
+    except OSError:
+        return False
+    return (
+        stat.S_ISREG(info.st_mode)
+        and info.st_uid in (0, os.getuid())
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
 
 
 def _read_record(path: Path) -> Submission:
