@@ -118,7 +118,9 @@ def main() -> None:
     passed on here. Ctrl-C exits 130 (128 + SIGINT), as shells expect; stdout is flushed here so
     a failed write is reported (exit 1), not lost in Python's shutdown.
     """
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not SIG_IGN (nohup, &)
+    handler = signal.getsignal(signal.SIGINT)
+    # not SIG_IGN (nohup, &); bin/hpcenv's first handler (marked) is replaced
+    if handler is signal.default_int_handler or getattr(handler, "hpcenv_early", False):
         signal.signal(signal.SIGINT, _on_sigint)
     from hpcenv import signals
 
