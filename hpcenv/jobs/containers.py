@@ -36,9 +36,9 @@ from typing import ClassVar
 
 from hpcenv import naming
 from hpcenv.errors import ConfigError
+from hpcenv.jobs import edf
 from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
 from hpcenv.jobs.plan import STEPS, StepFile, step_path
-from hpcenv.jobs import edf
 from hpcenv.jobs.shell import Expand, expanding
 from hpcenv.site import Site
 

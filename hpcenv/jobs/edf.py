@@ -99,7 +99,7 @@ def edf_text(
             lines.append(f"{key} = {toml_string(value)}")
     text = checked_lines(lines, "\n")
     parsed = parse(text)
-    if parsed.get("image") != image or list(parsed.get("mounts", [])) != list(mounts):
+    if parsed.get("image") != image or parsed.get("mounts") != list(mounts):
         raise ConfigError("EDF did not read back as written")  # pragma: no cover - escaper bug
     return text
 
