@@ -530,21 +530,21 @@ class Blocks:
                 runtime=[copy(VENV, VENV, from_stage="build")],
             )
         index = ""
+        cuda = self.lock.components.get("cuda")
+        cuda_nodot = cuda.version.replace(".", "") if cuda else ""
         if "index" in torch.options:
             index = f"--extra-index-url {shlex.quote(torch.options['index'])} "
         elif not self.site.build.pip_find_links:
             tmpl = kb()["install"]["torch_index"][variant]
-            cuda = self.lock.components.get("cuda")
             rocm = self.lock.components.get("rocm")
-            url = tmpl.format(
-                cuda_nodot=cuda.version.replace(".", "") if cuda else "",
-                rocm=major_minor(rocm.version) if rocm else "",
-            )
+            url = tmpl.format(cuda_nodot=cuda_nodot, rocm=major_minor(rocm.version) if rocm else "")
             index = f"--extra-index-url {shlex.quote(url)} "
+        labels = kb()["install"]["torch_local_label"].get(self.site.arch, {})
+        label = labels.get(variant, "").format(cuda_nodot=cuda_nodot)
         return Parts(
             build=[
                 comment(f"torch {torch.version} ({variant}): {torch.reason}"),
-                shell(pip_install(f"torch=={torch.version}", extra=index)),
+                shell(pip_install(f"torch=={torch.version}{label}", extra=index)),
             ]
         )
 

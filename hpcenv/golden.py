@@ -16,9 +16,17 @@ from hpcenv.render import render
 from hpcenv.resolver import resolve
 from hpcenv.site import load_site
 
-BUILTIN_SITES = ("aurora", "frontier", "generic-slurm", "local", "perlmutter", "summit")
+BUILTIN_SITES = (
+    "alps-clariden",
+    "aurora",
+    "frontier",
+    "generic-slurm",
+    "local",
+    "perlmutter",
+    "summit",
+)
 # Example jobs: the sites whose scripts do not depend on this host (local's podman settings do).
-JOB_SITES = ("aurora", "frontier", "generic-slurm", "perlmutter", "summit")
+JOB_SITES = ("alps-clariden", "aurora", "frontier", "generic-slurm", "perlmutter", "summit")
 
 
 def example_job_files() -> dict[str, str]:

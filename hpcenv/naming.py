@@ -28,6 +28,9 @@ HELPER_TAG = "localhost/hpcenv-apptainer:1"
 BASE_ARCHIVE = "hpcenv-base.oci.tar"
 #: Runtimes that run SIF files; every other runtime kind takes an OCI reference.
 SIF_RUNTIMES = frozenset({"apptainer", "singularity"})
+#: The runtime whose jobs run an enroot SquashFS file (CSCS Container Engine); it is built as
+#: an OCI image and imported with ``enroot import`` on the site.
+SQSH_RUNTIME = "cscs-ce"
 #: Where a SIF runtime's images live when the site names no scratch file system.
 NO_SCRATCH = "$HOME"
 
@@ -81,6 +84,14 @@ def site_sif_path(*, recipe: str, site: str, scratch: str | None) -> str:
     return f"{scratch or NO_SCRATCH}/hpcenv/images/{sif_file(recipe=recipe, site=site)}"
 
 
+def site_sqsh_path(*, recipe: str, site: str, scratch: str | None) -> str:
+    """Where a Container Engine site (Alps) keeps the image: the SquashFS file that
+    ``enroot import -x mount -o FILE podman://IMAGE`` writes (cscs-docs
+    ``build-install/containers.md``), ``<scratch>/hpcenv/images/<recipe>-<site>.sqsh``."""
+    name = sif_name(recipe=recipe, site=site)
+    return f"{scratch or NO_SCRATCH}/hpcenv/images/{name}.sqsh"
+
+
 def build_log(*, recipe: str, site: str) -> str:
     """The file name of an image build's log: ``build-<site>-<recipe>.log``."""
     return f"build-{site}-{recipe}.log"
@@ -93,9 +104,12 @@ def image_kind(runtime: str) -> ImageKind:
 
 def default_image(*, recipe: str, site: str, runtime: str, scratch: str | None) -> str:
     """The image a site's jobs run for ``recipe`` by default: the SIF path on SIF runtimes
-    (:func:`site_sif_path`), else the OCI tag hpcenv builds (:func:`image_tag`).
+    (:func:`site_sif_path`), the SquashFS path on the Container Engine (:func:`site_sqsh_path`),
+    else the OCI tag hpcenv builds (:func:`image_tag`).
 
     ``scratch``: the path of the site's scratch file system (None: it has none)."""
     if image_kind(runtime) == "sif":
         return site_sif_path(recipe=recipe, site=site, scratch=scratch)
+    if runtime == SQSH_RUNTIME:
+        return site_sqsh_path(recipe=recipe, site=site, scratch=scratch)
     return image_tag(recipe=recipe, site=site)

@@ -230,16 +230,19 @@ Count = Annotated[int, Field(ge=1, le=4096, strict=True)]
 
 
 def image_or_sif(value: str, what: str = "image") -> str:
-    """An image reference (``localhost/x:tag``) or a SIF file path; never an option."""
+    """An image reference (``localhost/x:tag``), a SIF file path or an enroot SquashFS file path
+    (``.sqsh``, what the CSCS Container Engine runs); never an option."""
     one_line(value, what)
     if value.startswith("-"):
         raise ConfigError(
             f"{what} {value!r} must not start with '-' (it would be read as an option)"
         )
-    if re.fullmatch(IMAGE, value) or (value.endswith(".sif") and re.fullmatch(PATH, value)):
+    if re.fullmatch(IMAGE, value) or (
+        value.endswith((".sif", ".sqsh")) and re.fullmatch(PATH, value)
+    ):
         return value
     raise ConfigError(
-        f"{what} {value!r} is not an image reference (registry/name:tag) or a .sif path"
+        f"{what} {value!r} is not an image reference (registry/name:tag), a .sif or a .sqsh path"
     )
 
 

@@ -75,7 +75,9 @@ def test_every_runtime_kind_of_the_site_model_is_known() -> None:
     runtime = type(load_site("local").runtime)  # the site model's runtime class, wherever it lives
     kinds = set(get_args(runtime.model_fields["kind"].annotation))
     assert kinds >= naming.SIF_RUNTIMES
-    assert kinds - naming.SIF_RUNTIMES == {"podman", "podman-hpc", "shifter", "pyxis"}
+    # cscs-ce runs an OCI image imported with enroot (naming.site_sqsh_path).
+    assert kinds - naming.SIF_RUNTIMES == {"podman", "podman-hpc", "shifter", "pyxis", "cscs-ce"}
+    assert naming.SQSH_RUNTIME in kinds
 
 
 def test_the_default_image_matches_the_jobs_side() -> None:

@@ -36,9 +36,10 @@ from typing import ClassVar
 
 from hpcenv import naming
 from hpcenv.errors import ConfigError
+from hpcenv.jobs import edf
 from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
-from hpcenv.jobs.plan import step_path
-from hpcenv.jobs.shell import expanding
+from hpcenv.jobs.plan import STEPS, StepFile, step_path
+from hpcenv.jobs.shell import Expand, expanding
 from hpcenv.site import Site
 
 # One container per rank (templates/jobs/podman_rank.sh.j2, a step file of the job): PMIx
@@ -63,6 +64,7 @@ class ContainerLaunch:
     prefix: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    files: list[StepFile] = field(default_factory=list)  # written into the steps folder
 
 
 # Runtime flags that make the runtime inject the site MPI itself (NERSC podman-hpc modules
@@ -235,6 +237,52 @@ class Pyxis(ContainerRuntime):
         if mounts:
             args.append(expanding(f"--container-mounts={mounts}"))
         return ContainerLaunch(launcher_args=[*args, *site.runtime.flags])
+
+
+# The EDF the job writes for the CSCS Container Engine (a step file, hpcenv.jobs.edf).
+EDF_STEP = "edf.toml"
+
+
+def _edf_image(image: str) -> str:
+    """The EDF ``image``: a SquashFS path as is (``${VAR}`` syntax), a registry reference in the
+    engine's ``[REGISTRY#]IMAGE[:TAG]`` form (cscs-docs ``container-engine/edf.md``)."""
+    if image.startswith(("/", "$", "./")):
+        return edf.edf_value(image, "image")
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
+@register_runtime
+class ContainerEngine(ContainerRuntime):
+    """CSCS Container Engine (Alps): ``srun --environment=EDF``, enroot + CSCS's pyxis.
+
+    The container is an ``srun`` option, like pyxis; what it runs is an Environment Definition
+    File (:mod:`hpcenv.jobs.edf`) that the job writes as a step file: the image, the binds as
+    ``mounts``, the work folder as ``workdir``, the job's variables in ``[env]`` (the image's
+    own variables would otherwise win over the host's: cscs-docs ``container-engine/edf.md``,
+    "variables from the image taking precedence"), and the site's hook annotations
+    (``runtime.annotations``: the aws-ofi-nccl hook, which also enables the CXI hook and sets
+    NCCL's and libfabric's variables, cscs-docs ``container-engine/resource-hook.md``)."""
+
+    kind = "cscs-ce"
+
+    def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
+        text = edf.edf_text(
+            image=_edf_image(image),
+            workdir=edf.edf_value(ctx.workdir, "workdir"),
+            mounts=[edf.mount(p) for p in _binds(site, ctx)],
+            env={name: f"${{{name}:-}}" for name in ctx.env_names},
+            annotations=site.runtime.annotations,
+        )
+        what = "the Container Engine environment (EDF) every srun --environment step reads"
+        hooks = ", ".join(f"{k}={v}" for k, v in site.runtime.annotations.items()) or "none"
+        return ContainerLaunch(
+            launcher_args=[Expand(f"--environment={STEPS}/{EDF_STEP}")],
+            files=[StepFile(EDF_STEP, text, what)],
+            notes=[f"CSCS Container Engine: srun --environment=<EDF>; hooks: {hooks}"],
+        )
 
 
 def get_runtime(kind: str) -> ContainerRuntime:

@@ -426,6 +426,7 @@ def plan_job(
                 pre.append(preflight)
             if site.runtime.kind == "podman":
                 files.append(step_file("podman-rank.sh", "the per-rank podman wrapper"))
+            files += container.files
         launch = _launch_step(site, job, placement, launcher, container)
         if paths.output:
             launch = replace(launch, makes_output=True)

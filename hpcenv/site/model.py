@@ -59,6 +59,10 @@ Version = Annotated[str, AfterValidator(_version)]
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 Text = Annotated[str, Field(max_length=500)]
 NodeCount = Annotated[int, Field(ge=1, le=1_000_000, strict=True)]
+# An EDF annotation key: dotted TOML bare keys (com.hooks.aws_ofi_nccl.enabled).
+AnnotationKey = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", max_length=200)
+]
 
 
 class Strict(SafeModel):
@@ -287,12 +291,26 @@ class Ssh(Strict):
 
 
 class Runtime(Strict):
-    kind: Literal["apptainer", "singularity", "podman-hpc", "shifter", "podman", "pyxis"]
+    kind: Literal["apptainer", "singularity", "podman-hpc", "shifter", "podman", "pyxis", "cscs-ce"]
     binds: list[ShellPath] = Field(default=[], max_length=64)
     flags: list[ShellWord] = Field(default=[], max_length=64)
+    annotations: dict[AnnotationKey, ShellWord] = Field(
+        default={},
+        max_length=64,
+        description="cscs-ce: EDF [annotations] every job's environment file carries "
+        "(Container Engine hooks, e.g. com.hooks.aws_ofi_nccl.enabled: 'true')",
+    )
     executable: ShellPath | None = Field(
         default=None, description="the runtime's command where it is not `kind` on the PATH"
     )
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations_kind(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        kind = info.data.get("kind")
+        if value and kind and kind != "cscs-ce":
+            raise ValueError(f"runtime.annotations apply to the cscs-ce runtime, not {kind}")
+        return value
 
     @field_validator("executable")
     @classmethod
