@@ -11,6 +11,16 @@ from pathlib import Path
 
 import typer
 
+HELP = """Usage: hpcenv apptainer ARGS...
+
+Run `apptainer ARGS...`: the host's apptainer (or singularity) where there is one, else
+Apptainer in hpcenv's privileged podman helper container, with the current folder and every
+absolute path named in ARGS mounted at itself. Examples:
+
+  hpcenv apptainer exec IMAGE.sif python3 -c 'import torch'
+  hpcenv apptainer help exec      (Apptainer's own help for a command)
+"""
+
 
 def register(app: typer.Typer) -> None:
     @app.command(
@@ -24,6 +34,9 @@ def register(app: typer.Typer) -> None:
         from hpcenv.engines import engine_env
 
         args = list(ctx.args)
+        if not args or args[0] in ("-h", "--help"):  # never start a privileged container for it
+            typer.echo(HELP)
+            return
         runner = Apptainer()
         runner.ensure_helper()
         paths = [Path.cwd()]

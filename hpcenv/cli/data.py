@@ -38,7 +38,6 @@ def register(app: typer.Typer) -> None:
             doc = {"directory": str(ds.directory), "reused": ds.reused, "manifest": ds.manifest}
             typer.echo(json.dumps(doc, indent=2))
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table("file", "shape", "bytes", "sha256", title=str(ds.directory))
@@ -46,7 +45,9 @@ def register(app: typer.Typer) -> None:
             table.add_row(
                 name, "x".join(map(str, meta["shape"])), str(meta["bytes"]), meta["sha256"][:16]
             )
-        console = Console()
+        from hpcenv.cli.console import console as make_console
+
+        console = make_console()
         console.print(table)
         split = ds.manifest["split"]
         state = "reused (manifest verified)" if ds.reused else "written"

@@ -34,14 +34,15 @@ def register(app: typer.Typer) -> None:
             }
             typer.echo(json.dumps(doc, indent=2))
         else:
-            from rich.console import Console
             from rich.table import Table
 
             table = Table("area", "check", "status", "why", "how to fix", show_lines=False)
             for c in checks:
                 status = f"[{_STYLE[c.status]}]{c.status}[/]" + (" *" if c.required else "")
                 table.add_row(c.category, c.name, status, c.why, c.fix)
-            console = Console()
+            from hpcenv.cli.console import console as make_console
+
+            console = make_console()
             console.print(table)
             verdict = "all ok" if good else "[red]some needed checks failed[/]"
             where = f"for site {loaded.name}" if loaded else "to build the local image"

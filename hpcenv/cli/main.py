@@ -41,6 +41,7 @@ app = typer.Typer(
     name="hpcenv",
     help="Matched container stacks for distributed ML on HPC: resolve, render, build, test, submit.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
 )

@@ -42,7 +42,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table("site", "arch", "scheduler", "runtime", "host MPI (model)", "GPUs", "recipes")
@@ -56,7 +55,9 @@ def register(app: typer.Typer) -> None:
                 str(r["gpus"]),
                 ", ".join(r["recipes"]),  # type: ignore[arg-type]
             )
-        Console().print(table)
+        from hpcenv.cli.console import console
+
+        console().print(table)
 
     @sites.command("show")
     def show(

@@ -75,7 +75,6 @@ def register(app: typer.Typer) -> None:
         from hpcenv.extras import require_extra
 
         require_extra("smoke", "hpcenv smoke")
-        from rich.console import Console
 
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
@@ -139,7 +138,9 @@ def register(app: typer.Typer) -> None:
 
             typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
         else:
-            console = Console()
+            from hpcenv.cli.console import console as make_console
+
+            console = make_console()
             console.print(summary_table(report))
             refs = references_table(report)
             if refs is not None:

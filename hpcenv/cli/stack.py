@@ -38,7 +38,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(lock.to_json(), nl=False)
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(
@@ -49,7 +48,9 @@ def register(app: typer.Typer) -> None:
             table.add_row(name, ver, c.source, c.reason)
         for name, why in lock.excluded.items():
             table.add_row(name, "-", "excluded", why)
-        Console(width=160).print(table)
+        from hpcenv.cli.console import console
+
+        console().print(table)
 
     @app.command("render")
     def render_cmd(
