@@ -229,6 +229,7 @@ scheduler:
   walltime: "01:00:00"
 gpu:
   rocm: "6.3.1"
+modules: [PrgEnv-gnu/8.7.0, cpe/26.03, rocm/6.3.1, craype-accel-amd-gfx90a, cray-mpich-abi/9.1.0]
 """
 
 
@@ -245,7 +246,7 @@ def test_extends_merges_and_drops_overridden_provenance(tmp_path: Path) -> None:
 
 def test_extends_errors_name_the_file_that_set_the_value(tmp_path: Path) -> None:
     (tmp_path / "mine.yaml").write_text(MINE + "node:\n  sockets: 0\n")
-    with pytest.raises(ConfigError, match=rf"{tmp_path / 'mine.yaml'}:10: field 'node.sockets'"):
+    with pytest.raises(ConfigError, match=rf"{tmp_path / 'mine.yaml'}:11: field 'node.sockets'"):
         load_site(str(tmp_path / "mine.yaml"))
     (tmp_path / "a.yaml").write_text("extends: b.yaml\nname: a\n")
     (tmp_path / "b.yaml").write_text("extends: a.yaml\nname: b\n")

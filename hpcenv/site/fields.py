@@ -31,10 +31,15 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+# Fields of the file that the loader consumes before the model sees it (hpcenv.site.load).
+FILE_FIELDS: dict[str, dict[str, Any]] = {"extends": {"type": "string", "maxLength": 4096}}
+
+
 def model_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
-    """Dotted names of every field of the site model (tables and their fields)."""
+    """Dotted names of every field of a site file: the loader's (``extends``), then the site
+    model's (tables and their fields)."""
+    out = [] if model or prefix else list(FILE_FIELDS)
     model = model or Site
-    out = []
     for name, info in model.model_fields.items():
         out.append(prefix + name)
         sub = _model_of(info.annotation)
@@ -71,6 +76,8 @@ def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 walk(sub, schema["$defs"][sub.__name__], dotted + ".")
 
     walk(Site, schema, "")
+    for name, prop in FILE_FIELDS.items():
+        schema.setdefault("properties", {})[name] = prop | {"description": describe(name)}
     return schema
 
 

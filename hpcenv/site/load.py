@@ -19,6 +19,7 @@ Every value keeps its origin (``file:line``), so errors point at the file that s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,10 +146,56 @@ def resolve(
         }
         for kind in PROVENANCE_KINDS
     }
+    _no_stale_versions(base, own, path, lines)
     merged = merge({**base.data, "provenance": provenance}, own)
     merged["provenance"] = {k: v for k, v in merged["provenance"].items() if v}
     kept = {k: v for k, v in base.origins.items() if not _sets(own, k)}
     return ResolvedSite(merged, {**kept, **origins}, (*base.chain, path))
+
+
+# Versions other values are written for: a base's modules, paths and variables name them.
+VERSIONED = {"gpu.rocm": str, "gpu.driver": str, "mpi.spec": lambda v: str(v).rpartition("@")[2]}
+
+
+def _get(data: Any, loc: Loc) -> Any:
+    for part in loc:
+        if (
+            isinstance(data, Mapping)
+            and part in data
+            or isinstance(data, list)
+            and isinstance(part, int)
+            and part < len(data)
+        ):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def _no_stale_versions(
+    base: ResolvedSite, own: dict[str, Any], path: Path, lines: dict[Loc, int]
+) -> None:
+    """A file that changes a base's version (``gpu.rocm: 6.3.1`` over Frontier's 7.1.1) must
+    also change what the base wrote for the old one (``modules: [..., rocm/7.1.1]``): else the
+    job would load one ROCm and the image be built for another. Refused, naming both."""
+    for field, version_of in VERSIONED.items():
+        loc = tuple(field.split("."))
+        old, new = _get(base.data, loc), _get(own, loc)
+        if old is None or new is None or version_of(old) == version_of(new):
+            continue
+        stale = re.compile(rf"(?<![\w.]){re.escape(version_of(old))}(?![\w.])")
+        for leaf in _leaves(base.data):
+            dotted = _dotted(leaf)
+            if dotted.startswith("provenance") or dotted == field or _sets(own, dotted):
+                continue
+            values = _get(base.data, leaf)
+            for value in values if isinstance(values, list) else [values]:
+                if isinstance(value, str) and stale.search(value):
+                    raise ConfigError(
+                        f"{path}:{_line(lines, loc)}: {field} {new} replaces {old} of "
+                        f"{base.chain[-1].name}, whose {dotted} ({base.origins.get(dotted, '?')})"
+                        f" still names {old}: {value!r}; set {dotted} in this file too"
+                    )
 
 
 def _origin_for(loc: Loc, origins: dict[str, str], fallback: str) -> str:

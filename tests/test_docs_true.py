@@ -1,0 +1,67 @@
+"""What the docs say, run (issue 22, "What the README, docs and help say is true"): the
+site-authoring ``extends`` example resolves and its job loads the ROCm it asks for; a file that
+changes a base's version but not what the base wrote for it is refused; ``extends`` is in the
+JSON Schema and in ``sites fields``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hpcenv(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def _authoring_example() -> str:
+    text = (ROOT / "docs" / "site-authoring.md").read_text()
+    block = re.search(r"```yaml\n(extends: frontier.*?)```", text, re.S)
+    assert block, "docs/site-authoring.md lost its extends example"
+    return block.group(1)
+
+
+def test_the_extends_example_resolves_and_loads_its_rocm(tmp_path: Path) -> None:
+    site = tmp_path / "myfrontier.yaml"
+    site.write_text(_authoring_example())
+    proc = hpcenv("resolve", "--site", str(site), "--recipe", "torch-gpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lock = json.loads(proc.stdout)
+    assert lock["components"]["torch"]["version"] == "2.13.0"
+    job = hpcenv("submit", "--site", str(site), "--recipe", "torch-gpu", "--dry-run", "--", "true")
+    assert job.returncode == 0, job.stderr
+    loads = [ln for ln in job.stdout.splitlines() if ln.startswith("module load")]
+    assert loads and "rocm/7.2.0" in loads[0] and "rocm/7.1.1" not in job.stdout
+
+
+def test_a_version_changed_without_what_the_base_wrote_for_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "myfrontier.yaml"
+    text = "\n".join(ln for ln in _authoring_example().splitlines() if "modules" not in ln)
+    site.write_text(text + "\n")
+    proc = hpcenv("submit", "--site", str(site), "--recipe", "torch-gpu", "--dry-run", "--", "x")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert re.fullmatch(
+        r"error: .*myfrontier\.yaml:\d+: gpu\.rocm 7\.2\.0 replaces 7\.1\.1 of frontier\.yaml, "
+        r"whose modules \(.*frontier\.yaml:\d+\) still names 7\.1\.1: 'rocm/7\.1\.1'; "
+        r"set modules in this file too",
+        line,
+    ), line
+
+
+def test_extends_is_in_the_schema_and_the_fields() -> None:
+    schema = json.loads(hpcenv("sites", "schema").stdout)
+    assert schema["properties"]["extends"]["type"] == "string"
+    assert "site this file starts from" in schema["properties"]["extends"]["description"]
+    fields = hpcenv("sites", "fields", "extends")
+    assert fields.returncode == 0 and fields.stdout.startswith("extends: a site this file")
