@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,18 +154,22 @@ def resolve(
 
 
 # Versions other values are written for: a base's modules, paths and variables name them.
-VERSIONED = {"gpu.rocm": str, "gpu.driver": str, "mpi.spec": lambda v: str(v).rpartition("@")[2]}
+def _version_after_at(value: Any) -> str:
+    return str(value).rpartition("@")[2]
+
+
+VERSIONED: dict[str, Callable[[Any], str]] = {
+    "gpu.rocm": str,
+    "gpu.driver": str,
+    "mpi.spec": _version_after_at,
+}
 
 
 def _get(data: Any, loc: Loc) -> Any:
     for part in loc:
-        if (
-            isinstance(data, Mapping)
-            and part in data
-            or isinstance(data, list)
-            and isinstance(part, int)
-            and part < len(data)
-        ):
+        if isinstance(data, Mapping) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
             data = data[part]
         else:
             return None
