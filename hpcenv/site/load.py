@@ -167,11 +167,11 @@ VERSIONED: dict[str, Callable[[Any], str]] = {
 
 def _get(data: Any, loc: Loc) -> Any:
     for part in loc:
-        if isinstance(data, Mapping) and part in data:
-            data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
-            data = data[part]
-        else:
+        if not isinstance(data, Mapping | list):
+            return None
+        try:
+            data = data[part]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
             return None
     return data
 
