@@ -65,3 +65,36 @@ def test_extends_is_in_the_schema_and_the_fields() -> None:
     assert "site this file starts from" in schema["properties"]["extends"]["description"]
     fields = hpcenv("sites", "fields", "extends")
     assert fields.returncode == 0 and fields.stdout.startswith("extends: a site this file")
+
+
+def test_render_format_beside_out_is_an_error(tmp_path: Path) -> None:
+    proc = hpcenv("render", "-s", "local", "-r", "horovod-cpu", "-f", "docker", "--out", "x")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: --format docker prints one artifact to stdout and --out writes them all to a "
+        "folder: give one of them"
+    )
+
+
+def test_a_printed_recipe_says_what_else_it_needs_and_render_out_writes_it(
+    tmp_path: Path,
+) -> None:
+    """``--format docker > Dockerfile`` alone does not build: the note names each file of the
+    build context it copies, and ``render --out`` writes every one of them."""
+    from hpcenv.cli.stack import build_context_needs
+
+    rendered = tmp_path / "out"
+    assert (
+        hpcenv("render", "-s", "local", "-r", "horovod-cpu", "--out", str(rendered)).returncode == 0
+    )
+    for fmt in ("docker", "singularity"):
+        proc = hpcenv("render", "-s", "local", "-r", "horovod-cpu", "-f", fmt)
+        assert proc.returncode == 0, proc.stderr
+        needs = build_context_needs(fmt, proc.stdout)
+        assert "stack.lock.json" in needs and "checks" in needs
+        note = [ln for ln in proc.stderr.splitlines() if ln.startswith("note:")]
+        assert note and all(n in note[0] for n in needs), proc.stderr
+        for need in needs:
+            assert (rendered / need).exists(), need
+    job = hpcenv("render", "-s", "local", "-r", "horovod-cpu", "-f", "job")
+    assert job.returncode == 0 and "note:" not in job.stderr

@@ -28,6 +28,25 @@ def _lock(site_name: str, recipe: str, sets: list[str] | None) -> tuple[Site, Lo
 ARTIFACTS = ("docker", "singularity", "job", "lock")
 
 
+def build_context_needs(fmt: str, text: str) -> list[str]:
+    """What a printed Dockerfile (``COPY`` without ``--from``) or Singularity definition (the
+    plain ``%files`` section) takes from the folder it is built in; [] for the job and lock."""
+    needs: list[str] = []
+    section = ""
+    for line in text.splitlines():
+        words = line.split()
+        if fmt == "docker" and words[:1] == ["COPY"]:
+            sources = [w for w in words[1:-1] if not w.startswith("--")]
+            if not any(w.startswith("--from") for w in words):
+                needs += sources
+        elif fmt == "singularity":
+            if line.startswith("%"):
+                section = line.strip()
+            elif section == "%files" and words:
+                needs.append(words[0])
+    return list(dict.fromkeys(needs))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("resolve")
     def resolve_cmd(
@@ -57,7 +76,9 @@ def register(app: typer.Typer) -> None:
         site: SiteOpt,
         recipe: RecipeOpt,
         set_: SetOpt = None,
-        out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("out"),
+        out: Annotated[
+            Path | None, typer.Option("--out", "-o", help="output folder [default: out]")
+        ] = None,
         force: Annotated[
             bool,
             typer.Option("--force", help="replace a non-empty folder hpcenv did not create"),
@@ -97,6 +118,12 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(
                 f"--format {fmt!r}{did_you_mean(fmt, ARTIFACTS)}: one of {', '.join(ARTIFACTS)}"
             )
+        if fmt is not None and out is not None:
+            raise ConfigError(
+                f"--format {fmt} prints one artifact to stdout and --out writes them all to a "
+                "folder: give one of them"
+            )
+        out = out or Path("out")
         if fmt is None:
             check_target(out, force=force)  # before the slower resolve
         site_obj, lock = _lock(site, recipe, set_)
@@ -132,6 +159,14 @@ def register(app: typer.Typer) -> None:
                 "lock": rendered.lock_json,
             }
             sys.stdout.write(artifacts[fmt])
+            needs = build_context_needs(fmt, artifacts[fmt])
+            if needs:
+                typer.echo(
+                    f"note: this {fmt} recipe copies {', '.join(needs)} from its build context: "
+                    f"`hpcenv render -s {site_obj.name} -r {lock.recipe} --out DIR` writes them "
+                    "beside it (or `hpcenv build` builds it)",
+                    err=True,
+                )
             return
 
         def write_all(tmp: Path) -> list[str]:
