@@ -46,5 +46,28 @@ def require_extra(extra: str, what: str) -> None:
     if absent:
         raise MissingExtra(
             f"{what} needs the [{extra}] extra (missing: {', '.join(absent)}); "
-            f"install it with: pip install 'hpcenv[{extra}]' (pipx: pipx install --force 'hpcenv[{extra}]')"
+            f"install it with: {install_hint(extra)}"
         )
+
+
+def install_hint(extra: str) -> str:
+    """The command that adds ``extra`` to this install: from the checkout it was installed
+    from (``pip install -e DIR[extra]``; PyPI's hpcenv would replace the checkout), else from
+    the package index. pip records where it installed from in ``direct_url.json`` (PEP 610)."""
+    import json
+    import shlex
+    import sys
+    from importlib.metadata import PackageNotFoundError, distribution
+    from urllib.parse import unquote, urlsplit
+
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    try:
+        text = distribution("hpcenv").read_text("direct_url.json")
+        origin = json.loads(text) if text else {}
+    except (PackageNotFoundError, ValueError, OSError):
+        origin = {}
+    url = urlsplit(str(origin.get("url", "")))
+    if url.scheme == "file" and isinstance(origin.get("dir_info"), dict):
+        editable = "-e " if origin["dir_info"].get("editable") else ""
+        return f"{pip} {editable}{shlex.quote(unquote(url.path) + f'[{extra}]')}"
+    return f"{pip} 'hpcenv[{extra}]' (pipx: pipx install --force 'hpcenv[{extra}]')"

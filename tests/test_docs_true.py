@@ -98,3 +98,23 @@ def test_a_printed_recipe_says_what_else_it_needs_and_render_out_writes_it(
             assert (rendered / need).exists(), need
     job = hpcenv("render", "-s", "local", "-r", "horovod-cpu", "-f", "job")
     assert job.returncode == 0 and "note:" not in job.stderr
+
+
+def test_the_missing_extra_hint_names_where_this_install_came_from() -> None:
+    """A checkout install gets ``pip install -e CHECKOUT[extra]`` (``pip install
+    'hpcenv[extra]'`` would fetch PyPI's hpcenv over it); the folder named is a checkout whose
+    pyproject.toml has that extra."""
+    import shlex
+    import tomllib
+
+    from hpcenv.extras import install_hint
+
+    argv = shlex.split(install_hint("smoke"))
+    assert argv[:4] == [sys.executable, "-m", "pip", "install"], argv
+    target = argv[-1]
+    if argv[4] == "-e" or target.startswith("/"):
+        folder = Path(target.removesuffix("[smoke]"))
+        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+        assert project["name"] == "hpcenv" and "smoke" in project["optional-dependencies"]
+    else:
+        assert target == "hpcenv[smoke]"
