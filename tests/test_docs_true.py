@@ -5,6 +5,7 @@ JSON Schema and in ``sites fields``."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -118,3 +119,39 @@ def test_the_missing_extra_hint_names_where_this_install_came_from() -> None:
         assert project["name"] == "hpcenv" and "smoke" in project["optional-dependencies"]
     else:
         assert target == "hpcenv[smoke]"
+
+
+_REPO_PATH = re.compile(
+    r"(?<![\w/.-])(?:docs|scripts|templates|site-configs|recipes|tests|bin)/[A-Za-z0-9_./-]*\w"
+)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def test_no_message_cites_a_file_the_repository_does_not_have() -> None:
+    """Every repository path in hpcenv's strings (messages, hints, notes; docstrings may cite
+    other projects' docs) names a file or folder this checkout has."""
+    missing = []
+    for py in sorted((ROOT / "hpcenv").rglob("*.py")):
+        tree = ast.parse(py.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in docs:
+                continue
+            for cited in _REPO_PATH.findall(node.value):
+                cited = cited.rstrip(".")
+                if not any((base / cited).exists() for base in (ROOT, ROOT / "hpcenv")):
+                    missing.append(f"{py.relative_to(ROOT)}:{node.lineno}: {cited}")
+    assert not missing, missing
