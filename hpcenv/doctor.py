@@ -504,6 +504,40 @@ def check_site_runtime(host: Host, kind: str) -> Check:
     )
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def check_cache(host: Host) -> Check:
+    """Where hpcenv keeps large files (OCI archives, SIFs, base images, build logs), how much
+    it holds and how much room its file system has. HPC home folders have small quotas
+    (OLCF, NERSC, ALCF: tens of GB), so a cache under $HOME gets a hint to move it."""
+    from hpcenv.paths import cache_dir
+
+    path = cache_dir(create=False)
+    env = "HPCENV_CACHE" if os.environ.get("HPCENV_CACHE") else "default"
+    move = "set HPCENV_CACHE to a folder on scratch or project storage (HPC home quotas are small)"
+    if not path.exists():
+        return Check("storage", "cache", "ok", f"{path} ({env}): not made yet", "")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return Check("storage", "cache", "broken", f"{path} ({env}) is not writable", move)
+    used = host.run(["du", "-sb", "--", str(path)], timeout=30)
+    held = used.first_line.split()[0] if used.rc == 0 and used.first_line else ""
+    fs = os.statvfs(path)
+    free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
+    why = (
+        f"{path} ({env}): {_size(int(held)) if held.isdigit() else '? (du failed)'} held; "
+        f"{_size(free)} free of {_size(total)} on its file system"
+    )
+    home = Path.home().resolve()
+    under_home = path.resolve() == home or home in path.resolve().parents
+    return Check("storage", "cache", "ok", why, move if under_home else "")
+
+
 _BEFORE_SCHEDULERS: tuple[Callable[[Host], Check], ...] = (
     check_podman,
     check_docker,
@@ -519,6 +553,7 @@ _AFTER_SCHEDULERS: tuple[Callable[[Host], Check], ...] = (
     check_site_mpi,
     check_site_apptainer,
     check_two_node,
+    check_cache,
 )
 
 

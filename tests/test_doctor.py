@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -153,3 +154,28 @@ def test_site_apptainer_check_says_what_is_missing(tmp_path, monkeypatch):
     check = doctor.check_site_apptainer(host)
     assert check.status == "missing" and "podman not found" in check.why
     assert "apt-get install podman runc" in check.fix
+
+
+def test_cache_check_says_where_how_full_and_when_to_move_it(tmp_path, monkeypatch):
+    """Large artifacts go to the cache (OCI archives, SIFs, bases): doctor names it, what it
+    holds and the room left; under $HOME (small quotas on HPC systems) it says how to move it."""
+    home = tmp_path / "home"
+    (home / ".cache" / "hpcenv").mkdir(parents=True)
+    (home / ".cache" / "hpcenv" / "blob").write_bytes(b"x" * 3 * 1024 * 1024)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("HPCENV_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    check = doctor.check_cache(doctor.Host())
+    assert check.status == "ok" and check.why.startswith(f"{home}/.cache/hpcenv (default): 3.0")
+    assert "free of" in check.why and "HPCENV_CACHE" in check.fix
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("HPCENV_CACHE", str(scratch))
+    check = doctor.check_cache(doctor.Host())
+    assert check.why.startswith(f"{scratch} (HPCENV_CACHE): ") and check.fix == ""
+    scratch.chmod(0o500)
+    try:
+        if os.geteuid() != 0:  # root writes anywhere
+            assert doctor.check_cache(doctor.Host()).status == "broken"
+    finally:
+        scratch.chmod(0o700)
