@@ -128,6 +128,11 @@ class Harness:
             path = self.bin / name
             path.write_text(_STUB)
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        # job.sh draws its node-local nonce from /dev/urandom with od; a fixed draw here lets
+        # the exports be evaluated apart from the run and still match it
+        od = self.bin / "od"
+        od.write_text("#!/bin/sh\necho ' 0f 1e 2d 3c 4b 5a 69 78'\n")
+        od.chmod(0o755)
         self.log = root / "stub-calls"
         self.home = root / "home" / "alice"
         self.home.mkdir(parents=True, exist_ok=True)
@@ -234,10 +239,14 @@ def expand(value: str, env: dict[str, Any]) -> str:
 
 def script_exports(script: str, env: dict[str, str]) -> dict[str, str]:
     """The values the script's ``export NAME=...`` lines give, evaluated as bash would."""
-    names = re.findall(r"^export ([A-Za-z_][A-Za-z0-9_]*)=", script, re.M)
+    names = re.findall(r"^export ([A-Za-z_][A-Za-z0-9_]*)(?:=|$)", script, re.M)
     # and what the script's `module load` lines set (a launch line may bind $MPI_ROOT)
     loaded = sorted({k for e in MODULE_ENV.values() for k in e} - set(names))
-    body = "\n".join(ln for ln in script.splitlines() if ln.startswith(("export ", "module ")))
+    body = "\n".join(
+        ln
+        for ln in script.splitlines()
+        if ln.startswith(("export ", "module ")) or re.match(r"[A-Z_]+=", ln)
+    )
     probe = body + "\n" + "".join(f'printf "%s\\0" "${{{n}}}"\n' for n in names)
     probe += "".join(f'printf "%s\\0" "${{{n}-}}"\n' for n in loaded)
     proc = subprocess.run(

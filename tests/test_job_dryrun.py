@@ -99,13 +99,15 @@ def test_every_job_script_runs_with_stub_launchers(
     calls = [c for c in run.calls if c[0] in LAUNCHERS]
     # The job's node-local folder: made first on every node, removed at the end (trap).
     folder_step = f"{values['HPCENV_WORKDIR']}/.hpcenv/4242/node-local.sh"
-    node_local = [c for c in calls if c[-4:-2] == ["bash", folder_step]]
+    # The folder is not on the command line (ps shows it to every user): node-local.sh reads
+    # $HPCENV_NODE_LOCAL, which names no fixed place in a shared /tmp (the job's nonce).
+    node_local = [c for c in calls if c[-3:-1] == ["bash", folder_step]]
     launches = [c for c in calls if c not in node_local]
     expected = _expected(rendered.launch_argv, values)
     assert launches[-1] == expected
     if staging:
-        assert [c[-2] for c in node_local] == ["make", "remove"] and calls[-1] == node_local[-1]
-        assert node_local[0][-1] == values["HPCENV_NODE_LOCAL"].rstrip("/")
+        assert [c[-1] for c in node_local] == ["make", "remove"] and calls[-1] == node_local[-1]
+        assert all(values["HPCENV_NODE_LOCAL"] not in arg for c in node_local for arg in c)
         assert site.node_local is not None
         per_node = get_launcher(site.scheduler.launcher).per_node(nodes)
         stage = launches[0]

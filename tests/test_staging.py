@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
+import pwd
+import re
 import subprocess
 import sys
 import time
@@ -506,7 +507,10 @@ def test_node_local_folder_is_per_job_and_removed_at_the_end(tmp_path: Path, fai
         }
     )
     seen = tmp_path / "seen"
-    cmd = f'pwd > /dev/null; echo "$1" > {seen}; touch "$1/work"; exit {1 if fails else 0}'
+    cmd = (
+        f'echo "$1 $(stat -c %a "$1") $(stat -c %U "$1")" > {seen}; touch "$1/work"; '
+        f"exit {1 if fails else 0}"
+    )
     job = JobSpec(
         name="nl",
         command=["bash", "-c", cmd, "nl", "{node_local}"],
@@ -525,7 +529,9 @@ def test_node_local_folder_is_per_job_and_removed_at_the_end(tmp_path: Path, fai
         env={**os.environ, "SLURM_JOB_ID": "4711", "USER": "u1"},
     )
     assert proc.returncode == (1 if fails else 0), proc.stderr
-    # per user (the site path names no $USER, so hpcenv adds it), per job, 0700
-    assert seen.read_text().strip() == str(tmp_path / "nl" / "u1" / "nl-4711")
-    assert list((tmp_path / "nl" / "u1").iterdir()) == []
-    assert stat.S_IMODE((tmp_path / "nl" / "u1").stat().st_mode) == 0o700
+    # in /tmp (shared, sticky): per user, per job, under a name nobody can guess; 0700, ours
+    folder, mode, owner = seen.read_text().split()
+    assert re.fullmatch(r"/tmp/hpcenv-u1-nl-4711-[0-9a-f]{16}", folder), folder
+    assert (mode, owner) == ("700", pwd.getpwuid(os.getuid()).pw_name)
+    assert not Path(folder).exists()
+    assert "/tmp/hpcenv-u1-nl-4711-" not in script.read_text()  # drawn when the job runs

@@ -146,6 +146,27 @@ def user_folder(path: str) -> str:
     return f"{path.rstrip('/') or ''}/$USER"
 
 
+# World-writable sticky folders on every Linux node (FHS 3.0: /tmp, /var/tmp; /dev/shm is the
+# same by convention): any user may make a name in them, none may remove another's.
+SHARED_STICKY = ("/tmp", "/var/tmp", "/dev/shm")
+NONCE = "HPCENV_NONCE"  # 64 random bits job.sh draws at its start (templates/jobs/job.sh.j2)
+
+
+def node_local_folder(path: str, job_name: str) -> str:
+    """This job's folder in a site's node-local ``path``.
+
+    In a shared sticky folder (``/tmp/$USER``, ``/dev/shm/$USER``, ``/tmp/hpcenv-local``) any
+    fixed name can be taken first by another user, who would then block every job of ours
+    that needs it; there the folder is made straight in the sticky folder under a name nobody
+    can guess (``$HPCENV_NONCE``), passed to the make step in the environment, not on a
+    command line ``ps`` shows. Elsewhere (``/mnt/bb/$USER``, made for the user by the system)
+    it is ``<per-user folder>/<job>-<id>``."""
+    top = next((s for s in SHARED_STICKY if path == s or path.startswith(s + "/")), None)
+    if top is not None:
+        return f"{top}/hpcenv-$USER-{job_name}-${{HPCENV_JOB_ID}}-${{{NONCE}}}"
+    return f"{user_folder(path)}/{job_name}-${{HPCENV_JOB_ID}}"
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -165,7 +186,7 @@ def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPa
     per_node = bool(job.stage_in and job.stage_in.per_node)
     node_local: str | None = None
     if site.node_local:  # per job: a second job never touches this one's staged data
-        node_local = f"{user_folder(site.node_local.path)}/{job.name}-${{HPCENV_JOB_ID}}"
+        node_local = node_local_folder(site.node_local.path, job.name)
     if (per_node or "node_local" in used) and node_local is None:
         raise ConfigError(f"site {site.name!r} has no node_local storage to stage into")
     data: str | None = None
@@ -350,9 +371,8 @@ def _node_local_argv(
     per_node = bool(job.stage_in and job.stage_in.per_node)
     many = per_node or (job.launch == "mpi" and placement.nodes > 1)
     on_nodes = launcher.per_node(placement.nodes) if many else []
-    folder = Expand("$HPCENV_NODE_LOCAL")
-    script = ("bash", step_path("node-local.sh"))
-    return (*on_nodes, *script, "make", folder), (*on_nodes, *script, "remove", folder)
+    script = ("bash", step_path("node-local.sh"))  # the folder: $HPCENV_NODE_LOCAL, not argv
+    return (*on_nodes, *script, "make"), (*on_nodes, *script, "remove")
 
 
 def plan_job(

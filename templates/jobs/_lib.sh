@@ -66,8 +66,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any

@@ -26,8 +26,11 @@ export MPI_ROOT="${MPI_ROOT:?site aurora sets MPI_ROOT on its nodes}"
 export HPCENV_JOB_NAME=train
 export HPCENV_JOB_ID=${PBS_JOBID}
 export HPCENV_WORKDIR="/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs"
-export HPCENV_NODE_LOCAL="/tmp/$USER/train-${HPCENV_JOB_ID}"
-export HPCENV_DATA="/tmp/$USER/train-${HPCENV_JOB_ID}/data"
+# The node-local folder's name is unguessable: another user cannot take it first (node-local.sh).
+HPCENV_NONCE=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+export HPCENV_NONCE
+export HPCENV_NODE_LOCAL="/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}"
+export HPCENV_DATA="/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data"
 export HPCENV_OUTPUT="/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID}"
 cd "$HPCENV_WORKDIR"
 export HPCENV_STEPS="$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID"
@@ -52,7 +55,10 @@ cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
 # every node the job uses). Other users share the node's /tmp, /dev/shm or burst buffer: the
 # folder is made by mkdir, 0700 (a requeued run reuses its own; any other existing one is
 # refused), in a per-user folder that must be ours and that nobody else can write (_lib.sh), so
-# nobody else can put or change data in it. Usage: node-local.sh make|remove DIR
+# nobody else can put or change data in it. In a shared sticky folder (/tmp, /dev/shm) the
+# folder is made straight in it, under a name job.sh drew at random, so nobody can take the
+# name first and block the job. Usage: node-local.sh make|remove [DIR]; DIR defaults to
+# $HPCENV_NODE_LOCAL (the job passes it so: a command line is visible to every user in ps).
 set -euo pipefail
 # hpcenv step library. A manifest has one line per file, "SIZE  SHA256  RELATIVE-PATH"
 # (sha256sum-compatible after the size column), sorted by the path's bytes (LC_ALL=C), without
@@ -122,8 +128,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -266,7 +283,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   exec 9>&-
 }
 
-action=$1 dir=$2
+action=$1 dir=${2:-${HPCENV_NODE_LOCAL:?node-local.sh: no folder given}}
 host=$(hostname -s)
 case $action in
   make)
@@ -362,8 +379,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -685,8 +713,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -852,10 +891,10 @@ HPCENV_STAGE_OUT
 
 # This job's node-local folder (per user, per job, 0700) goes when the job ends (done, failed or
 # cancelled), on every node.
-hpcenv_cleanup() { mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/node-local.sh" remove "$HPCENV_NODE_LOCAL" || true; }
+hpcenv_cleanup() { mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/node-local.sh" remove || true; }
 trap hpcenv_cleanup EXIT
 trap 'exit 143' TERM
-mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/node-local.sh" make "$HPCENV_NODE_LOCAL"
+mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/node-local.sh" make
 
 # Placement, site MPI, site environment, measured tuning, the job's and the runtime's variables.
 export OMP_NUM_THREADS=4
@@ -868,15 +907,15 @@ export CCL_PROCESS_LAUNCHER=pmix
 export CCL_ATL_TRANSPORT=mpi
 export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"
 
-# Stage-in: /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist -> /tmp/$USER/train-${HPCENV_JOB_ID}/data, once per node to node-local storage, verified against /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest
-mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/stage-in.sh" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist" "/tmp/$USER/train-${HPCENV_JOB_ID}/data" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest"
+# Stage-in: /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist -> /tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest
+mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/stage-in.sh" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist" "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/$USER/train-${HPCENV_JOB_ID}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 "$MPI_ROOT" "$MPI_ROOT/lib" mpich@4.2 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 "$MPI_ROOT" "$MPI_ROOT/lib" mpich@4.2 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (24 ranks, 12 per node).
 mkdir -p "$HPCENV_OUTPUT"
-mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/$USER/train-${HPCENV_JOB_ID}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: /lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> /lus/flare/projects/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "/lus/flare/projects/$HPCENV_PROJECT/results/run1" 0

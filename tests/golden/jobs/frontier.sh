@@ -57,7 +57,10 @@ cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
 # every node the job uses). Other users share the node's /tmp, /dev/shm or burst buffer: the
 # folder is made by mkdir, 0700 (a requeued run reuses its own; any other existing one is
 # refused), in a per-user folder that must be ours and that nobody else can write (_lib.sh), so
-# nobody else can put or change data in it. Usage: node-local.sh make|remove DIR
+# nobody else can put or change data in it. In a shared sticky folder (/tmp, /dev/shm) the
+# folder is made straight in it, under a name job.sh drew at random, so nobody can take the
+# name first and block the job. Usage: node-local.sh make|remove [DIR]; DIR defaults to
+# $HPCENV_NODE_LOCAL (the job passes it so: a command line is visible to every user in ps).
 set -euo pipefail
 # hpcenv step library. A manifest has one line per file, "SIZE  SHA256  RELATIVE-PATH"
 # (sha256sum-compatible after the size column), sorted by the path's bytes (LC_ALL=C), without
@@ -127,8 +130,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -271,7 +285,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   exec 9>&-
 }
 
-action=$1 dir=$2
+action=$1 dir=${2:-${HPCENV_NODE_LOCAL:?node-local.sh: no folder given}}
 host=$(hostname -s)
 case $action in
   make)
@@ -367,8 +381,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -690,8 +715,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -857,10 +893,10 @@ HPCENV_STAGE_OUT
 
 # This job's node-local folder (per user, per job, 0700) goes when the job ends (done, failed or
 # cancelled), on every node.
-hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove "$HPCENV_NODE_LOCAL" || true; }
+hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove || true; }
 trap hpcenv_cleanup EXIT
 trap 'exit 143' TERM
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make "$HPCENV_NODE_LOCAL"
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make
 
 # Placement, site MPI, site environment, measured tuning, the job's and the runtime's variables.
 export OMP_NUM_THREADS=7

@@ -28,8 +28,11 @@ export PSCRATCH="${PSCRATCH:?site perlmutter sets PSCRATCH on its nodes}"
 export HPCENV_JOB_NAME=train
 export HPCENV_JOB_ID=${SLURM_JOB_ID}
 export HPCENV_WORKDIR="$PSCRATCH/hpcenv-jobs"
-export HPCENV_NODE_LOCAL="/dev/shm/$USER/train-${HPCENV_JOB_ID}"
-export HPCENV_DATA="/dev/shm/$USER/train-${HPCENV_JOB_ID}/data"
+# The node-local folder's name is unguessable: another user cannot take it first (node-local.sh).
+HPCENV_NONCE=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+export HPCENV_NONCE
+export HPCENV_NODE_LOCAL="/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}"
+export HPCENV_DATA="/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data"
 export HPCENV_OUTPUT="$PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID}"
 cd "$HPCENV_WORKDIR"
 export HPCENV_STEPS="$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID"
@@ -54,7 +57,10 @@ cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
 # every node the job uses). Other users share the node's /tmp, /dev/shm or burst buffer: the
 # folder is made by mkdir, 0700 (a requeued run reuses its own; any other existing one is
 # refused), in a per-user folder that must be ours and that nobody else can write (_lib.sh), so
-# nobody else can put or change data in it. Usage: node-local.sh make|remove DIR
+# nobody else can put or change data in it. In a shared sticky folder (/tmp, /dev/shm) the
+# folder is made straight in it, under a name job.sh drew at random, so nobody can take the
+# name first and block the job. Usage: node-local.sh make|remove [DIR]; DIR defaults to
+# $HPCENV_NODE_LOCAL (the job passes it so: a command line is visible to every user in ps).
 set -euo pipefail
 # hpcenv step library. A manifest has one line per file, "SIZE  SHA256  RELATIVE-PATH"
 # (sha256sum-compatible after the size column), sorted by the path's bytes (LC_ALL=C), without
@@ -124,8 +130,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -268,7 +285,7 @@ hpcenv_publish() {  # TMP DEST FORCE SEEN: rename TMP to DEST under DEST's lock
   exec 9>&-
 }
 
-action=$1 dir=$2
+action=$1 dir=${2:-${HPCENV_NODE_LOCAL:?node-local.sh: no folder given}}
 host=$(hostname -s)
 case $action in
   make)
@@ -364,8 +381,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -687,8 +715,19 @@ hpcenv_user_dir() {  # DIR: make the per-user DIR (0700) if absent; it must be o
   hpcenv_check_ours "$dir" "per-user folder"
 }
 hpcenv_job_dir() {  # DIR: make this job's DIR (0700) in its per-user folder; fail if it exists
-  local dir=$1
-  hpcenv_user_dir "$(dirname -- "$dir")" || return 1
+  local dir=$1 up why
+  up=$(dirname -- "$dir")
+  if [ -k "$up" ] && [ "$(stat -L -c %u -- "$up")" = 0 ]; then
+    # A shared sticky folder of root's (/tmp, /dev/shm): DIR's name is unguessable (job.sh),
+    # nobody else can remove or rename it there; only the folders above must be safe.
+    why=$(hpcenv_unsafe_parents "$dir")
+    if [ -n "$why" ]; then
+      echo "hpcenv: job folder $dir is not safe from other users: $why; refusing to use it" >&2
+      return 1
+    fi
+  else
+    hpcenv_user_dir "$up" || return 1
+  fi
   if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
     if [ -e "$dir" ] || [ -L "$dir" ]; then
       # A requeued job has the same id: its own folder from the first run is reused; any
@@ -854,10 +893,10 @@ HPCENV_STAGE_OUT
 
 # This job's node-local folder (per user, per job, 0700) goes when the job ends (done, failed or
 # cancelled), on every node.
-hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove "$HPCENV_NODE_LOCAL" || true; }
+hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove || true; }
 trap hpcenv_cleanup EXIT
 trap 'exit 143' TERM
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make "$HPCENV_NODE_LOCAL"
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make
 
 # Placement, site MPI, site environment, measured tuning, the job's and the runtime's variables.
 export OMP_NUM_THREADS=16
@@ -865,15 +904,15 @@ export KMP_AFFINITY=granularity=fine,compact,1,0
 export KMP_BLOCKTIME=1
 export I_MPI_PIN_DOMAIN='[0xffff,0xffff0000,0xffff00000000,0xffff000000000000]'
 
-# Stage-in: $PSCRATCH/datasets/mnist -> /dev/shm/$USER/train-${HPCENV_JOB_ID}/data, once per node to node-local storage, verified against $PSCRATCH/datasets/mnist/.hpcenv-manifest
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$PSCRATCH/datasets/mnist" "/dev/shm/$USER/train-${HPCENV_JOB_ID}/data" "$PSCRATCH/datasets/mnist/.hpcenv-manifest"
+# Stage-in: $PSCRATCH/datasets/mnist -> /dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against $PSCRATCH/datasets/mnist/.hpcenv-manifest
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$PSCRATCH/datasets/mnist" "/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "$PSCRATCH/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/$USER/train-${HPCENV_JOB_ID}:/dev/shm/$USER/train-${HPCENV_JOB_ID}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (8 ranks, 4 per node).
 mkdir -p "$HPCENV_OUTPUT"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta --cpu-bind=cores podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/$USER/train-${HPCENV_JOB_ID}:/dev/shm/$USER/train-${HPCENV_JOB_ID}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta --cpu-bind=cores podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $PSCRATCH/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$PSCRATCH/results/run1" 0
