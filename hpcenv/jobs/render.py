@@ -39,7 +39,6 @@ from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
     PLACEHOLDERS,
-    Expand,
     env_name,
     expanding,
     join,
