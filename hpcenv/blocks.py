@@ -24,6 +24,7 @@ from hpcenv.credentials import (
 )
 from hpcenv.knowledge import kb, mpi_soname, rule
 from hpcenv.lock import Lock
+from hpcenv.paths import templates_dir
 from hpcenv.safe import one_line
 from hpcenv.site import Site
 from hpcenv.versions import major_minor
@@ -79,11 +80,13 @@ def copy(src: str, dst: str, from_stage: str | None = None) -> Primitive:
 
 @dataclass
 class Parts:
-    """What one block contributes to each stage."""
+    """What one block contributes to each stage, and the files it adds to the build context
+    (relative path -> text; its ``copy`` primitives put them into the image)."""
 
     build: list[Primitive] = field(default_factory=list)
     runtime: list[Primitive] = field(default_factory=list)
     runtime_apt: list[str] = field(default_factory=list)
+    context: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,6 +123,26 @@ def apt_install(packages: list[str], mirror: str | None, suite: str | None) -> P
         f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {pkgs}",
         "rm -rf /var/lib/apt/lists/*",
     )
+
+
+# Build steps that are shell programs are shipped files (templates/image/), never strings: a
+# block puts one into the build context under STEPS_CONTEXT, copies it to STEPS_DIR in the build
+# stage and runs it with quoted arguments (see :func:`build_step`).
+STEPS_CONTEXT = "hpcenv-steps"
+STEPS_DIR = "/opt/hpcenv-steps"
+
+
+def step_text(name: str) -> str:
+    """A shipped image build step (``templates/image/<name>``) as text."""
+    return templates_dir().joinpath("image", name).read_text(encoding="utf-8")
+
+
+def build_step(name: str, *args: str) -> tuple[Primitive, Primitive, dict[str, str]]:
+    """Copy the shipped step ``name`` into the build stage and run it with ``args``, each one
+    word (shlex-quoted): (copy, run, the context file)."""
+    rel = f"{STEPS_CONTEXT}/{name}"
+    run = shell(shlex.join(["sh", f"{STEPS_DIR}/{name}", *args]))
+    return copy(rel, f"{STEPS_DIR}/{name}"), run, {rel: step_text(name)}
 
 
 def pip_install(*requirements: str, extra: str = "") -> str:
@@ -244,30 +267,24 @@ def mpich_abi_soname(
     MPICH beside the site's. The image adds the ABI name as a link in ``lib_dir`` (as Debian
     sid's libmpich12 does) and relinks the venv's extensions (Horovod's MPI ops) from Debian's
     name to it, dropping ``unused`` libraries (the MPI C++ bindings, which must then be
-    uncalled); the build fails if any extension still needs them. ``apt`` installs patchelf.
+    uncalled); the build fails if any extension still needs them (the shipped step
+    ``templates/image/relink-mpich-abi.sh``). ``apt`` installs patchelf.
     ``HPCENV_MPICH_ABI_LIB`` names the folder for the job's preflight check (the loader cache
     lists libraries by their own name only). Example: ``mpich_abi_soname("libmpich.so.12",
     "libmpi.so.12", "/usr/lib/x86_64-linux-gnu", ["libmpichcxx.so.12"], apt)``.
     """
     link = shell(f"ln -s {library} {lib_dir}/{abi_soname}", f"test -e {lib_dir}/{abi_soname}")
-    drop = " ".join(f"--remove-needed {u}" for u in unused)
+    copy_step, relink, files = build_step("relink-mpich-abi.sh", library, abi_soname, VENV, *unused)
     return Parts(
         build=[
             comment(f"MPI under its ABI name: {abi_soname} -> {library}, extensions relinked"),
             apt,
             link,
-            shell(
-                f"files=\"$(grep -rl --include='*.so' '{library}' {VENV} || true)\"",
-                'for f in $files; do case "$(nm -D --undefined-only "$f")" in *_ZN3MPI*) '
-                'echo "hpcenv: $f calls the MPI C++ bindings" >&2; exit 1 ;; esac; '
-                f'patchelf {drop} --replace-needed {library} {abi_soname} "$f" && '
-                f'echo "hpcenv: $f now loads {abi_soname}"; done',
-                'for f in $files; do case "$(readelf -d "$f")" in '
-                + "|".join(f'*"[{name}]"*' for name in (library, *unused))
-                + f') echo "hpcenv: $f still needs {library}" >&2; exit 1 ;; esac; done',
-            ),
+            copy_step,
+            relink,
         ],
         runtime=[link, env(HPCENV_MPICH_ABI_LIB=lib_dir)],
+        context=files,
     )
 
 
@@ -312,9 +329,9 @@ class Blocks:
         self.apt = kb()["install"]["apt"]
         self.suite = lock.build.get("debootstrap_suite")
 
-    def stages(self, lock_json: str, checks: bool) -> list[Stage]:
-        base = self.lock.build["base_image"]
-        parts = [
+    def parts(self) -> list[Parts]:
+        """Every block's parts, in build order."""
+        return [
             self.trust(),
             self.build_tools(),
             self.fabric(),
@@ -330,6 +347,14 @@ class Blocks:
             self.pip_packages(),
             self.mpi_abi_soname(),
         ]
+
+    def context(self) -> dict[str, str]:
+        """The files the blocks add to the build context (relative path -> text)."""
+        return {rel: text for part in self.parts() for rel, text in part.context.items()}
+
+    def stages(self, lock_json: str, checks: bool) -> list[Stage]:
+        base = self.lock.build["base_image"]
+        parts = self.parts()
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
             {pkg for part in parts for pkg in part.runtime_apt} | set(self.apt["runtime_base"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -29,6 +29,7 @@ class Rendered:
     singularity: str
     lock_json: str
     pip_conf: str
+    context: dict[str, str] = field(default_factory=dict)  # the blocks' shipped step files
 
 
 def _env_pair(pair: tuple[str, str]) -> str:
@@ -102,7 +103,9 @@ def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
         test_commands=blocks.test_commands(),
         secrets_dir=SECRETS_DIR,
     )
-    return Rendered(dockerfile, singularity.lstrip("\n"), lock_json, pip_conf(site))
+    return Rendered(
+        dockerfile, singularity.lstrip("\n"), lock_json, pip_conf(site), blocks.context()
+    )
 
 
 def checks_dir() -> Path:
@@ -118,9 +121,10 @@ BUILD_INPUTS_NOTE = (
 def write(
     rendered: Rendered, out: Path, *, checks: bool = True, build_inputs: bool = True
 ) -> list[Path]:
-    """Write the build context's text files (Dockerfile, Singularity.def, lock, checks) into
-    ``out``, a fresh folder (see :func:`hpcenv.output.publish_dir`). ``build_inputs``: also
-    ``hpcenv-build/pip.conf``; without it a note says where those inputs come from.
+    """Write the build context's text files (Dockerfile, Singularity.def, lock, the blocks'
+    step files, checks) into ``out``, a fresh folder (see :func:`hpcenv.output.publish_dir`).
+    ``build_inputs``: also ``hpcenv-build/pip.conf``; without it a note says where those inputs
+    come from.
 
     Build contexts are private folders (mode 0700); pip.conf itself keeps the default file
     mode because the mode is part of the layer-cache key of the ``COPY hpcenv-build`` step.
@@ -129,10 +133,12 @@ def write(
         "Dockerfile": rendered.dockerfile,
         "Singularity.def": rendered.singularity,
         "stack.lock.json": rendered.lock_json,
+        **rendered.context,
     }
     written = []
     for rel, text in files.items():
         path = out / rel
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(path)
     inputs = out / "hpcenv-build"

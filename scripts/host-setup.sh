@@ -2,11 +2,12 @@
 # Install the system packages hpcenv needs on a Debian/Ubuntu host (idempotent).
 # Containers: podman + runc (+ buildah); base images: debootstrap;
 # jobs: slurm-wlm + munge, openssh-server (loopback SSH tests), shellcheck;
-# bare-host MPI for tests and benchmarks: Open MPI; the two-node rehearsal: iproute2.
+# bare-host MPI for tests and benchmarks: Open MPI; the two-node rehearsal: iproute2;
+# the image relink step's test (tests/test_blocks.py): patchelf.
 # (The local-bind rehearsal's site MPI comes from scripts/site-mpi-setup.sh.)
 set -euo pipefail
 pkgs=(podman runc buildah debootstrap slurm-wlm munge openssh-server shellcheck
-      openmpi-bin libopenmpi-dev uidmap iproute2)
+      openmpi-bin libopenmpi-dev uidmap iproute2 patchelf)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -76,10 +76,17 @@ def test_the_local_bind_image_loads_its_mpich_under_the_abi_name() -> None:
     assert (mpi.implementation, mpi.source, mpi.version) == ("mpich", "apt", "4.0.2")
     assert mpi.options["abi_soname"] == "libmpi.so.12 -> libmpich.so.12"
     assert "debian-mpich-soname" in mpi.rules and "debian-mpich-soname" in lock.rules
-    docker = render(lock, site).dockerfile
-    assert "patchelf --remove-needed libmpichcxx.so.12 --replace-needed libmpich.so.12" in docker
+    rendered = render(lock, site)
+    docker = rendered.dockerfile
+    relink = (
+        "RUN sh /opt/hpcenv-steps/relink-mpich-abi.sh libmpich.so.12 libmpi.so.12 /opt/venv "
+        "libmpichcxx.so.12"
+    )
+    assert relink in docker
+    assert "COPY hpcenv-steps/relink-mpich-abi.sh /opt/hpcenv-steps/relink-mpich-abi.sh" in docker
+    assert set(rendered.context) == {"hpcenv-steps/relink-mpich-abi.sh"}
     assert 'ENV HPCENV_MPICH_ABI_LIB="/usr/lib/x86_64-linux-gnu"' in docker
-    assert docker.index("patchelf --remove") > docker.index("horovodrun --check-build")
+    assert docker.index(relink) > docker.index("horovodrun --check-build")
     for other in ("local", "frontier", "perlmutter"):
         lock = resolve(load_site(other), load_recipe("horovod-cpu"))
         assert "abi_soname" not in lock.components["mpi"].options, other

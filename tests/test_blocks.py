@@ -3,13 +3,15 @@ that the text passes hadolint."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from requirements import need_hadolint
+from requirements import need_hadolint, need_tool, needs_tool
 
-from hpcenv.blocks import BLOCKS, Parts, Stage, apt_install
+from hpcenv.blocks import BLOCKS, STEPS_CONTEXT, Parts, Stage, apt_install, build_step, step_text
+from hpcenv.paths import templates_dir
 from hpcenv.render import _environment
 
 
@@ -134,9 +136,8 @@ RUN apt-get update && \\
     rm -rf /var/lib/apt/lists/*
 RUN ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12 && \\
     test -e /usr/lib/x86_64-linux-gnu/libmpi.so.12
-RUN files="$(grep -rl --include='*.so' 'libmpich.so.12' /opt/venv || true)" && \\
-    for f in $files; do case "$(nm -D --undefined-only "$f")" in *_ZN3MPI*) echo "hpcenv: $f calls the MPI C++ bindings" >&2; exit 1 ;; esac; patchelf --remove-needed libmpichcxx.so.12 --replace-needed libmpich.so.12 libmpi.so.12 "$f" && echo "hpcenv: $f now loads libmpi.so.12"; done && \\
-    for f in $files; do case "$(readelf -d "$f")" in *"[libmpich.so.12]"*|*"[libmpichcxx.so.12]"*) echo "hpcenv: $f still needs libmpich.so.12" >&2; exit 1 ;; esac; done
+COPY hpcenv-steps/relink-mpich-abi.sh /opt/hpcenv-steps/relink-mpich-abi.sh
+RUN sh /opt/hpcenv-steps/relink-mpich-abi.sh libmpich.so.12 libmpi.so.12 /opt/venv libmpichcxx.so.12
 
 FROM base AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -198,3 +199,175 @@ def test_block_passes_hadolint(name: str, args: tuple[object, ...], tmp_path: Pa
         [hadolint, "--failure-threshold", "error", str(path)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- shipped image build steps (templates/image/) ------------------------------------------------
+IMAGE_STEPS = sorted(p.name for p in templates_dir().joinpath("image").glob("*.sh"))
+
+
+def test_image_steps_are_the_shipped_files() -> None:
+    """Every shipped step is used by a block, and a block's context file is the shipped text."""
+    parts = BLOCKS["mpich-abi-soname"](*_ABI_SONAME_ARGS)
+    assert IMAGE_STEPS == ["relink-mpich-abi.sh"]
+    assert parts.context == {
+        f"{STEPS_CONTEXT}/relink-mpich-abi.sh": step_text("relink-mpich-abi.sh")
+    }
+
+
+@needs_tool("shellcheck", why="the image build steps are shellchecked as files")
+@pytest.mark.parametrize("name", IMAGE_STEPS)
+def test_image_step_passes_shellcheck(name: str) -> None:
+    path = templates_dir() / "image" / name
+    proc = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_build_step_quotes_every_argument() -> None:
+    """A value with a space or a ``;`` stays one word of the step's command line."""
+    _, run, _ = build_step("relink-mpich-abi.sh", "a b", "x;touch /tmp/p", "/v")
+    assert run.commands == ("sh /opt/hpcenv-steps/relink-mpich-abi.sh 'a b' 'x;touch /tmp/p' /v",)
+
+
+def _cc(tmp: Path, name: str, source: str, *link: str, soname: str = "") -> Path:
+    (tmp / f"{name}.c").write_text(source)
+    out = tmp / name
+    flags = [f"-Wl,-soname,{soname}"] if soname else []
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(out),
+            str(tmp / f"{name}.c"),
+            *flags,
+            f"-L{tmp}",
+            "-Wl,--no-as-needed",
+            *link,
+        ],
+        check=True,
+    )
+    return out
+
+
+def _relink(venv: Path, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The shipped step as the image runs it, on ``venv`` (``path``: the PATH it sees)."""
+    return subprocess.run(
+        [
+            "sh",
+            str(templates_dir() / "image" / "relink-mpich-abi.sh"),
+            "libmpich.so.12",
+            "libmpi.so.12",
+            str(venv),
+            "libmpichcxx.so.12",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path or os.environ["PATH"]},
+    )
+
+
+@pytest.fixture
+def fake_mpich(tmp_path: Path) -> Path:
+    """Debian-named MPICH stand-ins (``libmpich.so.12``, ``libmpichcxx.so.12``) built with gcc."""
+    need_tool("gcc", why="the relink step is run on real ELF files")
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    _cc(libs, "libmpich.so.12", "int MPI_Init(void) { return 0; }\n", soname="libmpich.so.12")
+    _cc(libs, "libmpichcxx.so.12", "void _ZN3MPI4Comm3DupEv(void) {}\n", soname="libmpichcxx.so.12")
+    return libs
+
+
+@needs_tool("patchelf", why="the relink step runs patchelf")
+def test_relink_step_moves_an_extension_to_the_abi_name(fake_mpich: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv" / "lib"
+    venv.mkdir(parents=True)
+    ext = _cc(
+        venv,
+        "ops.so",
+        "int MPI_Init(void);\nint f(void) { return MPI_Init(); }\n",
+        f"-L{fake_mpich}",
+        "-l:libmpich.so.12",
+        "-l:libmpichcxx.so.12",
+    )
+    (venv / "other.so").write_bytes(b"not an extension that names MPI")
+    proc = _relink(tmp_path / "venv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"hpcenv: {ext} now loads libmpi.so.12\n"
+    needed = subprocess.run(["readelf", "-d", str(ext)], capture_output=True, text=True).stdout
+    assert "[libmpi.so.12]" in needed
+    assert "[libmpich.so.12]" not in needed and "[libmpichcxx.so.12]" not in needed
+
+
+@needs_tool("patchelf", why="the relink step runs patchelf")
+def test_relink_step_fails_on_the_cxx_bindings(fake_mpich: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    ext = _cc(
+        venv,
+        "cxx.so",
+        "void _ZN3MPI4Comm3DupEv(void);\nvoid g(void) { _ZN3MPI4Comm3DupEv(); }\n",
+        f"-L{fake_mpich}",
+        "-l:libmpich.so.12",
+        "-l:libmpichcxx.so.12",
+    )
+    proc = _relink(venv)
+    assert (proc.returncode, proc.stderr) == (1, f"hpcenv: {ext} calls the MPI C++ bindings\n")
+
+
+def test_relink_step_fails_when_an_extension_still_needs_the_library(
+    fake_mpich: Path, tmp_path: Path
+) -> None:
+    """patchelf failing on a file (here a patchelf that always fails, first on the PATH) leaves
+    it needing Debian's name: the build stops with that name, as the in-line loop did."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    ext = _cc(
+        venv,
+        "ops.so",
+        "int MPI_Init(void);\nint f(void) { return MPI_Init(); }\n",
+        f"-L{fake_mpich}",
+        "-l:libmpich.so.12",
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "patchelf").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "patchelf").chmod(0o755)
+    proc = _relink(venv, f"{bin_dir}:{os.environ['PATH']}")
+    assert (proc.returncode, proc.stderr) == (1, f"hpcenv: {ext} still needs libmpich.so.12\n")
+    assert proc.stdout == ""
+
+
+def test_relink_step_without_arguments_says_its_usage(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["sh", str(templates_dir() / "image" / "relink-mpich-abi.sh"), "libmpich.so.12"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: relink-mpich-abi.sh LIBRARY ABI_SONAME VENV")
+
+
+def test_write_puts_the_step_files_into_the_context(tmp_path: Path) -> None:
+    """Every local COPY source of a rendered Dockerfile exists in the written build context."""
+    from hpcenv.recipe import load_recipe
+    from hpcenv.render import render, write
+    from hpcenv.resolver import resolve
+    from hpcenv.site import load_site
+
+    site = load_site("local-bind")
+    rendered = render(resolve(site, load_recipe("horovod-cpu")), site)
+    write(rendered, tmp_path)
+    sources = [
+        line.split()[1]
+        for line in rendered.dockerfile.splitlines()
+        if line.startswith("COPY ") and "--from=" not in line
+    ]
+    assert "hpcenv-steps/relink-mpich-abi.sh" in sources
+    for src in sources:
+        assert (tmp_path / src).exists(), src
+    step = tmp_path / "hpcenv-steps" / "relink-mpich-abi.sh"
+    assert step.read_text() == step_text("relink-mpich-abi.sh")
+    assert "    hpcenv-steps/relink-mpich-abi.sh /opt/hpcenv-steps/relink-mpich-abi.sh" in (
+        rendered.singularity
+    )

@@ -2,8 +2,8 @@
 
 Unit level: the transport is real bash, the scheduler's ``sbatch``/``squeue`` are small stand-ins
 on PATH that keep their jobs in a file (the real Slurm + sshd version is in test_jobs_ssh.py).
-The remote line takes a lock in the workdir, looks for a job carrying the submit token and only
-then calls ``sbatch --parsable --comment=TOKEN``.
+The shipped submit script (templates/jobs/submit.sh) takes a lock in the workdir, looks for a
+job carrying the submit token and only then calls ``sbatch --parsable --comment=TOKEN``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -235,10 +234,11 @@ class Scheduler(ABC):
     def submit_argv(self, after: list[str]) -> list[str]:
         """argv that reads a job script on stdin and waits for ``after`` to succeed."""
 
-    def tagged_submit(self, after: list[str], token: str) -> tuple[list[str], str] | None:
-        """(:meth:`submit_argv` that also stores ``token`` with the job, a shell line printing
-        the ids of this user's jobs that carry it), or None when the scheduler cannot be asked
-        for a token afterwards (a lost connection during submission is then not retried)."""
+    def tagged_submit(self, after: list[str], token: str) -> tuple[list[str], list[str]] | None:
+        """(:meth:`submit_argv` that also stores ``token`` with the job, an argv printing one
+        ``ID TOKEN`` line per job of this user: ``templates/jobs/submit.sh`` picks the ids
+        whose second word is the token), or None when the scheduler cannot be asked for a
+        token afterwards (a lost connection during submission is then not retried)."""
         return None
 
     def parse_job_id(self, result: Completed) -> str:
@@ -469,12 +469,11 @@ class Slurm(Scheduler):
             argv += [f"--dependency=afterok:{deps}", "--kill-on-invalid-dep=yes"]
         return argv
 
-    def tagged_submit(self, after: list[str], token: str) -> tuple[list[str], str] | None:
+    def tagged_submit(self, after: list[str], token: str) -> tuple[list[str], list[str]] | None:
         """The token goes in the job's comment; ``squeue --states=all`` finds it while
         slurmctld knows the job (MinJobAge seconds after it ends, 300 by default)."""
         token = word(token, "submit token")
-        squeue = join(["squeue", "--me", "--states=all", "--noheader", "--format=%i %k"])
-        find = f"{squeue} | awk -v t={shlex.quote(token)} '$2 == t {{print $1}}'"
+        find = ["squeue", "--me", "--states=all", "--noheader", "--format=%i %k"]
         return [*self.submit_argv(after), f"--comment={token}"], find
 
     def status(self, transport: Transport, job_id: str) -> JobStatus:

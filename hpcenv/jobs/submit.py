@@ -1,9 +1,22 @@
 """Submit rendered jobs through a transport, remember them, and follow them.
 
-Submission runs one shell line on the transport: create and enter the workdir (its ``$VARS``
-expand there), print it, and pipe the script into ``sbatch``/``bsub``/``qsub``. Each submission
-is recorded in ``<cache>/jobs/<transport>-<host>-<id>.json`` (mode 0600; site, scheduler,
-transport, workdir, log names) so ``hpcenv status|logs|cancel JOBID`` need nothing else.
+Submission runs a shipped script on the transport, ``templates/jobs/submit.sh``: it creates and
+enters the workdir, prints it, and hands the job script to ``sbatch``/``bsub``/``qsub`` on stdin
+(with a submit token: under a lock, after looking for a job that already carries the token).
+Each submission is recorded in ``<cache>/jobs/<transport>-<host>-<id>.json`` (mode 0600; site,
+scheduler, transport, workdir, log names) so ``hpcenv status|logs|cancel JOBID`` need nothing
+else.
+
+How a host script runs (:func:`run_host_script`): the transport runs one command line,
+``[PRELUDE] bash -s -- ARG...``, every argument one quoted word (:func:`hpcenv.jobs.shell.join`;
+a workdir naming ``$VARS`` is a validated double-quoted word, the site prelude's assignments
+come before it so they expand there), and stdin carries the script's text followed by the
+job script. No file is copied first (one round trip, which the retry logic needs) and no
+program is built here: bash reads a script from stdin one byte at a time (POSIX requires that
+a shell reading commands from stdin leave the rest to the commands it runs; dash does not, so
+it is ``bash -s``, which every login node has), the script is one function called on its last
+line followed by ``exit``, and only the submit command in it reads stdin, so it reads exactly
+the job script. The same runner reads logs with ``templates/jobs/logs.sh``.
 """
 
 from __future__ import annotations
@@ -12,7 +25,6 @@ import glob
 import json
 import os
 import re
-import shlex
 import socket
 import stat
 import tempfile
@@ -26,8 +38,8 @@ from typing import Any
 from hpcenv.errors import ConfigError, JobError
 from hpcenv.jobs.render import RenderedJob, prepare
 from hpcenv.jobs.schedulers import get_scheduler
+from hpcenv.jobs.shell import expanding, join
 from hpcenv.jobs.shell import job_id as check_job_id
-from hpcenv.jobs.shell import join, qpath
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus
 from hpcenv.jobs.transport import (
@@ -38,14 +50,43 @@ from hpcenv.jobs.transport import (
     make_transport,
 )
 from hpcenv.output import write_private
-from hpcenv.paths import cache_dir
+from hpcenv.paths import cache_dir, templates_dir
 from hpcenv.printable import printable
 from hpcenv.reads import load_json
 from hpcenv.site import Site
 
+# What submit.sh prints before the workdir and before the id of a job that has the token.
 _WORKDIR_MARK = "HPCENV_WORKDIR="
 _EXISTING_MARK = "HPCENV_SUBMITTED_BEFORE="
 SUBMIT_ATTEMPTS = 3
+SUBMIT_SCRIPT = "submit.sh"
+LOGS_SCRIPT = "logs.sh"
+
+
+def host_script(name: str) -> str:
+    """A shipped script that runs on the submitting host (``templates/jobs/NAME``)."""
+    return templates_dir().joinpath("jobs", name).read_text(encoding="utf-8")
+
+
+def host_script_line(args: list[str], prelude: str = "") -> str:
+    """The command line that runs a host script fed on stdin: ``[PRELUDE] bash -s -- ARG...``,
+    each argument one quoted word (an :class:`~hpcenv.jobs.shell.Expand` keeps its variables)."""
+    return f"{prelude}bash -s -- {join(args)}"
+
+
+def run_host_script(
+    transport: Transport,
+    name: str,
+    args: list[str],
+    *,
+    prelude: str = "",
+    stdin: str = "",
+    timeout: float = 120,
+) -> Completed:
+    """Run the shipped script ``name`` with ``args`` on ``transport``; its own stdin is
+    ``stdin`` (see the module docstring for why this framing is exact)."""
+    line = host_script_line(args, prelude)
+    return transport.run(line, stdin=host_script(name) + stdin, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -323,9 +364,9 @@ def submit(
     """Render (unless given) and submit ``job``; ``after``: job ids that must succeed first.
 
     A lost connection is retried (``attempts`` in all) only where it cannot submit twice: the
-    job carries a fresh submit token (Slurm: its comment), and the remote line checks for a
-    job with that token under a lock in the workdir before it calls ``sbatch``, so a retry
-    finds the first submission instead of making a second one.
+    job carries a fresh submit token (Slurm: its comment), and ``submit.sh`` checks for a job
+    with that token under a lock in the workdir before it calls ``sbatch``, so a retry finds
+    the first submission instead of making a second one.
     """
     rendered = rendered or prepare(site, job, image, submitting=True)
     try:  # everything that can fail here is checked before anything is queued
@@ -335,23 +376,23 @@ def submit(
     scheduler = rendered.scheduler
     after = list(after or [])
     token = f"hpcenv-{uuid.uuid4().hex[:16]}"
-    wd = qpath(rendered.workdir)
-    head = f'{rendered.prelude_line()}mkdir -p {wd} && cd {wd} && echo {_WORKDIR_MARK}"$(pwd -P)"'
     tagged = scheduler.tagged_submit(after, token)
     if tagged is None:
-        command, tries = f"{head} && {join(scheduler.submit_argv(after))}", 1
+        find: list[str] = []
+        argv, tries, token_arg = scheduler.submit_argv(after), 1, ""
     else:
         argv, find = tagged
-        lock = f".hpcenv/submit-{token}.lock"
-        command = (
-            f"{head} && mkdir -p .hpcenv && exec 9>{lock} && flock 9 && "
-            f'{{ found=$({find}) && if [ -n "$found" ]; then echo {_EXISTING_MARK}"$found"; '
-            f"else {join(argv)}; fi; }}; rc=$?; rm -f {lock}; exit $rc"
-        )
-        tries = max(1, attempts)
+        tries, token_arg = max(1, attempts), token
+    args = [expanding(rendered.workdir), token_arg, str(len(find)), *find, *argv]
     for attempt in range(1, tries + 1):
         try:
-            result = transport.run(command, stdin=rendered.script)
+            result = run_host_script(
+                transport,
+                SUBMIT_SCRIPT,
+                args,
+                prelude=rendered.prelude_line(),
+                stdin=rendered.script,
+            )
             break
         except TransportError as err:
             if attempt == tries:
@@ -523,12 +564,16 @@ def logs(sub: Submission, transport: Transport) -> str:
     paths = log_paths(sub, st)
     if not paths:
         raise JobError(f"no log files known for job {sub.job_id}")
-    globbed = " ".join("*".join(shlex.quote(x) for x in p.split("*")) for p in paths)
-    loop = 'do if [ -f "$f" ]; then echo "==> $f <=="; cat "$f"; fi; done'
-    result = transport.run(f"for f in {globbed}; {loop}")
+    result = run_host_script(transport, LOGS_SCRIPT, [_only_star(p) for p in paths])
     if result.returncode != 0:
         raise JobError(f"cannot read logs of {sub.job_id}: {result.message()}")
     return result.stdout
+
+
+def _only_star(path: str) -> str:
+    """``path`` as a logs.sh pattern in which only ``*`` (an array's task logs) matches other
+    names: ``?``, ``[`` and backslashes become bracket expressions that match themselves."""
+    return "".join({"?": "[?]", "[": "[[]", "\\": "[\\\\]"}.get(c, c) for c in path)
 
 
 def cancel(sub: Submission, transport: Transport) -> None:
