@@ -5,7 +5,7 @@ Deterministic: the same site, recipe and overrides give byte-identical files.
 
 from __future__ import annotations
 
-import json
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -31,12 +31,19 @@ class Rendered:
     pip_conf: str
 
 
+def docker_quoted(value: str) -> str:
+    """A Dockerfile double-quoted word that ENV and LABEL keep as it is: ``\\`` before ``"``,
+    ``\\`` and ``$`` (the Dockerfile parser expands ``$NAME`` in these instructions and knows
+    no other escapes; JSON's ``\\uXXXX`` would arrive as ``uXXXX``)."""
+    return '"' + re.sub(r'(["\\$])', r"\\\1", value) + '"'
+
+
 def _env_pair(pair: tuple[str, str]) -> str:
-    return f"{pair[0]}={json.dumps(pair[1])}"
+    return f"{pair[0]}={docker_quoted(pair[1])}"
 
 
 def _label_pair(pair: tuple[str, str]) -> str:
-    return f"{pair[0]}={json.dumps(pair[1])}"
+    return f"{pair[0]}={docker_quoted(pair[1])}"
 
 
 def _environment() -> jinja2.Environment:
