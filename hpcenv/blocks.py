@@ -24,6 +24,7 @@ from hpcenv.credentials import (
 )
 from hpcenv.knowledge import kb, mpi_soname, rule
 from hpcenv.lock import Lock
+from hpcenv.matched import USER_CONTEXT, USER_DIR, companion_checks
 from hpcenv.paths import templates_dir
 from hpcenv.safe import one_line
 from hpcenv.site import Site
@@ -48,11 +49,16 @@ class Primitive:
     from_stage: str | None = None
     text: str = ""
     secrets: tuple[str, ...] = ()  # build secrets mounted for this step (shell only)
+    # build-context folders (source, target) there for this step only (shell only): a bind
+    # mount in a Dockerfile; in a definition copied by %files and removed after the step
+    mounts: tuple[tuple[str, str], ...] = ()
+    only: Literal["docker", "singularity"] | None = None  # one format's way to do a step
 
     def __post_init__(self) -> None:
         """One line per value: a newline would start a new instruction in either format."""
         for value in (
             *self.commands,
+            *(x for pair in self.mounts for x in pair),
             *(x for pair in self.pairs for x in pair),
             self.src,
             self.dst,
@@ -683,10 +689,86 @@ class Blocks:
                 f"useradd --create-home --uid 1000 --shell /bin/bash {lock.build['user']}",
                 f"{VENV}/bin/python -c {shlex.quote(self.import_check())}",
             ),
-            Primitive("label", pairs=tuple(labels)),
+            *self.user_layers(),
+            Primitive("label", pairs=(*labels, *lock.user_content.get("labels", {}).items())),
             Primitive("user", text=lock.build["user"]),
-            Primitive("workdir", text=f"/home/{lock.build['user']}"),
+            Primitive(
+                "workdir", text=lock.user_content.get("workdir") or f"/home/{lock.build['user']}"
+            ),
         ]
+        return out
+
+    def user_layers(self) -> list[Primitive]:
+        """A recipe's user content (the lock's ``user_content``), after the matched stack so
+        that its layers stay cached: apt packages, pip packages under the matched stack's
+        constraints (then the stack's imports, torch's version and each installed torch
+        companion's compiled operator are checked), files, environment.
+
+        The pip step sees the build inputs (pip.conf, CA bundle, wheelhouse) and the
+        constraints only while it runs, so the runtime image keeps none of them."""
+        user = self.lock.user_content
+        if not user:
+            return []
+        out = [comment("the recipe's user content: late layers, after the matched stack")]
+        if user.get("apt"):
+            out.append(apt_install(list(user["apt"]), self.site.build.apt_mirror, self.suite))
+        if user.get("pip"):
+            index = user.get("extra_index_url")
+            extra = f"-c {USER_DIR}/constraints.txt "
+            if index:
+                extra += f"--extra-index-url {shlex.quote(index)} "
+            pip_conf = f"{BUILD_DIR}/pip.conf"
+            secrets: tuple[str, ...] = ()
+            if pip_credentials(self.site.build):
+                pip_conf, secrets = f"{SECRETS_DIR}/{PIP_CONF}", (PIP_CONF,)
+            torch = self.lock.components.get("torch")
+            check = self.import_check()
+            if torch:
+                check += (
+                    f"; assert torch.__version__.split('+')[0] == {torch.version!r}, "
+                    "'torch changed: ' + torch.__version__"
+                )
+            check += (
+                "; import importlib.util as u"
+                f"; [exec(c, {{}}) for m, c in {companion_checks()!r}.items() if u.find_spec(m)]"
+            )
+            out.append(
+                Primitive(
+                    "shell",
+                    commands=(
+                        f"PIP_CONFIG_FILE={pip_conf} PIP_DISABLE_PIP_VERSION_CHECK=1 "
+                        + pip_install(*user["pip"], extra=extra),
+                        f"{VENV}/bin/python -c {shlex.quote(check)}",
+                    ),
+                    secrets=secrets,
+                    mounts=(("hpcenv-build", BUILD_DIR), (USER_CONTEXT, USER_DIR)),
+                )
+            )
+        files = user.get("files", [])
+        for f in files:
+            out.append(Primitive("copy", src=f["src"], dst=f["dest"], only="docker"))
+        if files:
+            cmds = []
+            for f in files:
+                src = f"{USER_DIR}/{f['src'].removeprefix(USER_CONTEXT + '/')}"
+                dest = shlex.quote(f["dest"])
+                if f["kind"] == "folder":
+                    cmds += [f"mkdir -p {dest}", f"cp -a {shlex.quote(src)}/. {dest}/"]
+                else:
+                    cmds += [
+                        f'mkdir -p "$(dirname {dest})"',
+                        f"cp -a {shlex.quote(src)} {dest}",
+                    ]
+            out.append(
+                Primitive(
+                    "shell",
+                    commands=tuple(cmds),
+                    mounts=((USER_CONTEXT, USER_DIR),),
+                    only="singularity",
+                )
+            )
+        if user.get("env"):
+            out.append(env(**user["env"]))
         return out
 
     def import_check(self) -> str:

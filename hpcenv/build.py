@@ -23,8 +23,8 @@ from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
 from hpcenv.output import output_lock, publish_dir
 from hpcenv.paths import cache_dir
-from hpcenv.recipe import load_recipe
-from hpcenv.render import Rendered, pip_conf, render, write
+from hpcenv.recipe import Recipe, load_recipe, with_additions
+from hpcenv.render import Rendered, pip_conf, render, stage_user_files, write
 from hpcenv.resolver import resolve
 from hpcenv.site import Site
 
@@ -38,6 +38,7 @@ class BuildPlan:
     context: Path
     tag: str
     owned: bool = True  # the context lives in hpcenv's cache (replaced without --force)
+    user_files: tuple[Path, ...] = ()  # host files of the recipe's user content, in lock order
 
     def summary(self) -> dict[str, object]:
         comps = self.lock.components
@@ -67,22 +68,31 @@ def make_plans(
     out_root: Path | None = None,
     *,
     owned: bool | None = None,
+    requirements: list[Path] | None = None,
+    pip: list[str] | None = None,
 ) -> list[BuildPlan]:
     """Resolve and render every requested recipe (default: the site's recipes); nothing is
     written until :func:`write_context` or :func:`context_ready`. ``owned``: hpcenv may
-    replace the contexts without --force (default: only under its own cache)."""
+    replace the contexts without --force (default: only under its own cache).
+    ``requirements``/``pip``: the short form's additions, for one recipe (its image is then
+    ``NAME-user``). A user requirement that would replace the matched stack is refused here,
+    before anything is built (:mod:`hpcenv.matched`)."""
     names = recipes or list(site.recipes)
     if not names:
         raise ConfigError(f"site {site.name} lists no default recipes; pass --recipe")
+    if (requirements or pip) and len(names) != 1:
+        raise ConfigError("--requirements and --pip add to one recipe: give exactly one --recipe")
     root = out_root or default_context_root()
     plans = []
     for name in names:
-        lock = resolve(site, load_recipe(name), overrides)
+        recipe: Recipe = with_additions(load_recipe(name), requirements or [], pip or [])
+        lock = resolve(site, recipe, overrides)
         rendered = render(lock, site)
-        context = root / site.name / name
-        tag = naming.image_tag(recipe=name, site=site.name)
+        context = root / site.name / recipe.name
+        tag = naming.image_tag(recipe=recipe.name, site=site.name)
         mine = out_root is None if owned is None else owned
-        plans.append(BuildPlan(site, name, lock, rendered, context, tag, mine))
+        hosts = tuple(f.host for f in recipe.content.files)
+        plans.append(BuildPlan(site, recipe.name, lock, rendered, context, tag, mine, hosts))
     return plans
 
 
@@ -92,6 +102,7 @@ def write_context(plan: BuildPlan, *, locked: bool = False) -> Path:
 
     def fill(tmp: Path) -> None:
         write(plan.rendered, tmp)
+        stage_user_files(plan.lock, list(plan.user_files), tmp)
         stage_build_inputs(plan, tmp)
 
     publish_dir(plan.context, fill, force=plan.owned, locked=locked, mode=0o700)

@@ -20,6 +20,9 @@ measured-tuning      ``hpcenv tune --measure`` files  only what the tuner measur
                                                       when the file is read and again in
                                                       :func:`hpcenv.tuning.apply.environment`
 job                  the user's own job               anything but :data:`SHELL_STARTUP`
+recipe               a recipe's ``user.env`` (image)  anything but :data:`STARTUP` names and
+                                                      ``HPCENV_*`` (hpcenv's own); checked when
+                                                      the recipe is read
 runtime, host        hpcenv's own code                anything
 record               a job record (``status`` ...)    only the scheduler clients' ``conf_env``
 ===================  ===============================  ========================================
@@ -49,6 +52,7 @@ Layer = Literal[
     "site-environment",
     "measured-tuning",
     "job",
+    "recipe",
     "runtime",
     "host",
     "record",
@@ -200,6 +204,13 @@ def refused(
     if layer == "job":
         inner = inner_name(name)
         return f"{SHELL_STARTUP[inner]}" if inner in SHELL_STARTUP else None
+    if layer == "recipe":
+        why = startup_reason(name)
+        if why is not None:
+            return f"{why}; the image keeps hpcenv's own (set it in the job instead)"
+        if inner_name(name).startswith("HPCENV_"):
+            return "hpcenv sets HPCENV_ variables itself"
+        return None
     if layer == "measured-tuning":
         why = startup_reason(name)
         if why is not None:

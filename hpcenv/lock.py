@@ -36,9 +36,11 @@ class Lock:
     excluded: dict[str, str]
     rules: dict[str, str]  # rule id -> source, for every rule consulted
     build: dict[str, Any]
+    # a recipe's user section as built (hpcenv.matched.user_lock); absent for built-in recipes
+    user_content: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "schema": 1,
             "site": self.site,
             "recipe": self.recipe,
@@ -49,6 +51,9 @@ class Lock:
             "rules": dict(sorted(self.rules.items())),
             "build": self.build,
         }
+        if self.user_content:
+            data["user_content"] = self.user_content
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"

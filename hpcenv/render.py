@@ -5,7 +5,7 @@ Deterministic: the same site, recipe and overrides give byte-identical files.
 
 from __future__ import annotations
 
-import json
+import re
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -30,14 +30,23 @@ class Rendered:
     lock_json: str
     pip_conf: str
     context: dict[str, str] = field(default_factory=dict)  # the blocks' shipped step files
+    # build-context files of a recipe's user content (hpcenv-user/constraints.txt)
+    user_inputs: dict[str, str] = field(default_factory=dict)
+
+
+def docker_quoted(value: str) -> str:
+    """A Dockerfile double-quoted word that ENV and LABEL keep as it is: ``\\`` before ``"``,
+    ``\\`` and ``$`` (the Dockerfile parser expands ``$NAME`` in these instructions and knows
+    no other escapes; JSON's ``\\uXXXX`` would arrive as ``uXXXX``)."""
+    return '"' + re.sub(r'(["\\$])', r"\\\1", value) + '"'
 
 
 def _env_pair(pair: tuple[str, str]) -> str:
-    return f"{pair[0]}={json.dumps(pair[1])}"
+    return f"{pair[0]}={docker_quoted(pair[1])}"
 
 
 def _label_pair(pair: tuple[str, str]) -> str:
-    return f"{pair[0]}={json.dumps(pair[1])}"
+    return f"{pair[0]}={docker_quoted(pair[1])}"
 
 
 def _environment() -> jinja2.Environment:
@@ -52,6 +61,9 @@ def _environment() -> jinja2.Environment:
     env.filters["label_pair"] = _label_pair
     env.filters["sq"] = shlex.quote
     env.filters["secret_mounts"] = lambda ids: "".join(f"{secret_mount(i)} " for i in ids)
+    env.filters["bind_mounts"] = lambda pairs: "".join(
+        f"--mount=type=bind,source={src},target={dst} " for src, dst in pairs
+    )
     env.filters["lines"] = lambda items, sep: checked_lines(items, sep)
     return env
 
@@ -103,9 +115,36 @@ def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
         test_commands=blocks.test_commands(),
         secrets_dir=SECRETS_DIR,
     )
+    user_inputs = {}
+    if lock.user_content.get("constraints"):
+        from hpcenv.matched import USER_CONTEXT, constraints
+
+        text = constraints(lock.user_content["constraints"])
+        user_inputs[f"{USER_CONTEXT}/constraints.txt"] = text
     return Rendered(
-        dockerfile, singularity.lstrip("\n"), lock_json, pip_conf(site), blocks.context()
+        dockerfile,
+        singularity.lstrip("\n"),
+        lock_json,
+        pip_conf(site),
+        blocks.context(),
+        user_inputs,
     )
+
+
+def stage_user_files(lock: Lock, hosts: list[Path], out: Path) -> list[Path]:
+    """Copy a recipe's user files (``hosts``, checked by :mod:`hpcenv.usercontent`) to the
+    context places the lock names (``hpcenv-user/files/N/NAME``); links are followed, each was
+    checked to stay inside the recipe's folder."""
+    written = []
+    for host, entry in zip(hosts, lock.user_content.get("files", []), strict=True):
+        dest = out / entry["src"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if host.is_dir():
+            shutil.copytree(host, dest, symlinks=False)
+        else:
+            shutil.copy2(host, dest)
+        written.append(dest)
+    return written
 
 
 def checks_dir() -> Path:
@@ -136,9 +175,9 @@ def write(
         **rendered.context,
     }
     written = []
-    for rel, text in files.items():
+    for rel, text in (files | rendered.user_inputs).items():
         path = out / rel
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(path)
     inputs = out / "hpcenv-build"

@@ -760,4 +760,9 @@ class Resolver:
 
 
 def resolve(site: Site, recipe: Recipe, overrides: dict[str, str] | None = None) -> Lock:
-    return Resolver(site, recipe, overrides or {}).resolve()
+    lock = Resolver(site, recipe, overrides or {}).resolve()
+    if recipe.content:  # a user's additions, checked against the matched stack (issue 22)
+        from hpcenv.matched import user_lock
+
+        lock.user_content = user_lock(lock, site, recipe.content)
+    return lock

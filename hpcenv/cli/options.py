@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -55,8 +56,23 @@ OptionalSiteOpt = Annotated[
 RecipeOpt = Annotated[
     str,
     typer.Option(
-        "--recipe", "-r", help="recipe name (see hpcenv recipes)", autocompletion=_complete_recipe
+        "--recipe",
+        "-r",
+        help="recipe name (see hpcenv recipes) or your recipe file (extends: a recipe, user: ...)",
+        autocompletion=_complete_recipe,
     ),
+]
+RequirementsOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--requirements",
+        help="pip requirements file added to the recipe (image NAME-user; the matched stack "
+        "stays: a conflicting pin is refused)",
+    ),
+]
+PipOpt = Annotated[
+    list[str] | None,
+    typer.Option("--pip", help="pip requirement added to the recipe, e.g. 'tabulate>=0.9'"),
 ]
 SetOpt = Annotated[
     list[str] | None,

@@ -9,20 +9,28 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hpcenv.choices import BuildFormat, SifSource
-from hpcenv.cli.options import JsonOpt, RecipeOpt, SetOpt, SiteOpt
+from hpcenv.cli.options import JsonOpt, PipOpt, RecipeOpt, RequirementsOpt, SetOpt, SiteOpt
 
 if TYPE_CHECKING:
     from hpcenv.lock import Lock
+    from hpcenv.recipe import Recipe
     from hpcenv.site import Site
 
 
-def _lock(site_name: str, recipe: str, sets: list[str] | None) -> tuple[Site, Lock]:
-    from hpcenv.recipe import load_recipe
+def _lock(
+    site_name: str,
+    recipe: str,
+    sets: list[str] | None,
+    requirements: list[Path] | None = None,
+    pip: list[str] | None = None,
+) -> tuple[Site, Lock, Recipe]:
+    from hpcenv.recipe import load_recipe, with_additions
     from hpcenv.resolver import parse_overrides, resolve
     from hpcenv.site import load_site
 
     site = load_site(site_name)
-    return site, resolve(site, load_recipe(recipe), parse_overrides(sets or []))
+    loaded = with_additions(load_recipe(recipe), requirements or [], pip or [])
+    return site, resolve(site, loaded, parse_overrides(sets or [])), loaded
 
 
 ARTIFACTS = ("docker", "singularity", "job", "lock")
@@ -50,10 +58,15 @@ def build_context_needs(fmt: str, text: str) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command("resolve")
     def resolve_cmd(
-        site: SiteOpt, recipe: RecipeOpt, set_: SetOpt = None, as_json: JsonOpt = False
+        site: SiteOpt,
+        recipe: RecipeOpt,
+        set_: SetOpt = None,
+        requirements: RequirementsOpt = None,
+        pip: PipOpt = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Resolve a matched stack and print the lock (each version and the reason for it)."""
-        _, lock = _lock(site, recipe, set_)
+        _, lock, _ = _lock(site, recipe, set_, requirements, pip)
         if as_json:
             typer.echo(lock.to_json(), nl=False)
             return
@@ -67,6 +80,8 @@ def register(app: typer.Typer) -> None:
             table.add_row(name, ver, c.source, c.reason)
         for name, why in lock.excluded.items():
             table.add_row(name, "-", "excluded", why)
+        for spec in lock.user_content.get("pip", []):
+            table.add_row("(user)", spec, "pip", "the recipe's user content (constrained)")
         from hpcenv.cli.console import console
 
         console().print(table)
@@ -76,6 +91,8 @@ def register(app: typer.Typer) -> None:
         site: SiteOpt,
         recipe: RecipeOpt,
         set_: SetOpt = None,
+        requirements: RequirementsOpt = None,
+        pip: PipOpt = None,
         out: Annotated[
             Path | None, typer.Option("--out", "-o", help="output folder [default: out]")
         ] = None,
@@ -110,7 +127,7 @@ def register(app: typer.Typer) -> None:
         from hpcenv.jobs.render import render_job
         from hpcenv.jobs.spec import JobSpec
         from hpcenv.output import check_target, publish_dir
-        from hpcenv.render import render, write
+        from hpcenv.render import render, stage_user_files, write
 
         if fmt is not None and fmt not in ARTIFACTS:
             from hpcenv.errors import did_you_mean
@@ -126,7 +143,7 @@ def register(app: typer.Typer) -> None:
         out = out or Path("out")
         if fmt is None:
             check_target(out, force=force)  # before the slower resolve
-        site_obj, lock = _lock(site, recipe, set_)
+        site_obj, lock, loaded = _lock(site, recipe, set_, requirements, pip)
         rendered = render(lock, site_obj)
         # A ready job script: the image's MPI allreduce check, launched the site's way.
         check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
@@ -171,6 +188,8 @@ def register(app: typer.Typer) -> None:
 
         def write_all(tmp: Path) -> list[str]:
             paths = write(rendered, tmp, build_inputs=False)
+            hosts = [f.host for f in loaded.content.files]
+            paths += stage_user_files(lock, hosts, tmp)
             (tmp / "job.sh").write_text(job_sh, encoding="utf-8")
             return [p.relative_to(tmp).as_posix() for p in [*paths, tmp / "job.sh"]]
 
@@ -195,9 +214,14 @@ def register(app: typer.Typer) -> None:
     def build_cmd(
         site: SiteOpt,
         recipe: Annotated[
-            list[str] | None, typer.Option("--recipe", "-r", help="default: the site's recipes")
+            list[str] | None,
+            typer.Option(
+                "--recipe", "-r", help="default: the site's recipes; a name or a recipe file"
+            ),
         ] = None,
         set_: SetOpt = None,
+        requirements: RequirementsOpt = None,
+        pip: PipOpt = None,
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="render and print the plan only")
         ] = False,
@@ -248,7 +272,9 @@ def register(app: typer.Typer) -> None:
             from hpcenv.jobs.project import account_for
 
             account_for(site_obj, account, strict=True)  # a placeholder is refused here too
-        plans = make_plans(site_obj, recipe, parse_overrides(set_ or []), out)
+        plans = make_plans(
+            site_obj, recipe, parse_overrides(set_ or []), out, requirements=requirements, pip=pip
+        )
         env = delivery_env(site_obj, account)
         engine_name = engine or site_obj.build.engine
         deliveries = {

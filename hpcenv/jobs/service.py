@@ -208,22 +208,25 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
         option_pair(opt)  # one clear line per bad --option, before the job model
     refuse_empty(image=req.image, stage_in=req.stage_in, stage_out=req.stage_out)
     image = req.image
+    from hpcenv.recipe import recipe_name
+
+    recipe = recipe_name(req.recipe) if req.recipe else None  # a recipe file: its name
     if image and req.no_container:
         raise ConfigError("--image and --no-container exclude each other")
     if not image and not req.no_container:
         if not req.recipe:
             raise ConfigError("give --recipe (default image), --image, or --no-container")
-        image = default_image(site, req.recipe)
+        image = default_image(site, recipe or "")
     try:
         return JobSpec(
-            name=req.name or req.recipe or "hpcenv",
+            name=req.name or recipe or "hpcenv",
             command=list(req.command),
             launch="single" if req.single else "mpi",
             nodes=req.nodes,
             ranks_per_node=req.ranks_per_node,
             cores_per_rank=req.cores_per_rank,
             ccl_workers=req.ccl_workers,
-            recipe=req.recipe,
+            recipe=recipe,
             image=None if req.no_container else image,
             workdir=req.workdir,
             walltime=req.walltime,
