@@ -28,6 +28,15 @@ from hpcenv.errors import EnvironmentProblem
 from hpcenv.jobs.schedulers import NO_SCHEDULER, SCHEDULERS
 
 # The schedulers' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
+# Node-local folders, most preferred first: (path, kind).
+NODE_LOCAL = (
+    ("/mnt/bb", "nvme"),
+    ("/local/scratch", "ssd"),
+    ("/lscratch", "ssd"),
+    ("/dev/shm", "shm"),
+    ("/tmp", "tmp"),
+)
+
 COMMANDS: dict[str, list[str]] = {
     "uname": ["uname", "-m"],
     "lscpu": ["lscpu"],
@@ -48,26 +57,14 @@ COMMANDS: dict[str, list[str]] = {
     "podman": ["podman", "--version"],
     "modules": ["bash", "-lc", "module -t avail 2>&1"],
     "findmnt": ["findmnt", "-rn", "-t", "lustre,gpfs,nfs,nfs4", "-o", "TARGET,FSTYPE"],
-    "node-local": [
-        "sh",
-        "-c",
-        "for d in /mnt/bb /local/scratch /lscratch /dev/shm /tmp; do "
-        '[ -d "$d" ] && df -Pk "$d" | tail -n 1; done',
-    ],
+    # df prints a line for each folder there is (and exits 1 for those there are not)
+    "node-local": ["df", "-Pk", *(path for path, _ in NODE_LOCAL)],
 }
 
 # A recorded output larger than this is not a command's output (lscpu is ~2 KiB, modules ~200 KiB).
 MAX_OUTPUT = 8 * 1024 * 1024
 # Installed memory is a nominal DIMM total; MemTotal is that less firmware/kernel reservations.
 NOMINAL_GB = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
-# Node-local folders, most preferred first: (path, kind).
-NODE_LOCAL = (
-    ("/mnt/bb", "nvme"),
-    ("/local/scratch", "ssd"),
-    ("/lscratch", "ssd"),
-    ("/dev/shm", "shm"),
-    ("/tmp", "tmp"),
-)
 
 
 def _scheduler_commands() -> dict[str, list[str]]:
@@ -565,7 +562,7 @@ def _storage(host: CommandHost, d: Detection, on: str) -> None:
         d.set("filesystems", systems, verified=_by("findmnt") + on)
         for i, fs in enumerate(systems):
             d.assumed[f"filesystems.{i}.purpose"] = f"from the path {fs['path']}"
-    sizes = dict(parse_df(_ok(host, "node-local") or ""))
+    sizes = dict(parse_df(host.run("node-local")[1]))  # exit 1: some folders are absent
     for path, kind in NODE_LOCAL:
         if path in sizes:
             # Per user: these folders are shared by everyone on the node, and a job's folder
