@@ -27,7 +27,6 @@ from typing import Any, Protocol
 from hpcenv.errors import EnvironmentProblem
 from hpcenv.jobs.schedulers import NO_SCHEDULER, SCHEDULERS
 
-# The schedulers' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
 # Node-local folders, most preferred first: (path, kind).
 NODE_LOCAL = (
     ("/mnt/bb", "nvme"),
@@ -37,6 +36,7 @@ NODE_LOCAL = (
     ("/tmp", "tmp"),
 )
 
+# The schedulers' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
 COMMANDS: dict[str, list[str]] = {
     "uname": ["uname", "-m"],
     "lscpu": ["lscpu"],
