@@ -225,3 +225,34 @@ def test_a_yanked_release_is_refused_unless_forced(monkeypatch: pytest.MonkeyPat
         "to use it anyway, pin it as torch=2.0.5!"
     )
     assert check_pin("torch", "2.0.5!", "--set").forced
+
+
+ROCM63 = """\
+extends: frontier
+name: rocm63
+gpu:
+  rocm: "6.3.4"
+modules: [PrgEnv-gnu/8.7.0, cpe/26.03, rocm/6.3.4, craype-accel-amd-gfx90a, cray-mpich-abi/9.1.0, rccl-net-plugin]
+"""
+
+
+def test_torch_271_resolves_on_a_rocm_63_site(tmp_path: Path) -> None:
+    site = tmp_path / "rocm63.yaml"
+    site.write_text(ROCM63)
+    proc = hpcenv(
+        "resolve", "--site", str(site), "-r", "torch-gpu", "--set", "torch=2.7.1", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    lock = json.loads(proc.stdout)
+    assert lock["components"]["torch"]["version"] == "2.7.1"
+    assert lock["components"]["rocm"]["version"] == "6.3.4"
+    # a torch series whose ROCm builds are known, but not for this ROCm: one line, exit 2
+    proc = hpcenv("resolve", "--site", str(site), "-r", "torch-gpu", "--set", "torch=2.11.0")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "torch 2.11.0 has ROCm builds 7.2 [rule torch-rocm" in line
+
+
+def test_a_torch_release_only_in_the_catalogue_has_rule_rows() -> None:
+    assert "2.11.0" not in releases("torch")
+    assert _resolved_torch("torch=2.11.0") == "2.11.0"  # torch-python knows 2.11
