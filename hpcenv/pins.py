@@ -1,9 +1,11 @@
 """Pins: ``--set NAME=VALUE`` and a site's ``defaults``, checked where they enter.
 
-A pin must be a known release of its component (``releases:`` in ``compat.yaml``) or a
-well-formed version that the user explicitly allows with a trailing ``!``
+A pin must be a known release of its component or a well-formed version that the user explicitly allows with a trailing ``!``
 (``--set 'torch=2.99.0!'``): the knowledge base then has no rows for it, and rules that would
-need one let it pass. ``mpi`` takes ``family[@version]`` and must be a family hpcenv can install
+need one let it pass. Known: any release in ``catalogue.yaml`` (every final release on the
+package index, :mod:`hpcenv.knowledge.refresh`) or in ``compat.yaml``'s curated ``releases:``,
+the only ones the resolver picks by itself; a release the index yanked is refused like an
+unknown one. ``mpi`` takes ``family[@version]`` and must be a family hpcenv can install
 in an image. Every error is one line naming the pin.
 """
 
@@ -14,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hpcenv.errors import ConfigError, did_you_mean
-from hpcenv.knowledge import kb, mpi_family, releases, rule
+from hpcenv.knowledge import kb, known_releases, mpi_family, releases, rule, yanked
 from hpcenv.recipe import COMPONENTS
 from hpcenv.safe import has_control
 from hpcenv.versions import is_version, major_minor, parse_spec
@@ -64,7 +66,7 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
 def _known(name: str) -> list[str]:
     if name == "python":
         return sorted({v for row in rule("os-python").table.values() for v in row})
-    return releases(name)
+    return known_releases(name)
 
 
 def check_pin(name: str, raw: str, origin: str) -> Pin:
@@ -91,16 +93,32 @@ def check_pin(name: str, raw: str, origin: str) -> Pin:
         raise ConfigError(f"{where}: not a version (e.g. {name}={_example(name)})")
     known = _known(name)
     key = major_minor if name in _SERIES else str
+    if value in yanked(name) and not forced:
+        raise ConfigError(
+            f"{where}: {name} {value} was yanked from the package index "
+            f"({yanked(name)[value] or 'no reason given'}); to use it anyway, pin it as {name}={value}!"
+        )
     if key(value) not in [key(k) for k in known] and not forced:
         raise ConfigError(
-            f"{where}: not a known {name} release (known: {', '.join(known) or 'none'}); "
+            f"{where}: not a known {name} release (known: {_nearby(value, known)}); "
             f"to use it anyway, pin it as {name}={value}!"
         )
     return Pin(value, origin, forced)
 
 
+def _nearby(value: str, known: list[str]) -> str:
+    """The known releases of the pin's major.minor, else the newest ten (the catalogue of a
+    component has dozens)."""
+    same = [k for k in known if major_minor(k) == major_minor(value)]
+    if same:
+        return ", ".join(same)
+    if len(known) > 10:
+        return f"{', '.join(known[:10])}, ... {len(known)} in all"
+    return ", ".join(known) or "none"
+
+
 def _example(name: str) -> str:
-    known = _known(name)
+    known = releases(name) or _known(name)
     return known[0] if known else "1.0"
 
 

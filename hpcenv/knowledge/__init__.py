@@ -8,18 +8,25 @@ from pydantic import ValidationError
 
 from hpcenv.errors import ConfigError
 from hpcenv.knowledge.facts import (
+    CATALOGUE_FILE,
     KB_FILE,
+    catalogue,
     kb,
+    known_releases,
     mpi_family,
     mpi_family_names,
     mpi_soname,
     releases,
+    yanked,
 )
 from hpcenv.knowledge.rules import Rule
 
 __all__ = [
+    "CATALOGUE_FILE",
     "KB_FILE",
+    "catalogue",
     "kb",
+    "known_releases",
     "mpi_family",
     "mpi_family_names",
     "mpi_soname",
@@ -27,6 +34,7 @@ __all__ = [
     "rule",
     "rules",
     "source",
+    "yanked",
 ]
 
 

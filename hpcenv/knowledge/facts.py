@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
 from hpcenv.errors import ConfigError
 
 KB_FILE = Path(__file__).with_name("compat.yaml")
+CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
 
 
 @lru_cache(maxsize=1)
@@ -34,6 +36,29 @@ def releases(name: str, variant: str | None = None) -> list[str]:
             seen += [str(v) for v in versions if str(v) not in seen]
         return seen
     return [str(v) for v in entry]
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> dict[str, Any]:
+    """``catalogue.yaml``: every final release on the package index (written by
+    :mod:`hpcenv.knowledge.refresh`), by component."""
+    data: dict[str, Any] = yaml.safe_load(CATALOGUE_FILE.read_text(encoding="utf-8"))
+    comps: dict[str, Any] = data["components"]
+    return comps
+
+
+def known_releases(name: str) -> list[str]:
+    """Every release a pin may name: the curated ones (:func:`releases`, defaults come from
+    these only) and the index's (``catalogue.yaml``), newest first."""
+    indexed = [str(v) for v in catalogue().get(name, {}).get("releases", [])]
+    if not indexed:
+        return releases(name)
+    return sorted(set(releases(name)) | set(indexed), key=Version, reverse=True)
+
+
+def yanked(name: str) -> dict[str, str]:
+    """Releases the index yanked (every file), with its reason."""
+    return {str(k): str(v) for k, v in (catalogue().get(name, {}).get("yanked") or {}).items()}
 
 
 def mpi_family(name: str) -> dict[str, Any]:
