@@ -182,6 +182,7 @@ def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPa
         output = f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
     return JobPaths(
         workdir=workdir,
+        chdir=job.chdir if job.chdir and job.chdir != workdir else None,
         node_local=node_local,
         data=data,
         output=output,
@@ -240,8 +241,10 @@ def _container_launch(
     local = paths.node_local or paths.workdir
     if paths.output and not paths.output.startswith((paths.workdir, local)):
         binds.append(paths.output)
-    names = [*env.names(), *PLACEHOLDERS.values()]
-    ctx = RunContext(paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
+    if paths.chdir:  # the container starts where the user is; the steps folder stays bound
+        binds.insert(0, paths.workdir)
+    names = [*env.names(), *PLACEHOLDERS.values(), *(["HPCENV_CHDIR"] if paths.chdir else [])]
+    ctx = RunContext(paths.chdir or paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
     return get_runtime(site.runtime.kind).launch(site, paths.image, ctx)
 
 
