@@ -238,3 +238,47 @@ def test_missing_script_is_refused_before_queueing(tmp_path: Path) -> None:
         cwd=env_cwd,
     )
     one_line_error(proc, "--chdir", "no such folder")
+
+
+# Queue limits per real site (scheduler.queue_limits; sources in docs/sites/NAME.md).
+LIMITS = [
+    # site, recipe, options, routed-to directive or None, error words or None
+    ("frontier", "torch-gpu", ("-N", "10", "-t", "10:00:00"), "#SBATCH --partition=extended", None),
+    ("frontier", "torch-gpu", ("-N", "100", "-t", "10:00:00"), None, ("at most 6 h for 92-183",)),
+    ("frontier", "torch-gpu", ("-N", "100", "-t", "06:00:00"), "#SBATCH --partition=batch", None),
+    ("frontier", "torch-gpu", ("-q", "debug", "-t", "03:00:00"), None, ("qos 'debug'", "2 h")),
+    ("aurora", "torch-gpu", ("-N", "8"), "#PBS -q debug-scaling", None),
+    ("aurora", "torch-gpu", ("-t", "3"), None, ("5 min to 1 h", "3 min asked")),
+    ("aurora", "torch-gpu", ("-N", "300", "-p", "prod", "-t", "13:00:00"), None, ("12 h",)),
+    ("aurora", "torch-gpu", ("-N", "1200", "-p", "prod", "-t", "13:00:00"), "#PBS -q prod", None),
+    ("summit", "torch-gpu", ("-N", "2", "-t", "12:00:00"), "#BSUB -q batch-hm", None),
+    ("summit", "torch-gpu", ("-N", "60", "-t", "12:00:00"), None, ("at most 6 h for 46-91",)),
+    ("perlmutter", "torch-gpu", ("-t", "3-00:00:00"), None, ("qos 'regular'", "2 d")),
+    ("perlmutter", "torch-gpu", ("-q", "debug", "-N", "9"), None, ("qos 'debug'", "1-8 node")),
+    (
+        "generic-slurm",
+        "horovod-cpu",
+        ("-N", "500", "-t", "3-00:00:00"),
+        "#SBATCH --partition=compute",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("site", "recipe", "args", "directive", "error"), LIMITS)
+def test_queue_limits_per_site(
+    site: str,
+    recipe: str,
+    args: tuple[str, ...],
+    directive: str | None,
+    error: tuple[str, ...] | None,
+) -> None:
+    base = ("submit", "--site", site, "-r", recipe, "-A", "csc42", "--dry-run", *args)
+    proc = hpcenv(*base, "--", "true")
+    if error:
+        one_line_error(proc, "scheduler.queue_limits", *error)
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert directive in proc.stdout.splitlines()
+    routed = [ln for ln in proc.stderr.splitlines() if "routed to" in ln]
+    assert len(routed) == (0 if directive.endswith(("batch", "compute", "prod")) else 1)

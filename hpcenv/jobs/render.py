@@ -36,6 +36,7 @@ from hpcenv.jobs.plan import (
     step_path,
 )
 from hpcenv.jobs.project import account_for, prelude
+from hpcenv.jobs.queues import route
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
     PLACEHOLDERS,
@@ -379,7 +380,7 @@ def plan_job(
     launcher = get_launcher(site.scheduler.launcher)
     image = image if image is not None else job.image
     used = _used_placeholders(job)
-    _check_queue_nodes(site, job)
+    job, routed = route(site, job)
     placement = job_placement(site, job)
     paths = _paths(site, job, used, image)
     account = account_for(site, job.account, strict=submitting)
@@ -388,7 +389,7 @@ def plan_job(
     env.add(placement.env, "placement")
     env.add(site.mpi.env, "site-mpi")
     env.add(site.tuning, "site-environment")
-    notes = [f"tuning: {r}" for r in placement.reasons]
+    notes = [f"tuning: {r}" for r in placement.reasons] + ([routed] if routed else [])
     files: list[StepFile] = []
     if measured is not None:
         from hpcenv.tuning.apply import OMPI_RULES_ENV, RULES_NAME, environment
@@ -473,24 +474,6 @@ def plan_job(
 def render_plan(plan: JobPlan) -> str:
     """The job script: ``job.sh.j2`` printing ``plan``."""
     return _env().get_template("jobs/job.sh.j2").render(plan=plan)
-
-
-def _check_queue_nodes(site: Site, job: JobSpec) -> None:
-    """A job outside the node range its queue takes (``scheduler.queue_nodes``) is refused here,
-    with the queues that would take it, instead of being rejected by the site's qsub/sbatch."""
-    queues = site.scheduler.queue_nodes
-    queue = job.queue or site.scheduler.queue
-    if not queue or queue not in queues:
-        return
-    fewest, most = queues[queue]
-    if fewest <= job.nodes <= most:
-        return
-    fits = sorted(q for q, (lo, hi) in queues.items() if lo <= job.nodes <= hi)
-    raise ConfigError(
-        f"queue {queue!r} on site {site.name!r} takes {fewest}-{most} node(s), {job.nodes} "
-        f"asked: give --queue ({', '.join(fits) or 'no documented queue takes that many'}) "
-        "or another node count (scheduler.queue_nodes)"
-    )
 
 
 def prepare(

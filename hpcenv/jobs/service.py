@@ -353,6 +353,9 @@ def submit_request(
             f"{rendered.placement.ranks_per_node} per node on {req.nodes} nodes "
             "(for a count per node, give --ntasks-per-node)"
         )
+    for note in rendered.notes:
+        if note.endswith("(scheduler.queue_limits)"):
+            notify(f"note: {note}")
     if req.dry_run:
         return SubmitResult(s.name, rendered)
     if job.chdir and req.transport is TransportKind.local:
