@@ -146,11 +146,11 @@ def test_aurora_queue_outside_its_node_range_exits_2() -> None:
     """ALCF's queue table (argonne-lcf/user-guides docs/aurora/running-jobs-aurora.md, read
     2026-11-22): debug takes 1-2 nodes, prod 256-10,624; qsub rejects a job outside them."""
     base = ["submit", "--site", "aurora", "-r", "torch-gpu", "-A", "myproj", "--dry-run"]
-    proc = hpcenv(*base, "-N", "8", "--", "python3", "train.py")
+    proc = hpcenv(*base, "-N", "8", "--queue", "debug", "--", "python3", "train.py")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: queue 'debug' on site 'aurora' takes 1-2 node(s), 8 asked: give --queue "
-        "(capacity, debug-scaling) or another node count (scheduler.queue_nodes)"
+        "(debug-scaling, capacity), another node count or -t/--time (scheduler.queue_limits)"
     ]
     proc = hpcenv(*base, "-N", "8", "--queue", "debug-scaling", "--", "python3", "train.py")
     assert proc.returncode == 0, proc.stderr

@@ -167,6 +167,7 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
         "#BSUB -nnodes 2",
         "#BSUB -W 00:30",
         "#BSUB -P stf007",
+        "#BSUB -q batch",  # the default queue, named (its limits are site data)
         "#BSUB -o train-%J.out",
         "#BSUB -e train-%J.err",
         '#BSUB -alloc_flags "smt1 NVME"',  # no gpumps: MPS hangs with CUDA > 11.0.3 (OLCF)
@@ -464,11 +465,11 @@ def test_prepare_reports_logs_and_workdir() -> None:
 
 def test_queue_node_ranges_are_checked_where_they_enter() -> None:
     data = load_site("aurora").model_dump()
-    data["scheduler"]["queue_nodes"] = {"debug": [4, 2]}
+    data["scheduler"]["queue_limits"] = {"debug": {"nodes": [4, 2]}}
     with pytest.raises(ValidationError, match="fewest nodes 4 > most 2"):
         Site.model_validate(data)
     site = load_site("aurora")
-    assert site.scheduler.queue_nodes["debug"] == (1, 2)  # ALCF: debug takes 1-2 nodes
+    assert site.scheduler.queue_limits["debug"].nodes == (1, 2)  # ALCF: debug takes 1-2 nodes
     job = full_job(site).model_copy(update={"nodes": 300, "queue": "prod"})
     assert "#PBS -q prod" in render_job(site, job, image="/x.sif")
     with pytest.raises(ConfigError, match=r"queue 'prod' on site 'aurora' takes 256-10624"):

@@ -409,3 +409,20 @@ def test_cli_submit_status_logs_cancel(runner: CliRunner, tmp_path: Path, slurm:
     assert runner.invoke(app, ["cancel", sleeper]).exit_code == 0
     st = json.loads(runner.invoke(app, ["status", sleeper, "--json"]).stdout)
     assert st["state"] in ("CANCELLED", "COMPLETING") or st["phase"] == "failed"
+
+
+def test_job_runs_in_the_folder_submit_was_called_from(
+    runner: CliRunner, tmp_path: Path, slurm: SlurmInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm's default, on a real Slurm: the command runs where ``submit`` was called (issue
+    22), while hpcenv's steps and logs stay in the workdir; its relative script is found."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "where.sh").write_text('pwd -P > "$HPCENV_WORKDIR/where.txt"\n')
+    work = tmp_path / "work"
+    monkeypatch.chdir(proj)
+    args = ["submit", "--site", "local", "--no-container", "--single", "--workdir", str(work)]
+    res = runner.invoke(app, [*args, "--wait", "--json", "--", "sh", "where.sh"])
+    assert res.exit_code == 0, res.output
+    assert (work / "where.txt").read_text().strip() == str(proj.resolve())
+    assert (work / ".hpcenv").is_dir() and not (proj / ".hpcenv").exists()

@@ -21,6 +21,49 @@ def positive_seconds(ctx: typer.Context, param: typer.CallbackParam, value: floa
     return value
 
 
+def walltime(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """``-t/--time``: Slurm's formats (MM, HH:MM:SS, D-HH[:MM[:SS]]), checked where it enters."""
+    from hpcenv.errors import ConfigError
+    from hpcenv.safe import walltime_seconds
+
+    if value is None:
+        return None
+    try:
+        walltime_seconds(value)
+    except ValueError as err:
+        raise ConfigError(f"-t/--time: {err}") from None
+    return value
+
+
+def job_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """``-J/--job-name``: what every scheduler takes in a name and a log file name."""
+    import re
+
+    from hpcenv.errors import ConfigError
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        raise ConfigError(
+            f"-J/--job-name {value!r}: 1-64 letters, digits, '_', '.', '-', starting with a "
+            "letter or digit"
+        )
+    return value
+
+
+def log_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """``-o``/``-e``: a file name in the job's workdir, where ``status`` and ``logs`` read it."""
+    import re
+
+    from hpcenv.errors import ConfigError
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_%+-][A-Za-z0-9_.%+-]{0,254}", value):
+        name = "-o/--output" if "-o" in param.opts else "-e/--error"
+        raise ConfigError(
+            f"{name} {value!r}: a file name in the job's workdir (letters, digits, _.%+-, "
+            "Slurm's %j %A %a %x), no folder"
+        )
+    return value
+
+
 def _complete_site(incomplete: str) -> list[str]:
     from hpcenv.site import site_names
 

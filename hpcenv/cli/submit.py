@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hpcenv.choices import TransportKind
-from hpcenv.cli.options import JsonOpt, SiteOpt, positive_seconds
+from hpcenv.cli.options import JsonOpt, SiteOpt, job_name, log_name, positive_seconds, walltime
 
 if TYPE_CHECKING:
     from hpcenv.jobs.status import JobStatus
@@ -39,26 +39,65 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--recipe", "-r", help="recipe (default image)")
         ] = None,
         nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
-        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node", "-n")] = None,
-        cores_per_rank: Annotated[int | None, typer.Option("--cores-per-rank")] = None,
+        ntasks: Annotated[
+            int | None,
+            typer.Option("--ntasks", "-n", help="total tasks (ranks), as in Slurm"),
+        ] = None,
+        ranks_per_node: Annotated[
+            int | None, typer.Option("--ntasks-per-node", "--ranks-per-node")
+        ] = None,
+        cpus_per_task: Annotated[
+            int | None,
+            typer.Option("--cpus-per-task", "-c", help="the scheduler's CPUs per task (Slurm -c)"),
+        ] = None,
+        cores_per_rank: Annotated[
+            int | None, typer.Option("--cores-per-rank", help="physical cores per rank")
+        ] = None,
+        gpus_per_task: Annotated[int | None, typer.Option("--gpus-per-task")] = None,
+        gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node")] = None,
         ccl_workers: Annotated[int | None, typer.Option("--ccl-workers")] = None,
         image: Annotated[str | None, typer.Option("--image", help="image tag or SIF path")] = None,
         no_container: Annotated[
             bool, typer.Option("--no-container", help="run on the host")
         ] = False,
-        name: Annotated[str | None, typer.Option("--name", help="job name")] = None,
-        workdir: Annotated[
-            str | None, typer.Option("--workdir", help="default <scratch>/hpcenv-jobs")
+        name: Annotated[
+            str | None,
+            typer.Option("--job-name", "-J", "--name", help="job name", callback=job_name),
         ] = None,
-        walltime: Annotated[str | None, typer.Option("--walltime")] = None,
+        workdir: Annotated[
+            str | None,
+            typer.Option(
+                "--workdir", help="hpcenv's folder (steps, logs); default <scratch>/hpcenv-jobs"
+            ),
+        ] = None,
+        chdir: Annotated[
+            str | None,
+            typer.Option(
+                "--chdir", "-D", help="where the command runs (default: the current folder)"
+            ),
+        ] = None,
+        time: Annotated[
+            str | None,
+            typer.Option(
+                "--time", "-t", "--walltime", help="MM, HH:MM:SS or D-HH:MM:SS", callback=walltime
+            ),
+        ] = None,
+        stdout: Annotated[
+            str | None,
+            typer.Option("--output", "-o", help="stdout file name (%j %x ...)", callback=log_name),
+        ] = None,
+        stderr: Annotated[
+            str | None,
+            typer.Option("--error", "-e", help="stderr file name (%j %x ...)", callback=log_name),
+        ] = None,
         account: Annotated[
             str | None,
             typer.Option("--account", "-A", help="project/account to charge (sites need one)"),
         ] = None,
         queue: Annotated[
-            str | None, typer.Option("--partition", "--queue", "-p", "-q", help="partition/queue")
+            str | None, typer.Option("--partition", "--queue", "-p", help="partition/queue")
         ] = None,
-        qos: Annotated[str | None, typer.Option("--qos", help="Slurm QOS")] = None,
+        qos: Annotated[str | None, typer.Option("--qos", "-q", help="Slurm QOS")] = None,
         constraint: Annotated[
             str | None, typer.Option("--constraint", "-C", help="node features (Slurm -C)")
         ] = None,
@@ -128,14 +167,21 @@ def register(app: typer.Typer) -> None:
             command=tuple(command or ()),
             recipe=recipe,
             nodes=nodes,
+            ntasks=ntasks,
             ranks_per_node=ranks_per_node,
+            cpus_per_task=cpus_per_task,
             cores_per_rank=cores_per_rank,
+            gpus_per_task=gpus_per_task,
+            gpus_per_node=gpus_per_node,
             ccl_workers=ccl_workers,
             image=image,
             no_container=no_container,
             name=name,
             workdir=workdir,
-            walltime=walltime,
+            chdir=chdir,
+            walltime=time,
+            stdout=stdout,
+            stderr=stderr,
             account=account,
             queue=queue,
             qos=qos,

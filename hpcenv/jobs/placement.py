@@ -135,16 +135,21 @@ def place(
     ccl_workers: int | None = None,
     recipe: str | None = None,
     force: bool = False,
+    gpus_per_rank: int | None = None,
+    gpus_per_node: int | None = None,
 ) -> Placement:
     """The placement of ``nodes`` x ``ranks_per_node`` ranks on ``site``.
 
     Defaults: the site's ``node.ranks_per_node``, else one rank per GPU, else one per socket
     (two on a one-socket node); usable cores split evenly among a socket's ranks. Raises
     ConfigError on over-subscription (more cores asked than the node leaves to jobs, or no core
-    left for compute threads after the CCL workers) unless ``force``.
+    left for compute threads after the CCL workers) unless ``force``. GPUs: ``gpus_per_rank``
+    (Slurm ``--gpus-per-task``) and ``gpus_per_node`` default to every GPU (or tile) split evenly
+    among a node's ranks; more ranks than GPUs would share them without a per-rank binding, and
+    that is a ConfigError too unless ``force`` (``gpus_per_rank=0``: CPU-only ranks).
     """
     node = site.node
-    sockets, gpus = node.sockets, node.gpus
+    sockets = node.sockets
     sockets_cores = usable_cores(site)
     flat = [c for sc in sockets_cores for c in sc]
     per_socket = min(len(sc) for sc in sockets_cores)
@@ -249,26 +254,7 @@ def place(
     else:
         reasons.append(f"OMP_NUM_THREADS={omp}: one thread per core of the rank's domain")
 
-    gpr = 0
-    gpu_bind: GpuBind = "none"
-    gpu_ids: list[tuple[str, ...]] = [() for _ in range(k)]
-    tiles = node.gpu_tiles
-    units = gpus * tiles  # what a rank binds to: a GPU, or a tile of one
-    unit = "GPU tile" if tiles > 1 else "GPU"
-    if gpus:
-        if k <= units:
-            gpr = units // k
-            ids = [f"{u // tiles}.{u % tiles}" if tiles > 1 else str(u) for u in range(units)]
-            gpu_ids = [tuple(ids[i * gpr : (i + 1) * gpr]) for i in range(k)]
-            # Tiles are bound by explicit list (ALCF's --gpu-bind=list), whole GPUs closest.
-            gpu_bind = "list" if tiles > 1 else "closest"
-            reasons.append(
-                f"{units} {unit}s / {k} ranks -> {gpr} {unit}(s) per rank, bound {gpu_bind}"
-            )
-        else:
-            gpu_bind = "shared"
-            reasons.append(f"{k} ranks > {units} {unit}s: shared, no per-rank GPU binding")
-
+    gpr, gpu_bind, gpu_ids = _gpus(site, k, gpus_per_rank, gpus_per_node, force, reasons)
     env = {
         "OMP_NUM_THREADS": str(omp),
         "KMP_AFFINITY": "granularity=fine,compact,1,0",
@@ -299,26 +285,139 @@ def place(
     )
 
 
+def _gpus(
+    site: Site,
+    k: int,
+    per_rank: int | None,
+    per_node: int | None,
+    force: bool,
+    reasons: list[str],
+) -> tuple[int, GpuBind, list[tuple[str, ...]]]:
+    """(GPUs per rank, binding, each rank's GPU ids) for ``k`` ranks per node: explicit counts
+    must divide and fit the node; ranks that would share GPUs unbound are refused."""
+    node = site.node
+    tiles = node.gpu_tiles
+    units = node.gpus * tiles  # what a rank binds to: a GPU, or a tile of one
+    unit = "GPU tile" if tiles > 1 else "GPU"
+    none: list[tuple[str, ...]] = [() for _ in range(k)]
+    if not units:
+        if per_rank or per_node:
+            raise ConfigError(
+                f"site {site.name!r} has no GPUs: leave out --gpus-per-task/--gpus-per-node"
+            )
+        return 0, "none", none
+    avail = units
+    if per_node is not None:
+        if per_node > units:
+            raise ConfigError(f"--gpus-per-node {per_node}: a {site.name} node has {units} {unit}s")
+        avail = per_node
+    if per_rank is not None:
+        if per_node is not None and per_rank * k != per_node:
+            raise ConfigError(
+                f"--gpus-per-task {per_rank} x {k} ranks per node = {per_rank * k}, but "
+                f"--gpus-per-node {per_node}: give one of them or make them agree"
+            )
+        if per_rank * k > avail:
+            raise ConfigError(
+                f"{k} ranks per node x --gpus-per-task {per_rank} = {per_rank * k} {unit}s, "
+                f"but a {site.name} node has {avail}: fewer ranks per node or GPUs per task"
+            )
+        gpr = per_rank
+    elif per_node == 0:
+        gpr = 0
+    elif k <= avail and avail % k == 0:
+        gpr = avail // k
+    elif k <= avail:
+        raise ConfigError(
+            f"{avail} {unit}s per node do not divide among {k} ranks per node: give "
+            f"--gpus-per-task, or a rank count that divides {avail}"
+        )
+    elif force:
+        reasons.append(f"{k} ranks > {avail} {unit}s: FORCED, shared, no per-rank GPU binding")
+        return 0, "shared", none
+    else:
+        raise ConfigError(
+            f"{k} ranks per node > {avail} {unit}s per {site.name} node: ranks would share GPUs "
+            f"without a per-rank binding; give at most {avail} per node, --gpus-per-task 0 "
+            "for CPU-only ranks, or --force"
+        )
+    if gpr == 0:
+        reasons.append("no GPU per rank (--gpus-per-task 0 / --gpus-per-node 0)")
+        return 0, "none", none
+    ids = [f"{u // tiles}.{u % tiles}" if tiles > 1 else str(u) for u in range(units)]
+    # Tiles are bound by explicit list (ALCF's --gpu-bind=list), whole GPUs closest.
+    bind: GpuBind = "list" if tiles > 1 else "closest"
+    reasons.append(f"{avail} {unit}s / {k} ranks -> {gpr} {unit}(s) per rank, bound {bind}")
+    return gpr, bind, [tuple(ids[i * gpr : (i + 1) * gpr]) for i in range(k)]
+
+
+def tasks_per_node(job: JobSpec) -> int | None:
+    """Ranks per node from Slurm's options: ``-n`` is the total (as in Slurm, not per node),
+    ``--ntasks-per-node`` per node; both must agree, and the total must divide over the nodes
+    (hpcenv puts the same number of ranks on every node). None: the site's default."""
+    n, per, nodes = job.ntasks, job.ranks_per_node, job.nodes
+    if n is None:
+        return per
+    if per is not None and per * nodes != n:
+        raise ConfigError(
+            f"-n/--ntasks {n} is the total number of tasks (as in Slurm), but {nodes} node(s) x "
+            f"--ntasks-per-node {per} = {per * nodes}: give one of them or make them agree"
+        )
+    if n % nodes:
+        raise ConfigError(
+            f"-n/--ntasks {n} (the total, as in Slurm) does not divide over -N/--nodes {nodes}: "
+            f"give a multiple of {nodes}, or --ntasks-per-node"
+        )
+    return n // nodes
+
+
+def cores_per_task(site: Site, job: JobSpec) -> int | None:
+    """Physical cores per rank from ``-c/--cpus-per-task`` (the scheduler's CPUs: hardware
+    threads where the site's Slurm counts them, ``scheduler.cpus_per_core``) or
+    ``--cores-per-rank``; both given must agree."""
+    c, per = job.cpus_per_task, site.scheduler.cpus_per_core
+    if c is None:
+        return job.cores_per_rank
+    if c % per:
+        raise ConfigError(
+            f"-c/--cpus-per-task {c}: {site.name}'s scheduler counts {per} CPUs per core "
+            f"(scheduler.cpus_per_core); give a multiple of {per}"
+        )
+    if job.cores_per_rank is not None and job.cores_per_rank * per != c:
+        raise ConfigError(
+            f"-c/--cpus-per-task {c} and --cores-per-rank {job.cores_per_rank} disagree "
+            f"({per} CPU(s) per core on {site.name}): give one of them"
+        )
+    return c // per
+
+
 def job_placement(site: Site, job: JobSpec) -> Placement:
     """The placement of a job: its ranks for an MPI launch, else one task that gets every core
     the site leaves to jobs (not the reserved ones). The one place jobs (the plan) and the
     measured-tuning lookup for a job (:func:`hpcenv.tuning.apply.for_job`) derive it."""
+    cores = cores_per_task(site, job)
     if job.launch == "mpi":
         return place(
             site,
             job.nodes,
-            job.ranks_per_node,
-            cores_per_rank=job.cores_per_rank,
+            tasks_per_node(job),
+            cores_per_rank=cores,
             ccl_workers=job.ccl_workers,
             recipe=job.recipe,
             force=job.force,
+            gpus_per_rank=job.gpus_per_task,
+            gpus_per_node=job.gpus_per_node,
         )
+    if job.ntasks not in (None, 1):
+        raise ConfigError("--single runs one task in the batch shell: leave out -n/--ntasks")
     return place(
         site,
         job.nodes,
         1,
-        cores_per_rank=job.cores_per_rank or sum(len(c) for c in usable_cores(site)),
+        cores_per_rank=cores or sum(len(c) for c in usable_cores(site)),
         ccl_workers=job.ccl_workers or 0,
         recipe=job.recipe,
         force=job.force,
+        gpus_per_rank=job.gpus_per_task,
+        gpus_per_node=job.gpus_per_node,
     )

@@ -107,7 +107,13 @@ class Step:
 
 @dataclass(frozen=True)
 class JobPaths:
+    """Where the job keeps its things. ``workdir``: hpcenv's own (the steps folder ``.hpcenv``,
+    logs, default output); ``chdir``: where the launch runs and the container starts, the
+    folder ``submit`` was called from by default (Slurm's default), exported as
+    ``$HPCENV_CHDIR`` (None: the workdir). Staged data is found through ``$HPCENV_DATA``."""
+
     workdir: str
+    chdir: str | None = None
     node_local: str | None = None
     data: str | None = None
     output: str | None = None
@@ -162,6 +168,7 @@ class JobPlan:
             "placement": self.placement.to_dict(),
             "paths": {
                 "workdir": self.paths.workdir,
+                "chdir": self.paths.chdir or self.paths.workdir,
                 "node_local": self.paths.node_local,
                 "data": self.paths.data,
                 "output": self.paths.output,

@@ -36,6 +36,7 @@ from hpcenv.jobs.plan import (
     step_path,
 )
 from hpcenv.jobs.project import account_for, prelude
+from hpcenv.jobs.queues import route
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
     PLACEHOLDERS,
@@ -202,6 +203,7 @@ def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPa
         output = f"{workdir}/{job.name}-output-${{HPCENV_JOB_ID}}"
     return JobPaths(
         workdir=workdir,
+        chdir=job.chdir if job.chdir and job.chdir != workdir else None,
         node_local=node_local,
         data=data,
         output=output,
@@ -260,8 +262,10 @@ def _container_launch(
     local = paths.node_local or paths.workdir
     if paths.output and not paths.output.startswith((paths.workdir, local)):
         binds.append(paths.output)
-    names = [*env.names(), *PLACEHOLDERS.values()]
-    ctx = RunContext(paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
+    if paths.chdir:  # the container starts where the user is; the steps folder stays bound
+        binds.insert(0, paths.workdir)
+    names = [*env.names(), *PLACEHOLDERS.values(), *(["HPCENV_CHDIR"] if paths.chdir else [])]
+    ctx = RunContext(paths.chdir or paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
     return get_runtime(site.runtime.kind).launch(site, paths.image, ctx)
 
 
@@ -395,7 +399,7 @@ def plan_job(
     launcher = get_launcher(site.scheduler.launcher)
     image = image if image is not None else job.image
     used = _used_placeholders(job)
-    _check_queue_nodes(site, job)
+    job, routed = route(site, job)
     placement = job_placement(site, job)
     paths = _paths(site, job, used, image)
     account = account_for(site, job.account, strict=submitting)
@@ -404,7 +408,7 @@ def plan_job(
     env.add(placement.env, "placement")
     env.add(site.mpi.env, "site-mpi")
     env.add(site.tuning, "site-environment")
-    notes = [f"tuning: {r}" for r in placement.reasons]
+    notes = [f"tuning: {r}" for r in placement.reasons] + ([routed] if routed else [])
     files: list[StepFile] = []
     if measured is not None:
         from hpcenv.tuning.apply import OMPI_RULES_ENV, RULES_NAME, environment
@@ -490,24 +494,6 @@ def plan_job(
 def render_plan(plan: JobPlan) -> str:
     """The job script: ``job.sh.j2`` printing ``plan``."""
     return _env().get_template("jobs/job.sh.j2").render(plan=plan)
-
-
-def _check_queue_nodes(site: Site, job: JobSpec) -> None:
-    """A job outside the node range its queue takes (``scheduler.queue_nodes``) is refused here,
-    with the queues that would take it, instead of being rejected by the site's qsub/sbatch."""
-    queues = site.scheduler.queue_nodes
-    queue = job.queue or site.scheduler.queue
-    if not queue or queue not in queues:
-        return
-    fewest, most = queues[queue]
-    if fewest <= job.nodes <= most:
-        return
-    fits = sorted(q for q, (lo, hi) in queues.items() if lo <= job.nodes <= hi)
-    raise ConfigError(
-        f"queue {queue!r} on site {site.name!r} takes {fewest}-{most} node(s), {job.nodes} "
-        f"asked: give --queue ({', '.join(fits) or 'no documented queue takes that many'}) "
-        "or another node count (scheduler.queue_nodes)"
-    )
 
 
 def prepare(

@@ -198,8 +198,9 @@ class Scheduler(ABC):
             if value is None:
                 continue
             if flag is None:
+                old = " (-q is Slurm's QOS; the queue is -p/--queue)" if what == "--qos" else ""
                 raise ConfigError(
-                    f"{self.name} has no {what}; pass the scheduler's own option with --option"
+                    f"{self.name} has no {what}{old}; pass the scheduler's own option with --option"
                 )
             pairs.append((flag, value))
         return pairs
@@ -209,9 +210,44 @@ class Scheduler(ABC):
             return f"{self.prefix} {flag}"
         return f"{self.prefix} {flag} {_val(value)}"
 
+    # Slurm's file name patterns (``-o``/``-e``, sbatch "filename pattern") in this scheduler's
+    # words; a pattern missing here is refused (the scheduler would write it literally).
+    log_pattern_map: ClassVar[dict[str, str]] = {}
+
     def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
-        """stdout/stderr file names relative to the workdir, with the scheduler's patterns."""
+        """stdout/stderr file names relative to the workdir, with the scheduler's patterns:
+        the job's own ``-o``/``-e`` (Slurm's patterns translated), else hpcenv's default."""
+        out, err = self.default_log_names(job)
+        return (
+            self.translate_log(job.stdout, job.name, "-o/--output") if job.stdout else out,
+            self.translate_log(job.stderr, job.name, "-e/--error") if job.stderr else err,
+        )
+
+    def default_log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         return None, None
+
+    def translate_log(self, name: str, job_name: str, option: str) -> str:
+        """``name`` with Slurm's ``%x`` (job name) filled in and ``%j %A %a`` in this
+        scheduler's words."""
+        out, i = [], 0
+        while i < len(name):
+            if name[i] != "%":
+                out.append(name[i])
+                i += 1
+                continue
+            pat = name[i : i + 2]
+            if pat == "%x":
+                out.append(job_name)
+            elif pat in self.log_pattern_map:
+                out.append(self.log_pattern_map[pat])
+            else:
+                known = ", ".join(["%x", *self.log_pattern_map])
+                raise ConfigError(
+                    f"{option} {name!r}: {self.name} has no pattern {pat!r} "
+                    f"(it takes {known}); give a plain file name"
+                )
+            i += 2
+        return "".join(out)
 
     def log_files(self, name: str, job_id: str, log_names: Sequence[str | None]) -> list[str]:
         """The files (relative to the workdir) that :meth:`log_names` became for ``job_id``."""
@@ -391,6 +427,7 @@ class Slurm(Scheduler):
     submit_command = "sbatch"
     account_flag = "--account"
     log_patterns = {"%j": "{id}", "%A": "{id}", "%a": "*"}
+    log_pattern_map = {"%j": "%j", "%A": "%A", "%a": "%a"}
     getopt = True
     own_options = frozenset({"--gpus"})  # sbatch's own --gpus, not --gpus-per-task abbreviated
     owned = {
@@ -398,7 +435,7 @@ class Slurm(Scheduler):
         **dict.fromkeys(("-e", "--error"), "--error (the stderr log status and logs read)"),
         **dict.fromkeys(("-D", "--chdir"), "working directory (--workdir)"),
         **dict.fromkeys(("--export", "--export-file", "--get-user-env"), "exported environment"),
-        **dict.fromkeys(("-J", "--job-name"), "--job-name (--name)"),
+        **dict.fromkeys(("-J", "--job-name"), "--job-name (-J)"),
         "--parsable": "--parsable (how submit reads the job id)",
         "--comment": "--comment (the submit token that stops a retry submitting twice)",
         **dict.fromkeys(("-d", "--dependency", "--kill-on-invalid-dep"), "dependency (--after)"),
@@ -407,9 +444,9 @@ class Slurm(Scheduler):
         **dict.fromkeys(("-N", "--nodes"), "--nodes (--nodes)"),
         **dict.fromkeys(
             ("-n", "--ntasks", "--ntasks-per-node", "-c", "--cpus-per-task", "--gpus-per-task"),
-            "rank placement (--ranks-per-node, --cores-per-rank)",
+            "rank placement (-n, --ntasks-per-node, -c, --gpus-per-task)",
         ),
-        **dict.fromkeys(("-t", "--time"), "--time (--walltime)"),
+        **dict.fromkeys(("-t", "--time"), "--time (-t)"),
         **dict.fromkeys(("-A", "--account"), "--account (--account)"),
         **dict.fromkeys(("-p", "--partition"), "--partition (--partition)"),
     }
@@ -426,7 +463,7 @@ class Slurm(Scheduler):
     installed = ("sbatch", "--version")
     launchers = (("srun", "Slurm's own launcher"),)
 
-    def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
+    def default_log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         tag = "%A_%a" if job.array else "%j"
         return f"{job.name}-{tag}.out", f"{job.name}-{tag}.err"
 
@@ -587,6 +624,8 @@ class Lsf(Scheduler):
     account_option = f"--account ({submit_command} {account_flag})"
     needs_account = True
     log_patterns = {"%J": "{id}", "%I": "*"}
+    # bsub -o: %J job id, %I array index (IBM Spectrum LSF bsub -o reference)
+    log_pattern_map = {"%j": "%J", "%A": "%J", "%a": "%I"}
     owned = {
         **dict.fromkeys(("-o", "-oo"), "-o (the stdout log status and logs read)"),
         **dict.fromkeys(("-e", "-eo"), "-e (the stderr log status and logs read)"),
@@ -609,7 +648,7 @@ class Lsf(Scheduler):
     detect = ("bqueues",)
     launchers = (("jsrun", "jsrun found"), ("mpirun", "no jsrun"))
 
-    def log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
+    def default_log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         tag = "%J_%I" if job.array else "%J"
         return f"{job.name}-{tag}.out", f"{job.name}-{tag}.err"
 
@@ -788,6 +827,8 @@ class Pbs(Scheduler):
             ("-l", "place=scatter"),
             ("-l", f"walltime={_pbs_walltime(job.walltime or site.scheduler.walltime)}"),
         ]
+        out, err = self.log_names(job)  # PBS expands no pattern: only the job's own names
+        pairs += [(flag, name) for flag, name in (("-o", out), ("-e", err)) if name]
         account = job.account  # resolved by render (project.account_for)
         if account:
             pairs.append((self.account_flag, account))

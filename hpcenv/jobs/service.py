@@ -17,6 +17,7 @@ stay inside the functions, as in the CLI, so importing this module is cheap.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,14 +61,21 @@ class SubmitRequest:
     command: tuple[str, ...] = ()
     recipe: str | None = None
     nodes: int = 1
+    ntasks: int | None = None  # total, as in Slurm
     ranks_per_node: int | None = None
+    cpus_per_task: int | None = None
     cores_per_rank: int | None = None
+    gpus_per_task: int | None = None
+    gpus_per_node: int | None = None
     ccl_workers: int | None = None
     image: str | None = None
     no_container: bool = False
     name: str | None = None
     workdir: str | None = None
+    chdir: str | None = None  # where the command runs; None: the folder submit is called from
     walltime: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
     account: str | None = None
     queue: str | None = None
     qos: str | None = None
@@ -194,6 +202,54 @@ def ensure_manifest(directory: Path, notify: Notify = _ignore) -> None:
         notify(f"wrote {directory / MANIFEST_NAME} (no manifest was there)")
 
 
+# Programs whose first argument that is not an option is the script they run.
+_INTERPRETER = re.compile(r"(python[0-9.]*|bash|sh|zsh|ksh|Rscript|julia|perl|ruby|node)")
+_NO_SCRIPT = {"-m", "-c", "-"}  # python -m module, -c code, read stdin
+_TAKES_VALUE = {"-W", "-X", "-o", "-O", "--init-file", "--rcfile"}
+
+
+def command_script(command: tuple[str, ...]) -> str | None:
+    """The local script ``command`` runs, when it names one by a relative path:
+    ``python3 train.py`` -> ``train.py``, ``./run.sh`` -> ``./run.sh``. An absolute path may be
+    inside the image, a bare program name is looked up on PATH: neither is a local file."""
+    if not command:
+        return None
+    prog = command[0]
+    if "/" in prog:
+        return None if prog.startswith("/") else prog
+    if not _INTERPRETER.fullmatch(prog):
+        return None
+    skip = False
+    for arg in command[1:]:
+        if skip:
+            skip = False
+        elif arg in _NO_SCRIPT:
+            return None
+        elif arg in _TAKES_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            return None if arg.startswith("/") or "$" in arg or "{" in arg else arg
+    return None
+
+
+def check_chdir(chdir: str, command: tuple[str, ...]) -> None:
+    """Before anything is queued: the job's folder exists here, and so does the script its
+    command names (relative to that folder). Paths naming variables expand on the node."""
+    from hpcenv.errors import ConfigError
+
+    if "$" in chdir:
+        return
+    folder = Path(chdir)
+    if not folder.is_dir():
+        raise ConfigError(f"--chdir {chdir}: no such folder; the job would start nowhere")
+    script = command_script(command)
+    if script and not (folder / script).is_file():
+        raise ConfigError(
+            f"{script}: no such file in {chdir} (the job runs there; cd to the script's "
+            "folder or pass --chdir)"
+        )
+
+
 def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
     """The request's job, after the checks that need the options together."""
     from pydantic import ValidationError
@@ -206,7 +262,14 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
 
     for opt in req.options:
         option_pair(opt)  # one clear line per bad --option, before the job model
-    refuse_empty(image=req.image, stage_in=req.stage_in, stage_out=req.stage_out)
+    refuse_empty(
+        image=req.image,
+        stage_in=req.stage_in,
+        stage_out=req.stage_out,
+        chdir=req.chdir,
+        output=req.stdout,
+        error=req.stderr,
+    )
     image = req.image
     from hpcenv.recipe import recipe_name
 
@@ -223,13 +286,20 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
             command=list(req.command),
             launch="single" if req.single else "mpi",
             nodes=req.nodes,
+            ntasks=req.ntasks,
             ranks_per_node=req.ranks_per_node,
+            cpus_per_task=req.cpus_per_task,
             cores_per_rank=req.cores_per_rank,
+            gpus_per_task=req.gpus_per_task,
+            gpus_per_node=req.gpus_per_node,
             ccl_workers=req.ccl_workers,
             recipe=recipe,
             image=None if req.no_container else image,
             workdir=req.workdir,
+            chdir=_chdir(req),
             walltime=req.walltime,
+            stdout=req.stdout,
+            stderr=req.stderr,
             account=req.account,
             queue=req.queue,
             qos=req.qos,
@@ -246,6 +316,15 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
         )
     except ValidationError as err:
         raise ConfigError(validation_message(err, "invalid job")) from None
+
+
+def _chdir(req: SubmitRequest) -> str | None:
+    """Where the command runs: ``--chdir``, else (Slurm's default) the folder ``submit`` was
+    called from, when the job is submitted from this machine; over SSH that folder is not on the
+    login node, so the job runs in its workdir unless ``--chdir`` says otherwise."""
+    if req.chdir is not None:
+        return req.chdir if req.chdir.startswith(("/", "$")) else str(Path(req.chdir).absolute())
+    return str(Path.cwd()) if req.transport is TransportKind.local else None
 
 
 def submit_request(
@@ -271,8 +350,19 @@ def submit_request(
     if warning:
         notify(f"warning: {warning}")
     rendered = prepare(s, job, submitting=True, measured=measured)
+    if req.ntasks and req.nodes > 1 and req.ranks_per_node is None:
+        notify(
+            f"note: -n/--ntasks {req.ntasks} is the total, as in Slurm: "
+            f"{rendered.placement.ranks_per_node} per node on {req.nodes} nodes "
+            "(for a count per node, give --ntasks-per-node)"
+        )
+    for note in rendered.notes:
+        if note.endswith("(scheduler.queue_limits)"):
+            notify(f"note: {note}")
     if req.dry_run:
         return SubmitResult(s.name, rendered)
+    if job.chdir and req.transport is TransportKind.local:
+        check_chdir(job.chdir, tuple(job.command))
     try:  # local checks first, so nothing is queued (nor a manifest written) that cannot be recorded
         records_dir(probe=True)
     except ConfigError as err:

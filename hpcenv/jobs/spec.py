@@ -26,6 +26,9 @@ from hpcenv.safe import (
 )
 
 JobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+# A log file name in the job's workdir (where ``status`` and ``logs`` read it), with Slurm's
+# patterns %j %A %a %x; each scheduler translates them (``Scheduler.log_names``).
+LogName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_%+-][A-Za-z0-9_.%+-]{0,254}$")]
 
 
 def _image(value: str) -> str:
@@ -98,12 +101,40 @@ class JobSpec(_Strict):
         default="mpi", description="mpi: all ranks through the site launcher; single: batch shell"
     )
     nodes: int = Field(default=1, ge=1, le=100000, strict=True)
-    ranks_per_node: int | None = Field(default=None, ge=1, le=65536, strict=True)
+    ntasks: int | None = Field(
+        default=None, ge=1, le=6553600, strict=True, description="total ranks (Slurm -n)"
+    )
+    ranks_per_node: int | None = Field(
+        default=None, ge=1, le=65536, strict=True, description="Slurm --ntasks-per-node"
+    )
     cores_per_rank: int | None = Field(default=None, ge=1, le=65536, strict=True)
+    cpus_per_task: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        strict=True,
+        description="Slurm -c: the scheduler's CPUs (hardware threads where it counts them)",
+    )
+    gpus_per_task: int | None = Field(default=None, ge=0, le=64, strict=True)
+    gpus_per_node: int | None = Field(default=None, ge=0, le=64, strict=True)
     ccl_workers: int | None = Field(default=None, ge=0, le=1024, strict=True)
     recipe: Name | None = None
     image: Image | None = Field(default=None, description="image reference or .sif path")
-    workdir: ShellPath | None = Field(default=None, description="default: <scratch>/hpcenv-jobs")
+    workdir: ShellPath | None = Field(
+        default=None,
+        description="hpcenv's folder for the job (steps, logs); default <scratch>/hpcenv-jobs",
+    )
+    chdir: ShellPath | None = Field(
+        default=None,
+        description="where the command runs (Slurm --chdir); default: the workdir. "
+        "`hpcenv submit` sets it to the folder it was called from",
+    )
+    stdout: LogName | None = Field(
+        default=None, description="stdout file name in the workdir (Slurm -o; %j %A %a %x)"
+    )
+    stderr: LogName | None = Field(
+        default=None, description="stderr file name in the workdir (Slurm -e; %j %A %a %x)"
+    )
     walltime: Walltime | None = None
     account: Word | None = Field(default=None, description="project/account to charge")
     queue: Word | None = Field(default=None, description="partition (Slurm) or queue")

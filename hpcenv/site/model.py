@@ -211,6 +211,43 @@ class HostMpi(Strict):
         return parse_spec(self.spec)[1]
 
 
+class WalltimeBin(Strict):
+    """The longest job a node-count range may ask for (OLCF's "bins")."""
+
+    nodes: tuple[NodeCount, NodeCount] = Field(description="[fewest, most] nodes of the bin")
+    max_walltime: Walltime
+
+
+class QueueLimits(Strict):
+    """What one queue or partition (``selects: queue``) or QOS (``selects: qos``) takes, as the
+    site documents it; a job outside it is refused, or sent to another that takes it."""
+
+    selects: Literal["queue", "qos"] = Field(
+        default="queue", description="queue/partition (--partition) or QOS (--qos)"
+    )
+    nodes: tuple[NodeCount, NodeCount] | None = Field(
+        default=None, description="[fewest, most] nodes a job may ask for"
+    )
+    walltime: tuple[Walltime, Walltime] | None = Field(
+        default=None, description="[shortest, longest] time a job may ask for"
+    )
+    bins: list[WalltimeBin] = Field(
+        default=[], max_length=32, description="longest time by node count, where the site has bins"
+    )
+    route: bool = Field(
+        default=True,
+        description="hpcenv may send a job here when the default does not take it "
+        "(false: by request only, preemptable, debug-only)",
+    )
+
+    @field_validator("nodes")
+    @classmethod
+    def _range(cls, nodes: tuple[int, int] | None) -> tuple[int, int] | None:
+        if nodes and nodes[0] > nodes[1]:
+            raise ValueError(f"fewest nodes {nodes[0]} > most {nodes[1]}")
+        return nodes
+
+
 class Scheduler(Strict):
     kind: Literal["slurm", "lsf", "pbs", "none"]
     launcher: Literal["srun", "jsrun", "mpiexec", "mpirun"]
@@ -218,11 +255,12 @@ class Scheduler(Strict):
     account: Word | None = None
     queue: Word | None = Field(default=None, description="partition (Slurm) or queue")
     qos: Word | None = Field(default=None, description="default QOS (Slurm --qos)")
-    queue_nodes: dict[Word, tuple[NodeCount, NodeCount]] = Field(
+    queue_limits: dict[Word, QueueLimits] = Field(
         default={},
         max_length=64,
-        description="[fewest, most] nodes each queue takes, as the site documents; a job "
-        "outside its queue's range is refused at render (qsub/sbatch would reject it)",
+        description="node-count and walltime limits of each queue/partition or QOS, as the site "
+        "documents them (in the order hpcenv tries them when routing); a job outside its "
+        "queue's limits is refused or routed at render (qsub/sbatch would reject it)",
     )
     cpus_per_core: int = Field(
         default=1,
@@ -248,14 +286,6 @@ class Scheduler(Strict):
     account_required: bool = Field(
         default=False, description="the site refuses jobs without a project/account"
     )
-
-    @field_validator("queue_nodes")
-    @classmethod
-    def _queue_ranges(cls, queues: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-        for name, (fewest, most) in queues.items():
-            if fewest > most:
-                raise ValueError(f"queue {name!r}: fewest nodes {fewest} > most {most}")
-        return queues
 
     @field_validator("extra_directives")
     @classmethod
