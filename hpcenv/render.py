@@ -6,9 +6,10 @@ Deterministic: the same site, recipe and overrides give byte-identical files.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -87,6 +88,34 @@ def singularity_source(lock: Lock) -> tuple[str, str]:
     return "docker", base
 
 
+def apptainer_args(stages: list[Stage]) -> list[Stage]:
+    """The stages with each build argument (``arg``) written as Apptainer's ``{{ NAME }}``
+    (``apptainer build --build-arg NAME=...``): ``%post`` and ``%environment`` do not see the
+    builder's environment, and ``$NAME`` inside single quotes would stay a literal."""
+    out = []
+    for stage in stages:
+        names = [p.text for p in stage.primitives if p.kind == "arg"]
+        if not names:
+            out.append(stage)
+            continue
+        pattern = re.compile(r"\$(?:\{(" + "|".join(names) + r")\}|(" + "|".join(names) + r")\b)")
+
+        def sub(text: str, pattern: re.Pattern[str] = pattern) -> str:
+            return pattern.sub(lambda m: "{{ " + (m.group(1) or m.group(2)) + " }}", text)
+
+        prims = [
+            replace(
+                p,
+                commands=tuple(sub(c) for c in p.commands),
+                pairs=tuple((k, sub(v)) for k, v in p.pairs),
+                text=p.text if p.kind == "arg" else sub(p.text),
+            )
+            for p in stage.primitives
+        ]
+        out.append(Stage(stage.name, stage.base, prims))
+    return out
+
+
 def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
     lock_json = lock.to_json()
     blocks = Blocks(lock, site)
@@ -96,7 +125,7 @@ def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
     common = {"version": __version__, "lock": lock.to_dict(), "stages": stages}
     dockerfile = env.get_template("Dockerfile.j2").render(**common)
     singularity = env.get_template("Singularity.def.j2").render(
-        **common,
+        **(common | {"stages": apptainer_args(stages)}),
         bootstrap=bootstrap,
         bootstrap_from=bootstrap_from,
         test_commands=blocks.test_commands(),
