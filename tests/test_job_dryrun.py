@@ -291,7 +291,7 @@ def test_summit_job_loads_olcf_modules_and_sources_its_mpi_libraries(tmp_path: P
     script = rendered.script
     assert "module purge\nmodule load DefApps cuda/11.7.1\nmodule unload xl\n" in script
     setup = f"{tmp_path}/gpfs/alpine2/stf243/world-shared/containers/utils/requiredmpilibs.source"
-    assert f"set +u\nsource {setup}\nset -u\n" in script
+    assert f"set +u\n# shellcheck source=/dev/null\nsource {setup}\nset -u\n" in script
     assert script.index("export APPTAINERENV_LD_LIBRARY_PATH") < script.index(f"source {setup}")
     assert script.index(f"source {setup}") < script.index("\njsrun -n 2 -r 1 -a 6")
     assert run.returncode == 0, run.stderr

@@ -243,3 +243,23 @@ def test_network_plugin_built_into_the_image_where_the_site_says_so() -> None:
     assert "aws-ofi-nccl-1.19.2.tar.gz" in build and "--with-rocm=/opt/rocm" in build
     assert "COPY --from=build /opt/aws-ofi-nccl /opt/aws-ofi-nccl" in runtime
     assert 'NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/librccl-net.so"' in runtime
+
+
+def test_site_build_over_intel_mpi_fits_a_local_site() -> None:
+    """The same model on an apt site whose MPI sits at a fixed prefix (local-bind's Intel MPI
+    from impi-devel, scripts/site-mpi-setup.sh): no MPI packages, no build argument, mpi4py and
+    Horovod compiled with the site's mpicc/mpicxx, daal4py kept (Intel MPI is MPICH ABI)."""
+    bind = load_site("local-bind")
+    site = bind.model_copy(
+        update={
+            "name": "local-sitebuild",
+            "mpi": bind.mpi.model_copy(update={"model": "site-build"}),
+        }
+    )
+    lock = resolve(site, load_recipe("horovod-cpu"))
+    text = render(lock, site).dockerfile
+    assert "ARG " not in text and "libmpich" not in text and "openmpi" not in text.split("LABEL")[0]
+    assert 'test -x "/opt/site/intel-mpi/bin/mpicc"' in text
+    assert 'MPICC="/opt/site/intel-mpi/bin/mpicc" /opt/venv/bin/pip install' in text
+    assert 'PATH="/opt/site/intel-mpi/bin:$PATH"' in text
+    assert "daal4py" in lock.components
