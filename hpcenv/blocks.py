@@ -9,6 +9,7 @@ A block returns what the build stage runs and what the runtime stage needs (hpcc
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from hpcenv.credentials import (
     has_credentials,
     pip_credentials,
 )
+from hpcenv.errors import ConfigError
 from hpcenv.knowledge import kb, mpi_soname, rule
 from hpcenv.lock import Lock
 from hpcenv.matched import USER_CONTEXT, USER_DIR, companion_checks
@@ -41,7 +43,7 @@ VENV_PATH = f"{VENV}/bin:{SYSTEM_PATH}"
 class Primitive:
     """One recipe instruction, independent of the output format."""
 
-    kind: Literal["comment", "shell", "env", "copy", "label", "user", "workdir"]
+    kind: Literal["comment", "shell", "env", "copy", "label", "user", "workdir", "arg"]
     commands: tuple[str, ...] = ()
     pairs: tuple[tuple[str, str], ...] = ()
     src: str = ""
@@ -82,6 +84,17 @@ def env(**pairs: str) -> Primitive:
 
 def copy(src: str, dst: str, from_stage: str | None = None) -> Primitive:
     return Primitive("copy", src=src, dst=dst, from_stage=from_stage)
+
+
+def arg(name: str) -> Primitive:
+    """A build argument the build command passes (``--build-arg NAME=...``); later steps of the
+    stage read it as ``$NAME`` (Dockerfile ``ARG``; Apptainer ``{{ NAME }}``, see render.py)."""
+    return Primitive("arg", text=name)
+
+
+def variables_in(text: str) -> list[str]:
+    """``$NAME``/``${NAME}`` names in ``text`` (``"$MPI_ROOT/lib"`` -> ``["MPI_ROOT"]``)."""
+    return list(dict.fromkeys(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", text)))
 
 
 @dataclass
@@ -151,6 +164,13 @@ def build_step(name: str, *args: str) -> tuple[Primitive, Primitive, dict[str, s
     return copy(rel, f"{STEPS_DIR}/{name}"), run, {rel: step_text(name)}
 
 
+def dnf_install(packages: list[str], install: str) -> Primitive:
+    """One dnf transaction (``install``: the site's command, ``fakeroot dnf install -y`` where
+    the builder is rootless), its caches removed in the same step."""
+    pkgs = " ".join(sorted(set(packages)))
+    return shell(f"{install} {pkgs}", "dnf clean all", "rm -rf /var/cache/dnf")
+
+
 def pip_install(*requirements: str, extra: str = "") -> str:
     reqs = " ".join(shlex.quote(r) for r in requirements)
     return f"{PIP} install --no-cache-dir {extra}{reqs}".replace("  ", " ")
@@ -200,6 +220,41 @@ def mpich_source(version: str, configure: str, jobs: int, reason: str = "") -> P
         runtime=[
             copy(MPI_PREFIX, MPI_PREFIX, from_stage="build"),
             env(LD_LIBRARY_PATH=f"{MPI_PREFIX}/lib"),
+        ],
+    )
+
+
+@register("host-mpi-build")
+def host_mpi_build(spec: str, root: str) -> Parts:
+    """site-build: no MPI of the image's own; the host's, mounted at its own path while the
+    image builds (``podman build -v ROOT:ROOT``, OLCF's Summit recipe), is what MPI programs
+    compile against (``MPICC``/``MPICXX`` and ``ROOT/bin`` first on the PATH), and the job binds
+    the same path. A ``$VARIABLE`` in ``root`` is a build argument (``--build-arg``). The step
+    fails with one line when the mount is missing. Example: ``host_mpi_build("spectrum-mpi@10.4",
+    "$MPI_ROOT")``; ``host_mpi_build("intel-mpi@2021.18.1", "/opt/site/intel-mpi")``.
+    """
+    args = [arg(name) for name in variables_in(root)]
+    check = shell(
+        f'test -x "{root}/bin/mpicc" || {{ echo "hpcenv: site-build: the host MPI {spec} is '
+        f"not mounted at '{root}' (build with -v ROOT:ROOT"
+        + "".join(f" --build-arg {n}=ROOT" for n in variables_in(root))
+        + ')" >&2; exit 1; }'
+    )
+    return Parts(
+        build=[
+            comment(f"MPI: none in the image; the host's {spec} at {root}, mounted for the build"),
+            *args,
+            check,
+            env(
+                MPICC=f"{root}/bin/mpicc",
+                MPICXX=f"{root}/bin/mpicxx",
+                LD_LIBRARY_PATH=f"{root}/lib",
+            ),
+        ],
+        runtime=[
+            comment(f"MPI: the host's {spec}, bound at {root} by the job (site-build model)"),
+            *args,
+            env(LD_LIBRARY_PATH=f"{root}/lib"),
         ],
     )
 
@@ -334,6 +389,19 @@ class Blocks:
         self.site = site
         self.apt = kb()["install"]["apt"]
         self.suite = lock.build.get("debootstrap_suite")
+        self.package_manager = kb()["os"][site.os].get("package_manager", "apt")
+        self.os_packages = kb()["install"][self.package_manager]
+
+    def install(self, packages: list[str]) -> Primitive:
+        """One transaction of the base OS's package manager (apt, or dnf for an EL8 base)."""
+        if self.package_manager == "dnf":
+            if self.site.build.apt_mirror:
+                raise ConfigError(
+                    f"site {self.site.name}: build.apt_mirror is for apt; os {self.site.os} "
+                    "installs with dnf"
+                )
+            return dnf_install(packages, self.os_packages["install"])
+        return apt_install(packages, self.site.build.apt_mirror, self.suite)
 
     def parts(self) -> list[Parts]:
         """Every block's parts, in build order."""
@@ -363,12 +431,13 @@ class Blocks:
         parts = self.parts()
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
-            {pkg for part in parts for pkg in part.runtime_apt} | set(self.apt["runtime_base"])
+            {pkg for part in parts for pkg in part.runtime_apt}
+            | set(self.os_packages["runtime_base"])
         )
         runtime = [
             generated_note(),
             comment("runtime libraries only: no compilers, headers or build credentials"),
-            apt_install(apt, self.site.build.apt_mirror, self.suite),
+            self.install(apt),
             *[p for part in parts for p in part.runtime],
             *self.payload(lock_json, checks),
         ]
@@ -396,15 +465,13 @@ class Blocks:
         )
 
     def build_tools(self) -> Parts:
-        return Parts(
-            build=[
-                apt_install(list(self.apt["build_tools"]), self.site.build.apt_mirror, self.suite)
-            ]
-        )
+        return Parts(build=[self.install(list(self.os_packages["build_tools"]))])
 
     def mpi(self) -> Parts:
         mpi = self.lock.components["mpi"]
         name = mpi.implementation or "openmpi"
+        if mpi.source.startswith("host"):
+            return host_mpi_build(f"{name}@{mpi.version}", mpi.options["root"])
         if mpi.source == "apt":
             pkgs = self.apt[name]
             return Parts(
@@ -509,8 +576,8 @@ class Blocks:
 
     def nccl(self) -> Parts:
         nccl = self.lock.components.get("nccl")
-        if not nccl:
-            return Parts()
+        if not nccl or nccl.source.startswith("conda"):
+            return Parts()  # none, or with torch's conda packages
         cuda = self.lock.components["cuda"].version
         ver = f"{nccl.version}-1+cuda{cuda}"
         return Parts(
@@ -599,6 +666,10 @@ class Blocks:
             return Parts()
         flags = {k: v for k, v in sorted(hvd.options.items()) if k.startswith(("HOROVOD_", "CCL_"))}
         env_words = " ".join(f"{k}={v}" for k, v in flags.items())
+        mpi = self.lock.components["mpi"]
+        if mpi.source.startswith("host"):  # site-build: CMake finds the host's mpicxx first
+            env_words = f'PATH="{mpi.options["root"]}/bin:$PATH" {env_words}'
+
         src = f"/tmp/horovod-{hvd.version}"
         cmds = [
             pip_install(*kb()["install"]["horovod_build_deps"]),
@@ -630,7 +701,16 @@ class Blocks:
         reqs: list[str] = []
         index = ""
         comps = self.lock.components
-        if "mpi4py" in comps:
+        steps: list[Primitive] = []
+        if "mpi4py" in comps and "MPICC" in comps["mpi4py"].options:
+            mpicc = comps["mpi4py"].options["MPICC"]
+            steps.append(
+                shell(
+                    f'MPICC="{mpicc}" '
+                    + pip_install(f"mpi4py=={comps['mpi4py'].version}", extra="--no-binary mpi4py ")
+                )
+            )
+        elif "mpi4py" in comps:
             reqs.append(f"mpi4py=={comps['mpi4py'].version}")
         if "daal4py" in comps:
             reqs += [comps["daal4py"].options["package"], "scikit-learn"]
@@ -641,9 +721,11 @@ class Blocks:
             if name in comps:
                 reqs.append(f"{dist}=={comps[name].version}")
                 index = f"--extra-index-url {shlex.quote(comps[name].options['index'])} "
-        if not reqs:
+        if reqs:
+            steps.append(shell(pip_install(*reqs, extra=index)))
+        if not steps:
             return Parts()
-        return Parts(build=[comment("python packages"), shell(pip_install(*reqs, extra=index))])
+        return Parts(build=[comment("python packages"), *steps])
 
     def payload(self, lock_json: str, checks: bool) -> list[Primitive]:
         """Lock, labels, checks, environment and the non-root user of the runtime stage."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcenv import naming
+from hpcenv.blocks import variables_in
 from hpcenv.credentials import (
     APT_AUTH,
     PIP_CONF,
@@ -40,9 +42,50 @@ class BuildPlan:
     owned: bool = True  # the context lives in hpcenv's cache (replaced without --force)
     user_files: tuple[Path, ...] = ()  # host files of the recipe's user content, in lock order
 
-    def summary(self) -> dict[str, object]:
+    @property
+    def host_mpi(self) -> str | None:
+        """site-build: the host MPI prefix the build mounts at its own path, else None."""
+        mpi = self.lock.components.get("mpi")
+        if mpi is None or not mpi.source.startswith("host"):
+            return None
+        return mpi.options["root"]
+
+    def volumes(self) -> list[str]:
+        """Build-time mounts (``-v``, a build option, not a Dockerfile line): the host MPI."""
+        root = self.host_mpi
+        return [f"{root}:{root}"] if root else []
+
+    def build_args(self) -> dict[str, str]:
+        """``--build-arg NAME=$NAME`` for each variable the host MPI prefix names."""
+        root = self.host_mpi
+        return {name: f"${name}" for name in variables_in(root)} if root else {}
+
+    def build_command(self, engine_name: str | None = None) -> list[str]:
+        """The build command as it will run, variables still unexpanded (``$MPI_ROOT``)."""
+        engine = get_engine(engine_name or self.site.build.engine)
+        return engine.build_argv(
+            self.context,
+            self.context / "Dockerfile",
+            self.tag,
+            self.build_args(),
+            self.volumes(),
+            flags=self.site.build.flags,
+        )
+
+    def sif_steps(self, engine_name: str | None = None) -> list[str]:
+        """How the built image becomes a SIF (:func:`hpcenv.sif.build_sif`, ``oci`` source)."""
+        fmt = self.site.build.archive
+        archive = naming.sif_archive(recipe=self.recipe, site=self.site.name)
+        exe = engine_name or self.site.build.engine
+        return [
+            f"{exe} save --format {fmt} -o {archive} {self.tag}",
+            f"apptainer build {naming.sif_file(recipe=self.recipe, site=self.site.name, source='oci')} "
+            f"{fmt}:{archive}",
+        ]
+
+    def summary(self, engine_name: str | None = None, fmt: str = "oci") -> dict[str, object]:
         comps = self.lock.components
-        return {
+        out: dict[str, object] = {
             "site": self.site.name,
             "recipe": self.recipe,
             "tag": self.tag,
@@ -54,7 +97,25 @@ class BuildPlan:
                 for k, c in sorted(comps.items())
             },
             "excluded": sorted(self.lock.excluded),
+            "build_command": _shown(self.build_command(engine_name)),
         }
+        if self.host_mpi:
+            mpi = comps["mpi"]
+            out["build_host"] = (
+                f"a login node of {self.site.name} (site-build: {mpi.implementation}@"
+                f"{mpi.version} at {self.host_mpi} mounted while the image builds)"
+            )
+        if self.site.build.storage:
+            out["storage"] = self.site.build.storage
+        if fmt in ("sif", "both"):
+            out["sif"] = self.sif_steps(engine_name)
+        return out
+
+
+def _shown(argv: list[str]) -> str:
+    """A command line to read and paste: words naming variables in double quotes, so
+    ``$MPI_ROOT`` expands where it runs."""
+    return " ".join(f'"{w}"' if "$" in w else shlex.quote(w) for w in argv)
 
 
 def default_context_root() -> Path:
@@ -180,6 +241,7 @@ def build_image(
     engine = get_engine(engine_name or plan.site.build.engine)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
+    build_args, volumes = host_expanded(plan)
     with context_ready(plan) as context, build_secrets(plan.site) as secrets:
         return engine.build(
             context,
@@ -188,7 +250,34 @@ def build_image(
             log_path=log,
             on_step=on_step,
             secrets=secrets,
+            build_args=build_args,
+            volumes=volumes,
+            flags=plan.site.build.flags,
         )
+
+
+def host_expanded(plan: BuildPlan) -> tuple[dict[str, str], list[str]]:
+    """The plan's build arguments and mounts with this host's values (``$MPI_ROOT`` from the
+    site's MPI module): a variable that is unset, or a prefix that is not a folder here, is a
+    ConfigError before anything builds (site-build runs on the site's own login node)."""
+    root = plan.host_mpi
+    if root is None:
+        return {}, []
+    missing = [name for name in variables_in(root) if not os.environ.get(name)]
+    if missing:
+        raise ConfigError(
+            f"site {plan.site.name} builds against its host MPI (mpi.model: site-build) but "
+            f"${missing[0]} is not set here; build on the site's login node after loading its "
+            f"MPI module (mpi.root: {root})"
+        )
+    prefix = os.path.expandvars(root)
+    if not Path(prefix).is_dir():
+        raise ConfigError(
+            f"site {plan.site.name}: the host MPI prefix {prefix} (mpi.root: {root}) is not a "
+            "folder on this host; site-build mounts it into the build"
+        )
+    args = {name: os.environ[name] for name in variables_in(root)}
+    return args, [f"{prefix}:{prefix}"]
 
 
 def build_secrets(site: Site) -> AbstractContextManager[dict[str, Path]]:

@@ -274,21 +274,19 @@ class Engine(ABC):
         on_step: StepCallback | None = None,
         on_line: Callable[[str], None] | None = None,
         secrets: Mapping[str, Path] | None = None,
+        flags: Iterable[str] = (),
     ) -> BuildResult:
         """Build ``dockerfile`` in ``context_dir`` as ``tag`` with the layer cache on.
 
         ``volumes`` are ``HOST:CONTAINER[:OPTS]`` bind mounts for RUN steps; ``secrets`` are
         ``{id: file}`` build secrets (``--secret``) that ``RUN --mount=type=secret,id=ID``
-        steps see, never stored in a layer. Raises :class:`BuildError` naming the failing step
-        and ``log_path`` on a non-zero exit.
+        steps see, never stored in a layer; ``flags``: the site's own build options
+        (``--net=host``). Raises :class:`BuildError` naming the failing step and ``log_path``
+        on a non-zero exit.
         """
-        argv = [self.exe, *self._build_args(Path(context_dir), Path(dockerfile), tag)]
-        for key, value in (build_args or {}).items():
-            argv += ["--build-arg", f"{key}={value}"]
-        for secret_id, path in (secrets or {}).items():
-            argv += ["--secret", f"id={secret_id},src={path}"]
-        argv += self._volume_args(list(volumes))
-        argv.append(str(context_dir))
+        argv = self.build_argv(
+            context_dir, dockerfile, tag, build_args, volumes, secrets=secrets, flags=flags
+        )
         tracker = StepTracker(on_step=on_step)
         started = time.monotonic()
         rc, tail = stream_command(argv, Path(log_path), tracker=tracker, on_line=on_line)
@@ -297,6 +295,28 @@ class Engine(ABC):
             failed = tracker.steps[-1].text if tracker.steps else f"{self.name} build"
             raise BuildError(failed, Path(log_path), _failure_detail(tail))
         return BuildResult(tag, Path(log_path), seconds, tuple(tracker.steps))
+
+    def build_argv(
+        self,
+        context_dir: Path | str,
+        dockerfile: Path | str,
+        tag: str,
+        build_args: Mapping[str, str] | None = None,
+        volumes: Iterable[str] = (),
+        *,
+        secrets: Mapping[str, Path] | None = None,
+        flags: Iterable[str] = (),
+    ) -> list[str]:
+        """The build command line (also what ``build --dry-run`` shows)."""
+        argv = [self.exe, *self._build_args(Path(context_dir), Path(dockerfile), tag)]
+        argv += list(flags)
+        for key, value in (build_args or {}).items():
+            argv += ["--build-arg", f"{key}={value}"]
+        for secret_id, path in (secrets or {}).items():
+            argv += ["--secret", f"id={secret_id},src={path}"]
+        argv += self._volume_args(list(volumes))
+        argv.append(str(context_dir))
+        return argv
 
     def _build_args(self, context_dir: Path, dockerfile: Path, tag: str) -> list[str]:
         return ["build", "--layers", "-f", str(dockerfile), "-t", tag]
@@ -410,6 +430,7 @@ class DockerEngine(Engine):
         on_step: StepCallback | None = None,
         on_line: Callable[[str], None] | None = None,
         secrets: Mapping[str, Path] | None = None,
+        flags: Iterable[str] = (),
     ) -> BuildResult:
         vols = list(volumes)
         if vols:
@@ -426,6 +447,7 @@ class DockerEngine(Engine):
             on_step=on_step,
             on_line=on_line,
             secrets=secrets,
+            flags=flags,
         )
 
     def image_exists(self, tag: str) -> bool:

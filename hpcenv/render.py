@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jinja2
@@ -41,8 +41,13 @@ def docker_quoted(value: str) -> str:
     return '"' + re.sub(r'(["\\$])', r"\\\1", value) + '"'
 
 
-def _env_pair(pair: tuple[str, str]) -> str:
-    return f"{pair[0]}={docker_quoted(pair[1])}"
+def _env_pair(pair: tuple[str, str], build_args: list[str] | None = None) -> str:
+    """``NAME="value"`` for ENV: kept as it is, except ``$ARG``/``${ARG}`` of a build
+    argument this stage declared (``ARG MPI_ROOT``), which the build expands on purpose."""
+    quoted = docker_quoted(pair[1])
+    for name in build_args or []:
+        quoted = re.sub(rf"\\\$(\{{{name}\}}|{name}(?!\w))", r"$\1", quoted)
+    return f"{pair[0]}={quoted}"
 
 
 def _label_pair(pair: tuple[str, str]) -> str:
@@ -100,6 +105,34 @@ def singularity_source(lock: Lock) -> tuple[str, str]:
     return "docker", base
 
 
+def apptainer_args(stages: list[Stage]) -> list[Stage]:
+    """The stages with each build argument (``arg``) written as Apptainer's ``{{ NAME }}``
+    (``apptainer build --build-arg NAME=...``): ``%post`` and ``%environment`` do not see the
+    builder's environment, and ``$NAME`` inside single quotes would stay a literal."""
+    out = []
+    for stage in stages:
+        names = [p.text for p in stage.primitives if p.kind == "arg"]
+        if not names:
+            out.append(stage)
+            continue
+        pattern = re.compile(r"\$(?:\{(" + "|".join(names) + r")\}|(" + "|".join(names) + r")\b)")
+
+        def sub(text: str, pattern: re.Pattern[str] = pattern) -> str:
+            return pattern.sub(lambda m: "{{ " + (m.group(1) or m.group(2)) + " }}", text)
+
+        prims = [
+            replace(
+                p,
+                commands=tuple(sub(c) for c in p.commands),
+                pairs=tuple((k, sub(v)) for k, v in p.pairs),
+                text=p.text if p.kind == "arg" else sub(p.text),
+            )
+            for p in stage.primitives
+        ]
+        out.append(Stage(stage.name, stage.base, prims))
+    return out
+
+
 def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
     lock_json = lock.to_json()
     blocks = Blocks(lock, site)
@@ -109,7 +142,7 @@ def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
     common = {"version": __version__, "lock": lock.to_dict(), "stages": stages}
     dockerfile = env.get_template("Dockerfile.j2").render(**common)
     singularity = env.get_template("Singularity.def.j2").render(
-        **common,
+        **(common | {"stages": apptainer_args(stages)}),
         bootstrap=bootstrap,
         bootstrap_from=bootstrap_from,
         test_commands=blocks.test_commands(),

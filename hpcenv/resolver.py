@@ -263,9 +263,11 @@ class Resolver:
 
     def plan(self, accel: str) -> None:
         """The components this stack can have; a ``--set`` for any other is an error."""
-        planned = {"os", "arch", "python", "mpi", "pmix", *self.recipe.components}
-        if self.site.mpi.fabric in ("ucx", "libfabric"):
-            planned.add(self.site.mpi.fabric)
+        planned = {"os", "arch", "python", "mpi", *self.recipe.components}
+        if self.site.mpi.model != "site-build":  # else both come with the host MPI
+            planned.add("pmix")
+            if self.site.mpi.fabric in ("ucx", "libfabric"):
+                planned.add(self.site.mpi.fabric)
         planned |= {"cuda": {"cuda", "nccl"}, "rocm": {"rocm", "rccl"}}.get(accel, set())
         if self.recipe.wants("torch-ccl") or self.recipe.wants("oneccl"):
             planned.add("oneccl")
@@ -411,6 +413,22 @@ class Resolver:
 
     def decide_nccl(self) -> None:
         cuda = self.components["cuda"].version
+        torch = self.components.get("torch")
+        if torch is not None and torch.source.startswith("conda"):
+            pin = self.pins.get("nccl")
+            if pin is not None:
+                raise ConfigError(
+                    f"{pin.describe('nccl')}: nccl comes with torch's conda packages (Open-CE) "
+                    f"on {self.site.arch}; hpcenv does not pin it"
+                )
+            channel = kb()["install"]["conda"][self.site.arch]["channel"]
+            self.components["nccl"] = Choice(
+                "conda",
+                f"the NCCL that the Open-CE pytorch package (cuda{cuda}) depends on, from "
+                f"{channel}; its version is the channel's, not pinned by hpcenv",
+                "conda (Open-CE)",
+            )
+            return
         picked = self.decide("nccl", releases("nccl"))
         assert picked is not None
         self.choose(
@@ -423,6 +441,9 @@ class Resolver:
 
     def decide_mpi(self) -> None:
         host = self.site.mpi
+        if host.model == "site-build":
+            self.decide_site_build_mpi()
+            return
         families = kb()["mpi_families"]
         host_abi = families[host.name]["abi"]
         pkgs = self.os[self.site.os]["packages"]
@@ -487,6 +508,34 @@ class Resolver:
         )
         self.decide_pmix()
 
+    def decide_site_build_mpi(self) -> None:
+        """site-build: no MPI in the image; the host's, mounted at its own path while the image
+        builds, is what mpi4py and Horovod compile against, and the job binds it (rule
+        mpi-site-build). PMIx and the fabric libraries come with the host MPI, not the image."""
+        host = self.site.mpi
+        families = kb()["mpi_families"]
+        pinned = Fact("mpi", host.spec, f"site {self.site.name}, site-build model")
+        picked = self.decide("mpi", [host.spec], pinned=pinned, skip=["daal4py-mpich-abi"])
+        assert picked is not None
+        picked.rules.append(self.use("mpi-site-build"))
+        root = host.root or ""
+        self.choose(
+            "mpi",
+            picked,
+            f"site-build model: the host's {host.spec} at {root}, mounted at the same path while "
+            "the image builds (no MPI of the image's own); MPI programs are compiled against it "
+            "and the job binds it",
+            "host (mounted at build time)",
+            version=host.version or "",
+            implementation=host.name,
+            options={
+                "abi": families[host.name]["abi"],
+                "root": root,
+                "mpicc": f"{root}/bin/mpicc",
+                "mpicxx": f"{root}/bin/mpicxx",
+            },
+        )
+
     def decide_pmix(self) -> None:
         pkgs = self.os[self.site.os]["packages"]
         picked = self.decide("pmix", [pkgs["pmix"]])
@@ -499,8 +548,8 @@ class Resolver:
 
     def decide_fabric(self) -> None:
         fabric = self.site.mpi.fabric
-        if fabric not in ("ucx", "libfabric"):
-            return
+        if fabric not in ("ucx", "libfabric") or self.site.mpi.model == "site-build":
+            return  # site-build: the host MPI's own transport, bound with it
         pkgs = self.os[self.site.os]["packages"]
         picked = self.decide(fabric, [pkgs[fabric]])
         assert picked is not None
@@ -628,6 +677,8 @@ class Resolver:
             options["HOROVOD_WITHOUT_GLOO"] = "1"
         if "nccl" in ops:
             options["HOROVOD_GPU_OPERATIONS"] = "NCCL"
+            if self.components["torch"].source.startswith("conda"):
+                options["HOROVOD_NCCL_HOME"] = "/opt/venv"  # NCCL came with torch's conda env
             if accel == "rocm":
                 options["HOROVOD_GPU"] = "ROCM"
         if needs_cxx17:
@@ -661,6 +712,19 @@ class Resolver:
         picked = self.decide("mpi4py", releases("mpi4py"))
         assert picked is not None
         mpi = self.components["mpi"]
+        if mpi.source.startswith("host"):
+            self.choose(
+                "mpi4py",
+                picked,
+                self.pin_reason(
+                    "mpi4py",
+                    f"built from source with MPICC={mpi.options['mpicc']} (the host "
+                    f"{mpi.implementation}, site-build model)",
+                ),
+                "pip (source)",
+                options={"MPICC": mpi.options["mpicc"]},
+            )
+            return
         self.choose(
             "mpi4py",
             picked,
@@ -701,8 +765,8 @@ class Resolver:
         else:
             host = self.facts["host.mpi"]
             why = (
-                f"{abi.detail}, but the bind model needs the image MPI in the host's "
-                f"{mpi.options['abi']} family [also rule mpi-bind-abi]"
+                f"{abi.detail}, but the {self.site.mpi.model} model needs the image MPI in "
+                f"the host's {mpi.options['abi']} family [also rule mpi-bind-abi]"
             )
             if self.recipe.requires("daal4py"):
                 failed = Picked(

@@ -24,7 +24,8 @@ def sif_path(plan: BuildPlan, source: SifSource) -> Path:
 def build_sif(plan: BuildPlan, source: SifSource) -> Path:
     """Build the plan's SIF and register it by name; returns its path.
 
-    ``oci``: save the podman image (built before) as an oci-archive and convert it; reused
+    ``oci``: save the podman image (built before) as the site's archive (``build.archive``:
+    oci-archive, or docker-archive as OLCF's Summit recipe) and convert it; reused
     while the image id it came from is unchanged.
     ``def``: build ``Singularity.def`` natively (``--fakeroot``) in the plan's context; a
     locally bootstrapped base is saved next to it as the definition's ``oci-archive`` source.
@@ -42,9 +43,10 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
             return sif  # converted from this very image before
         archive = cache_dir() / "sif" / naming.sif_archive(recipe=plan.recipe, site=plan.site.name)
         archive.parent.mkdir(parents=True, exist_ok=True)
-        engine.save(plan.tag, archive, "oci-archive")
+        fmt = plan.site.build.archive  # docker-archive where the site documents it (Summit)
+        engine.save(plan.tag, archive, fmt)
         try:
-            apptainer.build_from_oci_archive(archive, sif)
+            apptainer.build_from_oci_archive(archive, sif, fmt=fmt)
         finally:
             archive.unlink(missing_ok=True)
         stamp.write_text(image_id + "\n")

@@ -57,6 +57,9 @@ MODULE_ENV: dict[str, dict[str, str]] = {
     # spectrum-mpi (Summit): sets MPI_ROOT, which OLCF binds (--bind $MPI_ROOT:$MPI_ROOT); the
     # prefix itself is a stand-in (containers_on_summit.rst names only the variable).
     "spectrum-mpi": {"MPI_ROOT": "{root}/sw/summit/spectrum-mpi-10.4"},
+    # DefApps (Summit's default set) brings spectrum-mpi: OLCF's container job uses $MPI_ROOT
+    # after `module purge; module load DefApps; module unload xl` only (containers_on_summit.rst)
+    "DefApps": {"MPI_ROOT": "{root}/sw/summit/spectrum-mpi-10.4"},
 }
 
 _STUB = """#!/bin/bash
@@ -86,8 +89,13 @@ def rooted(site: Site, root: Path) -> Site:
             "library_path": [_root_path(p, root) for p in mpi.library_path],
             "host_libs": [_root_path(p, root) for p in mpi.host_libs],
             "preload": [_root_path(p, root) for p in mpi.preload],
+            "setup": [_root_path(p, root) for p in mpi.setup],
         }
     )
+    for script in mpi.setup:  # the site's own setup script: a stand-in that says it ran
+        path = Path(script)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("export HPCENV_SITE_SETUP_SOURCED=1\n")
     exe = site.runtime.executable  # the site's own runtime command: the stub of that name
     runtime = site.runtime.model_copy(
         update={

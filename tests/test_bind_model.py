@@ -174,6 +174,25 @@ def test_preflight_names_both_libraries_on_abi_mismatch(tmp_path: Path, site_roo
     assert "libmpi.so.40 (libmpi.so.40, openmpi ABI)" in msg
 
 
+def test_preflight_site_build_image_has_no_mpi_of_its_own(tmp_path: Path, site_root: Path) -> None:
+    """site-build: the image was compiled against the site MPI at this very path and has none
+    to replace; the step checks only that the site library is visible."""
+    site = load_site("local-bind")
+    built = site.model_copy(update={"mpi": site.mpi.model_copy(update={"model": "site-build"})})
+    inj = site_mpi(built)
+    assert inj is not None and inj.model == "site-build"
+    proc = _preflight(inj, site_root, _fake_image(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        f"hpcenv: site-build model: site MPI intel-mpi@2021.18.1 {site_root}/lib/libmpi.so.12 "
+        "(mpich ABI) is the one the image's MPI programs were built against\n"
+    )
+    (site_root / "lib" / "libmpi.so.12").unlink()  # the bind mount missing
+    (tmp_path / "again").mkdir()
+    proc = _preflight(inj, site_root, _fake_image(tmp_path / "again"))
+    assert proc.returncode == 1 and "is not visible in the container" in proc.stderr
+
+
 @pytest.fixture
 def site_root(tmp_path: Path) -> Path:
     root = tmp_path / "site-mpi"

@@ -37,6 +37,7 @@ def test_every_block_is_registered_and_documented() -> None:
         "aws-ofi-nccl",
         "mpich-abi-soname",
         "oneccl-pypi",
+        "host-mpi-build",
     }
     for name, fn in BLOCKS.items():
         assert fn.__doc__ and "Example:" in fn.__doc__, name
@@ -189,6 +190,7 @@ CMD ["/bin/bash"]"""
         ("xpu-runtime", ("https://k/key", "https://r/ubuntu jammy unified", ["level-zero"])),
         ("aws-ofi-nccl", ("1.19.2", "rocm", 2)),
         ("mpich-abi-soname", _ABI_SONAME_ARGS),
+        ("host-mpi-build", ("spectrum-mpi@10.4", "$MPI_ROOT")),
     ],
 )
 def test_block_passes_hadolint(name: str, args: tuple[object, ...], tmp_path: Path) -> None:
@@ -371,3 +373,69 @@ def test_write_puts_the_step_files_into_the_context(tmp_path: Path) -> None:
     assert "    hpcenv-steps/relink-mpich-abi.sh /opt/hpcenv-steps/relink-mpich-abi.sh" in (
         rendered.singularity
     )
+
+
+def test_host_mpi_build_exact_text() -> None:
+    """site-build (OLCF containers_on_summit.rst: podman build -v $MPI_ROOT:$MPI_ROOT,
+    --build-arg mpi_root=$MPI_ROOT): the prefix is a build argument, no MPI is installed, and
+    mpicc/mpicxx are the host's."""
+    text = dockerfile(BLOCKS["host-mpi-build"]("spectrum-mpi@10.4", "$MPI_ROOT"))
+    assert (
+        text
+        == """\
+FROM base AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# MPI: none in the image; the host's spectrum-mpi@10.4 at $MPI_ROOT, mounted for the build
+ARG MPI_ROOT
+RUN test -x "$MPI_ROOT/bin/mpicc" || { echo "hpcenv: site-build: the host MPI spectrum-mpi@10.4 \
+is not mounted at '$MPI_ROOT' (build with -v ROOT:ROOT --build-arg MPI_ROOT=ROOT)" >&2; exit 1; }
+ENV MPICC="$MPI_ROOT/bin/mpicc" \\
+    MPICXX="$MPI_ROOT/bin/mpicxx" \\
+    LD_LIBRARY_PATH="$MPI_ROOT/lib"
+
+FROM base AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# MPI: the host's spectrum-mpi@10.4, bound at $MPI_ROOT by the job (site-build model)
+ARG MPI_ROOT
+ENV LD_LIBRARY_PATH="$MPI_ROOT/lib"
+CMD ["/bin/bash"]"""
+    )
+
+
+def test_host_mpi_build_literal_prefix_needs_no_build_arg() -> None:
+    """A site whose MPI lives at a fixed prefix (the Intel MPI of local-bind) has no ARG."""
+    parts = BLOCKS["host-mpi-build"]("intel-mpi@2021.18.1", "/opt/site/intel-mpi")
+    assert not [p for p in parts.build + parts.runtime if p.kind == "arg"]
+    assert ("MPICC", "/opt/site/intel-mpi/bin/mpicc") in next(
+        p for p in parts.build if p.kind == "env"
+    ).pairs
+
+
+@pytest.mark.parametrize("mounted", [True, False])
+def test_host_mpi_build_check_without_the_mount(mounted: bool, tmp_path: Path) -> None:
+    """The build step's own check, run by bash as the build would: without the mount the build
+    stops with one line that says how to mount it."""
+    check = next(
+        p
+        for p in BLOCKS["host-mpi-build"]("spectrum-mpi@10.4", "$MPI_ROOT").build
+        if p.kind == "shell"
+    )
+    root = tmp_path / "spectrum"
+    if mounted:
+        (root / "bin").mkdir(parents=True)
+        (root / "bin" / "mpicc").write_text("#!/bin/sh\n")
+        (root / "bin" / "mpicc").chmod(0o755)
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", " && ".join(check.commands)],
+        env={"MPI_ROOT": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    if mounted:
+        assert proc.returncode == 0 and proc.stderr == ""
+    else:
+        assert proc.returncode == 1
+        assert proc.stderr == (
+            f"hpcenv: site-build: the host MPI spectrum-mpi@10.4 is not mounted at '{root}' "
+            "(build with -v ROOT:ROOT --build-arg MPI_ROOT=ROOT)\n"
+        )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hpcenv.cli.main import app
@@ -110,27 +112,141 @@ def test_build_dry_run_perlmutter_migrates_and_pushes(runner: CliRunner, tmp_pat
     ) in out.stdout
 
 
-def test_build_dry_run_summit_refuses(tmp_path: Path) -> None:
+HPCENV = Path(sys.executable).with_name("hpcenv")
+SUMMIT_RETIRED = (
+    "warning: site summit was retired on 2024-11-15; hpcenv renders and builds for it as "
+    "documented (olcf-user-docs 2745903 systems/summit_user_guide.rst: 'decommissioned on "
+    "November 15, 2024')\n"
+)
+
+
+def test_build_dry_run_summit_is_olcfs_site_build_plan(tmp_path: Path) -> None:
+    """The installed hpcenv: exit 0, the retirement warning as the one line on stderr, and the
+    plan OLCF documented (containers_on_summit.rst, olcf-user-docs d900d52^): ppc64le, the OLCF
+    MPI base image, podman build --net=host -v $MPI_ROOT:$MPI_ROOT on a login node with the
+    layers on its NVMe, Spectrum MPI at build time, podman save + apptainer build from a
+    docker-archive."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from hpcenv.cli.main import main; main()",
-            "build",
-            "--site",
-            "summit",
-            "--dry-run",
-            "--out",
-            str(tmp_path),
-        ],
+        [str(HPCENV), "build", "--site", "summit", "--dry-run", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
     )
-    assert proc.returncode == 2
-    assert proc.stderr.startswith(
-        "error: conflict between mpi (any of openmpi@4.1.2) (releases) and host.mpi spectrum-mpi@10.4"
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == SUMMIT_RETIRED
+    out = proc.stdout.splitlines()
+    ctx = tmp_path / "summit" / "horovod-gpu"
+    tag = "localhost/hpcenv/horovod-gpu:summit"
+    assert out[0] == f"plan: horovod-gpu for summit -> {tag} (linux/ppc64le)"
+    assert out[1] == (
+        "  base: code.ornl.gov:4567/olcfcontainers/olcfbaseimages/mpiimage-centos-cuda:latest"
     )
-    assert "rule image-mpi-host-only" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        "  build on: a login node of summit (site-build: spectrum-mpi@10.4 at $MPI_ROOT mounted "
+        "while the image builds)"
+    ) in out
+    assert any(ln.startswith("  build storage: /tmp/containers/$USER ") for ln in out)
+    assert (
+        f"  build: podman build --layers -f {ctx}/Dockerfile -t {tag} --net=host "
+        f'--build-arg "MPI_ROOT=$MPI_ROOT" -v "$MPI_ROOT:$MPI_ROOT" {ctx}'
+    ) in out
+    assert f"  sif: podman save --format docker-archive -o horovod-gpu-summit.oci.tar {tag}" in out
+    assert (
+        "  sif: apptainer build horovod-gpu-summit.sif docker-archive:horovod-gpu-summit.oci.tar"
+    ) in out
+    comps = {
+        ln.split()[0]: ln.split()[1] for ln in out if ln.startswith("  ") and len(ln.split()) == 2
+    }
+    assert comps["mpi"] == "spectrum-mpi@10.4" and comps["arch"] == "ppc64le"
+    assert comps["torch"] == "2.0.1" and comps["cuda"] == "11.8" and "pmix" not in comps
+
+
+def test_build_dry_run_summit_json_has_the_build_options(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(HPCENV), "build", "-s", "summit", "--dry-run", "--json", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and proc.stderr == SUMMIT_RETIRED
+    (plan,) = json.loads(proc.stdout)
+    assert plan["storage"] == "/tmp/containers/$USER"
+    assert '-v "$MPI_ROOT:$MPI_ROOT"' in plan["build_command"]
+    assert plan["sif"][1].endswith("docker-archive:horovod-gpu-summit.oci.tar")
+
+
+def test_build_summit_here_stops_before_building_without_the_host_mpi(tmp_path: Path) -> None:
+    """A real build off Summit: exit 2 with one error line, nothing built."""
+    env = {k: v for k, v in os.environ.items() if k != "MPI_ROOT"}
+    proc = subprocess.run(
+        [str(HPCENV), "build", "--site", "summit", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(SUMMIT_RETIRED)
+    assert proc.stderr.splitlines()[-1] == (
+        "error: site summit builds against its host MPI (mpi.model: site-build) but $MPI_ROOT "
+        "is not set here; build on the site's login node after loading its MPI module "
+        "(mpi.root: $MPI_ROOT)"
+    )
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(
+    not (os.uname().machine == "ppc64le" and os.environ.get("LMOD_SYSTEM_NAME") == "summit"),
+    reason="builds on a Summit login node only: site-build mounts Spectrum MPI from $MPI_ROOT "
+    "(module load DefApps) into a ppc64le podman build; Summit was retired on 2024-11-15 and "
+    "this host is not one",
+)
+def test_build_on_summit_login_node(tmp_path: Path) -> None:  # pragma: no cover
+    proc = subprocess.run(
+        [str(HPCENV), "build", "--site", "summit", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_submit_dry_run_summit_writes_olcfs_job(tmp_path: Path) -> None:
+    """`submit --dry-run` prints OLCF's job (containers_on_summit.rst, ibm-wml-ce.rst,
+    summit_user_guide.rst known issues) with the retirement warning on stderr."""
+    args = ["submit", "--site", "summit", "--recipe", "horovod-gpu", "--dry-run"]
+    proc = subprocess.run(
+        [str(HPCENV), *args, "-A", "stf007", "--", "python", "train.py"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == SUMMIT_RETIRED
+    lines = proc.stdout.splitlines()
+    assert "#BSUB -P stf007" in lines and "#BSUB -alloc_flags smt1" in lines  # no gpumps
+    i = lines.index("module purge")
+    assert lines[i : i + 3] == [
+        "module purge",
+        "module load DefApps cuda/11.7.1",
+        "module unload xl",
+    ]
+    assert (
+        "source /gpfs/alpine2/stf243/world-shared/containers/utils/requiredmpilibs.source" in lines
+    )
+    run = next(ln for ln in lines if ln.startswith("jsrun "))
+    assert run.startswith(
+        "jsrun -n 1 -r 1 -a 6 -c 42 -g 6 -b packed:7 --smpiargs=-disable_gpu_hooks "
+        "apptainer exec --nv "
+    )
+    assert "--smpiargs=-gpu" not in proc.stdout and "gpumps" not in proc.stdout
+    assert '--bind "$MPI_ROOT"' in run and "--bind /autofs/nccs-svm1_home1:/ccs/home" in run
+    assert run.endswith(
+        '"$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif" python train.py'
+    )
+    # without a project: still the warning, then the one error line (bsub -P is required)
+    proc = subprocess.run(
+        [str(HPCENV), *args, "--", "python", "train.py"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == SUMMIT_RETIRED + (
+        "error: site summit needs a project to charge the job to: give --account (bsub -P) ID\n"
+    )
 
 
 def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -159,7 +275,7 @@ def test_conflict_is_one_line_and_exit_2(tmp_path: Path) -> None:
     cuda = [line for line in lines if line.startswith("error: conflict between cuda 12.4 (--set)")]
     assert any("and gpu.driver 450.80.02" in line and "rule cuda-driver" in line for line in cuda)
     assert any("rule torch-cuda-opence" in line for line in cuda)
-    assert len(lines) == len(cuda) + 1 and "rule image-mpi-host-only" in lines[-1]
+    assert len(lines) == len(cuda)  # site-build: Spectrum MPI no longer refuses the image
 
 
 def test_bad_site_file_exit_2(tmp_path: Path) -> None:

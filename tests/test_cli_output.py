@@ -237,7 +237,9 @@ def test_missing_scheduler_command_says_where_to_submit(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == (
+    retired, error = proc.stderr.strip().split("\n")  # Summit's retirement, then the error
+    assert retired.startswith("warning: site summit was retired on 2024-11-15;")
+    assert error == (
         "error: bsub is not on this host: summit takes jobs through lsf; submit from a login node "
         "of summit (summit.olcf.ornl.gov) or over SSH with --transport ssh --ssh-host LOGIN_NODE"
     )

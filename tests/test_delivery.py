@@ -135,7 +135,10 @@ def test_refusals_exit_2_as_a_process(tmp_path: Path) -> None:
     text = (Path(__file__).parents[1] / "site-configs" / "summit.yaml").read_text()
     text = text.replace("name: summit", "name: power9")
     text = text.replace("spec: spectrum-mpi@10.4", "spec: openmpi@4.1.4")
-    text = text.replace("  pmi: pmix@3\n  model: bind", "  pmi: pmix@4\n  model: hybrid")
+    text = text.replace("  pmi: pmix@3\n  model: site-build", "  pmi: pmix@4\n  model: hybrid")
+    text = text.replace("os: centos-8", "os: ubuntu-22.04").replace(
+        'python: "3.9"', 'python: "3.10"'
+    )
     text = "\n".join(ln for ln in text.splitlines() if "base_image:" not in ln)
     site = tmp_path / "power9.yaml"
     site.write_text(text + "\n")

@@ -124,8 +124,8 @@ def test_every_job_script_runs_with_stub_launchers(
         dest = Path(expand(f"{_scratch(site)}/results/run1", values))
         assert (dest / ".hpcenv-manifest").is_file(), run.stderr
     assert "hpcenv: job 4242 done" in run.stdout
-    for module_call in run.calls_of("module"):
-        assert module_call[1] == "load"
+    for module_call in run.calls_of("module"):  # purge/unload only where the site says so
+        assert module_call[1] in ("load", "purge" if site.modules_purge else "load", "unload")
 
 
 def test_an_unset_variable_fails_the_run(tmp_path: Path) -> None:
@@ -253,18 +253,21 @@ def test_aurora_launch_as_alcf_documents(tmp_path: Path) -> None:
 
 def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
     argv, v, _ = _launch(tmp_path, "summit", "horovod-gpu")
+    # OLCF's deep-learning layout (software/analytics/ibm-wml-ce.rst, olcf-user-docs d900d52^):
+    # `jsrun -r1 -g6 -a6 -c42 -bpacked:7`, every rank sees the node's 6 GPUs; no -gpu and no
+    # gpumps past CUDA 11.0.3 (summit_user_guide.rst known issues)
     assert argv[:16] == [
         "jsrun",
         "-n",
-        "12",
+        "2",
         "-r",
-        "6",
+        "1",
         "-a",
-        "1",
+        "6",
         "-c",
-        "7",
+        "42",
         "-g",
-        "1",
+        "6",
         "-b",
         "packed:7",
         "--smpiargs=-disable_gpu_hooks",
@@ -272,11 +275,32 @@ def test_summit_launch_as_olcf_documents(tmp_path: Path) -> None:
         "exec",
     ]
     assert v["HPCENV_WORKDIR"] == f"{tmp_path}/gpfs/alpine2/scratch/alice/{ACCOUNT}/hpcenv-jobs"
-    # OLCF containers_on_summit.rst (olcf-user-docs 3ad6d6c): `--bind $MPI_ROOT:$MPI_ROOT` after
-    # `module load spectrum-mpi`, never a guessed prefix
+    # OLCF containers_on_summit.rst (olcf-user-docs d900d52^): `--bind $MPI_ROOT:$MPI_ROOT` after
+    # `module purge; module load DefApps; module unload xl`, never a guessed prefix, and the
+    # home aliases OLCF binds
     mpi_root = f"{tmp_path}/sw/summit/spectrum-mpi-10.4"
     assert argv[argv.index(mpi_root) - 1] == "--bind"
     assert v["APPTAINERENV_LD_LIBRARY_PATH"] == f"{mpi_root}/lib"
+    assert f"{tmp_path}/autofs/nccs-svm1_home1:/ccs/home" in argv
+
+
+def test_summit_job_loads_olcf_modules_and_sources_its_mpi_libraries(tmp_path: Path) -> None:
+    """OLCF's MPI container job: module purge, DefApps, unload xl (+ the base image's CUDA),
+    then `source .../requiredmpilibs.source` before jsrun; the preflight accepts an image with
+    no MPI of its own (site-build)."""
+    job = JobSpec(command=["python", "train.py"], nodes=2, account=ACCOUNT, recipe="horovod-gpu")
+    site, rendered, run, _ = _dry(tmp_path, "summit", lambda site: job)
+    script = rendered.script
+    assert "module purge\nmodule load DefApps cuda/11.7.1\nmodule unload xl\n" in script
+    setup = f"{tmp_path}/gpfs/alpine2/stf243/world-shared/containers/utils/requiredmpilibs.source"
+    assert f"set +u\n# shellcheck source=/dev/null\nsource {setup}\nset -u\n" in script
+    assert script.index("export APPTAINERENV_LD_LIBRARY_PATH") < script.index(f"source {setup}")
+    assert script.index(f"source {setup}") < script.index("\njsrun -n 2 -r 1 -a 6")
+    assert run.returncode == 0, run.stderr
+    modules = [c[1:] for c in run.calls_of("module")]
+    assert modules == [["purge"], ["load", "DefApps", "cuda/11.7.1"], ["unload", "xl"]]
+    preflight = next(c for c in run.calls_of("apptainer") if "bind-preflight.sh" in " ".join(c))
+    assert "site-build" in preflight
 
 
 def test_perlmutter_launch_as_nersc_documents(tmp_path: Path) -> None:

@@ -177,17 +177,19 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
         ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 1 -c 1 bash") and "stage-in" in ln
     )
     assert '"/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data"' in stage and "stage-in.sh" in stage
-    run = next(ln for ln in lines if ln.startswith("jsrun -n 12"))
+    # OLCF's deep-learning layout: one resource set per node, every rank sees the 6 GPUs
+    # (software/analytics/ibm-wml-ce.rst, olcf-user-docs d900d52^: jsrun -r1 -g6 -a6 -c42 -bpacked:7)
+    run = next(ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 6"))
     assert run.startswith(
-        "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-disable_gpu_hooks "
+        "jsrun -n 2 -r 1 -a 6 -c 42 -g 6 -b packed:7 --smpiargs=-disable_gpu_hooks "
         "apptainer exec --nv"
     )
-    # bind-model MPI: $MPI_ROOT from the spectrum-mpi module, as OLCF bound it
-    # (containers_on_summit.rst, olcf-user-docs 3ad6d6c: --bind $MPI_ROOT:$MPI_ROOT)
+    # site-build MPI: $MPI_ROOT from DefApps' spectrum-mpi, bound as OLCF bound it
+    # (containers_on_summit.rst, olcf-user-docs d900d52^: --bind $MPI_ROOT:$MPI_ROOT)
     assert '--bind "$MPI_ROOT"' in run and "/sw/summit/spectrum-mpi" not in script
     assert 'export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"' in lines
     assert "export OMPI_MCA_pml=ob1" in lines and "export OMP_NUM_THREADS=7" in lines
-    assert "module load spectrum-mpi cuda/11.0.3" in lines
+    assert "module load DefApps cuda/11.7.1" in lines and "module unload xl" in lines
     assert "export HPCENV_PROJECT=stf007" in lines
     assert 'export MEMBERWORK="${MEMBERWORK:-/gpfs/alpine2/scratch/$USER}"' in lines
 
@@ -418,7 +420,7 @@ def test_cli_dry_run_summit_renders_bsub_jsrun_with_nvme(runner: CliRunner, tmp_
     assert '#BSUB -alloc_flags "smt1 NVME"' in script and "#BSUB -P stf007" in script
     assert 'jsrun -n 2 -r 1 -a 1 -c 1 bash "$HPCENV_STEPS/stage-in.sh"' in script
     assert '"/mnt/bb/$USER/horovod-gpu-${HPCENV_JOB_ID}/data"' in script
-    assert "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7" in script
+    assert "jsrun -n 2 -r 1 -a 6 -c 42 -g 6 -b packed:7" in script  # OLCF DL layout
     assert '"$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif"' in script
     assert 'bash "$HPCENV_STEPS/stage-out.sh"' in script
     res = runner.invoke(

@@ -35,9 +35,6 @@ def test_every_site_default_recipe_renders() -> None:
 
     for site in BUILTIN_SITES:
         for recipe in load_site(site).recipes:
-            if site == "summit":  # retired; images refused with a sourced conflict
-                assert "rule image-mpi-host-only" in FILES[f"{site}__{recipe}/conflict.txt"]
-                continue
             assert f"{site}__{recipe}/Dockerfile" in FILES, (site, recipe)
 
 
@@ -106,10 +103,53 @@ def test_dockerfile_runtime_is_clean(rel: str) -> None:
     assert "io.hpcenv.lock=" in runtime and "/opt/hpcenv/stack.lock.json" in runtime
 
 
-def test_summit_images_refused_with_source() -> None:
-    text = FILES["summit__horovod-gpu/conflict.txt"]
-    assert "spectrum-mpi@10.4" in text and "containers_on_summit.rst" in text
-    assert "retired 2024-11-15" in text
+def test_summit_image_is_built_as_olcf_documents() -> None:
+    """containers_on_summit.rst (olcf/olcf-user-docs d900d52^): FROM OLCF's MPI base image,
+    rootless dnf under fakeroot, libevent for jsrun, no MPI of the image's own: mpi4py and
+    Horovod compiled against the host's Spectrum MPI at $MPI_ROOT (a build argument); torch
+    from Open-CE's conda channel (no ppc64le wheels)."""
+    text = FILES["summit__horovod-gpu/Dockerfile"]
+    lock = json.loads(FILES["summit__horovod-gpu/stack.lock.json"])
+    base = "code.ornl.gov:4567/olcfcontainers/olcfbaseimages/mpiimage-centos-cuda:latest"
+    assert f"FROM {base} AS build" in text and f"FROM {base} AS runtime" in text
+    assert "(linux/ppc64le)" in text and lock["arch"] == "ppc64le"
+    build, runtime = text.split(" AS runtime", 1)
+    assert "apt-get" not in text and "RUN fakeroot dnf install -y" in build
+    assert "libevent" in runtime.split("\n", 5)[4]  # the runtime stage's one dnf transaction
+    assert build.count("ARG MPI_ROOT") == 1 and runtime.count("ARG MPI_ROOT") == 1
+    assert 'test -x "$MPI_ROOT/bin/mpicc"' in build
+    assert 'MPICC="$MPI_ROOT/bin/mpicc" /opt/venv/bin/pip install' in build
+    assert "--no-binary mpi4py mpi4py==4.1.2" in build
+    assert (
+        'PATH="$MPI_ROOT/bin:$PATH" HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/opt/venv'
+        in build
+    )
+    assert "open-mpi.org" not in text and "mpich.org" not in text  # no MPI of its own
+    assert "libnccl2" not in text  # NCCL comes with Open-CE's torch
+    assert "https://ftp.osuosl.org/pub/open-ce/1.10.0/" in build
+    assert "'pytorch=2.0.1=cuda11.8*'" in build and "python=3.9" in build
+    assert lock["mpi_model"] == "site-build"
+    assert lock["components"]["mpi"]["source"] == "host (mounted at build time)"
+    assert "mpi-site-build" in lock["rules"]
+
+
+def test_summit_definition_takes_the_mpi_prefix_as_apptainer_build_argument() -> None:
+    """In Singularity.def the prefix is Apptainer's {{ MPI_ROOT }} (--build-arg): %post and
+    %environment do not see the builder's environment, and quoted $MPI_ROOT stays literal."""
+    text = FILES["summit__horovod-gpu/Singularity.def"]
+    assert "$MPI_ROOT" not in text
+    assert 'test -x "{{ MPI_ROOT }}/bin/mpicc"' in text
+    assert "export LD_LIBRARY_PATH='{{ MPI_ROOT }}/lib'" in text
+    assert "# build argument MPI_ROOT: apptainer build --build-arg MPI_ROOT=VALUE" in text
+
+
+def test_other_summit_recipes_conflict_for_their_own_reasons() -> None:
+    """site-build lifts only the MPI refusal: daal4py needs an MPICH-ABI MPI, oneCCL x86_64."""
+    assert "rule image-mpi-host-only" not in "".join(
+        t for k, t in FILES.items() if k.startswith("summit__")
+    )
+    assert "rule daal4py-mpich-abi" in FILES["summit__daal4py/conflict.txt"]
+    assert "site-build model" in FILES["summit__daal4py/conflict.txt"]
 
 
 def test_frontier_torch_gpu_follows_olcf() -> None:
@@ -203,3 +243,37 @@ def test_network_plugin_built_into_the_image_where_the_site_says_so() -> None:
     assert "aws-ofi-nccl-1.19.2.tar.gz" in build and "--with-rocm=/opt/rocm" in build
     assert "COPY --from=build /opt/aws-ofi-nccl /opt/aws-ofi-nccl" in runtime
     assert 'NCCL_NET_PLUGIN="/opt/aws-ofi-nccl/lib/librccl-net.so"' in runtime
+
+
+def test_site_build_over_intel_mpi_fits_a_local_site() -> None:
+    """The same model on an apt site whose MPI sits at a fixed prefix (local-bind's Intel MPI
+    from impi-devel, scripts/site-mpi-setup.sh): no MPI packages, no build argument, mpi4py and
+    Horovod compiled with the site's mpicc/mpicxx, daal4py kept (Intel MPI is MPICH ABI)."""
+    bind = load_site("local-bind")
+    site = bind.model_copy(
+        update={
+            "name": "local-sitebuild",
+            "mpi": bind.mpi.model_copy(update={"model": "site-build"}),
+        }
+    )
+    lock = resolve(site, load_recipe("horovod-cpu"))
+    text = render(lock, site).dockerfile
+    assert "ARG " not in text and "libmpich" not in text and "openmpi" not in text.split("LABEL")[0]
+    assert 'test -x "/opt/site/intel-mpi/bin/mpicc"' in text
+    assert 'MPICC="/opt/site/intel-mpi/bin/mpicc" /opt/venv/bin/pip install' in text
+    assert 'PATH="/opt/site/intel-mpi/bin:$PATH"' in text
+    assert "daal4py" in lock.components
+
+
+def test_env_expands_only_the_build_arguments_its_stage_declared() -> None:
+    """ENV keeps values as written (``$HOME`` stays literal) except a build argument the stage
+    declared with ARG (site-build: ``ARG MPI_ROOT``, then ``MPICC="$MPI_ROOT/bin/mpicc"``)."""
+    from hpcenv.render import _env_pair
+
+    assert _env_pair(("A", "$MPI_ROOT/bin ${MPI_ROOT} $MPI_ROOTS $HOME"), ["MPI_ROOT"]) == (
+        'A="$MPI_ROOT/bin ${MPI_ROOT} \\$MPI_ROOTS \\$HOME"'
+    )
+    assert _env_pair(("A", "$MPI_ROOT"), []) == 'A="\\$MPI_ROOT"'
+    site, lock = load_site("summit"), resolve(load_site("summit"), load_recipe("horovod-gpu"))
+    dockerfile = render(lock, site).dockerfile
+    assert "ARG MPI_ROOT\n" in dockerfile and 'MPICC="$MPI_ROOT/bin/mpicc"' in dockerfile

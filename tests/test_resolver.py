@@ -23,7 +23,15 @@ def ppc64le_cluster(model: str = "hybrid") -> Site:
             spec="openmpi@4.1.4", pmi="pmix@4", model="bind", fabric="ucx", root="/opt/openmpi"
         )
     )
-    return load_site("summit").model_copy(update={"name": f"ppc64le-{model}", "mpi": mpi})
+    return ubuntu_summit(f"ppc64le-{model}", mpi)
+
+
+def ubuntu_summit(name: str, mpi: HostMpi) -> Site:
+    """Summit's node on an Ubuntu base (apt) with another MPI model."""
+    summit = load_site("summit")
+    return summit.model_copy(
+        update={"name": name, "mpi": mpi, "os": "ubuntu-22.04", "defaults": {"python": "3.10"}}
+    )
 
 
 def lock(site: str | Site, recipe: str, *sets: str) -> Lock:
@@ -73,14 +81,22 @@ def test_cuda_driver_conflict() -> None:
 
 # NCCL <-> CUDA
 def test_nccl_cuda_pass() -> None:
-    lk = lock(ppc64le_cluster(), "horovod-gpu")
-    assert lk.version("nccl") == "2.16.5"
-    assert lk.components["nccl"].options["package"] == "libnccl2=2.16.5-1+cuda11.8"
+    lk = lock("perlmutter", "horovod-gpu", "torch=2.4.1")
+    assert lk.version("nccl") == "2.21.5"
+    assert lk.components["nccl"].options["package"] == "libnccl2=2.21.5-1+cuda12.4"
 
 
 def test_nccl_cuda_conflict() -> None:
-    msg = conflict(ppc64le_cluster(), "horovod-gpu", "nccl=2.21.5")
-    assert_rule(msg, "nccl-cuda", "nccl 2.21.5 (--set)", "cuda 11.8", "12.4")
+    msg = conflict("perlmutter", "horovod-gpu", "torch=2.4.1", "nccl=2.23.4")
+    assert_rule(msg, "nccl-cuda", "nccl 2.23.4 (--set)", "cuda 12.4", "12.6")
+
+
+def test_nccl_with_open_ce_torch_is_the_channels() -> None:
+    """ppc64le: torch's conda packages bring NCCL; no apt NCCL beside it, and no pin of it."""
+    lk = lock(ppc64le_cluster(), "horovod-gpu")
+    assert (lk.version("nccl"), lk.components["nccl"].source) == ("conda", "conda (Open-CE)")
+    with pytest.raises(ConfigError, match="nccl comes with torch's conda packages"):
+        lock(ppc64le_cluster(), "horovod-gpu", "nccl=2.16.5")
 
 
 # torch <-> torch-ccl <-> IPEX <-> oneCCL
@@ -216,15 +232,53 @@ def test_cray_mpich_image_mpich_pass() -> None:
     assert (perlmutter.version, perlmutter.source) == ("3.4.3", "source")  # not apt (NERSC)
 
 
-# Spectrum MPI (Summit): no image MPI built elsewhere can take it -> refused, never Open MPI
+# Spectrum MPI under the bind model: no image MPI built elsewhere can take it -> refused, never
+# Open MPI; Summit itself is site-build (the image is built there against the host MPI)
 def test_image_mpi_host_only_conflict() -> None:
+    bind = load_site("summit").mpi.model_copy(update={"model": "bind"})
     for recipe in ("horovod-gpu", "torch-gpu", "daal4py", "horovod-cpu"):
-        msg = conflict("summit", recipe)
+        msg = conflict(ubuntu_summit("summit-bind", bind), recipe)
         assert_rule(msg, "image-mpi-host-only", "spectrum-mpi@10.4", "bind model")
+        assert "mpi.model: site-build" in msg
 
 
 def test_image_mpi_host_only_pass() -> None:
     assert lock(ppc64le_cluster(), "horovod-gpu").components["mpi"].implementation == "openmpi"
+    summit = lock("summit", "horovod-gpu")  # site-build: the rule does not apply
+    assert "image-mpi-host-only" not in summit.rules
+
+
+# site-build (Summit as OLCF documented): no image MPI, MPI programs built against the host's
+def test_site_build_mpi_is_the_host_mpi() -> None:
+    lk = lock("summit", "horovod-gpu")
+    mpi = lk.components["mpi"]
+    assert (mpi.implementation, mpi.version, mpi.source) == (
+        "spectrum-mpi",
+        "10.4",
+        "host (mounted at build time)",
+    )
+    assert mpi.options["root"] == "$MPI_ROOT" and mpi.options["abi"] == "openmpi"
+    assert "mpi-site-build" in mpi.rules and "mpi-site-build" in lk.rules
+    assert "containers_on_summit.rst" in lk.rules["mpi-site-build"]
+    assert "pmix" not in lk.components and "ucx" not in lk.components  # the host MPI's own
+    assert lk.components["mpi4py"].options == {"MPICC": "$MPI_ROOT/bin/mpicc"}
+    assert lk.components["mpi4py"].source == "pip (source)"
+    assert lk.mpi_model == "site-build"
+
+
+def test_site_build_torch_from_open_ce() -> None:
+    lk = lock("summit", "horovod-gpu")
+    torch = lk.components["torch"]
+    assert (torch.version, torch.source) == ("2.0.1", "conda (Open-CE)")  # no ppc64le wheels
+    assert lk.version("cuda") == "11.8"  # Open-CE 1.10 builds 11.8 and 12.2; driver 450 -> 11.x
+    assert lk.components["nccl"].source == "conda (Open-CE)"
+    assert lk.components["horovod"].options["HOROVOD_NCCL_HOME"] == "/opt/venv"
+    assert lk.version("python") == "3.9"  # OLCF's default open-ce/1.10.0-py39 module
+
+
+def test_site_build_pmix_pin_is_not_in_the_stack() -> None:
+    with pytest.raises(ConfigError, match="has no pmix"):
+        lock("summit", "horovod-gpu", "pmix=4.2.2")
 
 
 # Horovod on ROCm >= 6 (Frontier) and on Intel GPUs (Aurora): refused, not CPU-only

@@ -42,9 +42,35 @@ def test_summit_facts() -> None:
         "ppc64le",
         "lsf",
         "jsrun",
-        "bind",
+        "site-build",
     )
     assert s.node.gpus == 6 and s.node_local and s.node_local.kind == "nvme"
+    assert s.retired == "2024-11-15" and s.mpi.root == "$MPI_ROOT"
+
+
+def test_site_build_without_root_is_a_config_error(tmp_path: Path) -> None:
+    """The installed hpcenv, as a process: exit 2 and one line naming file, line and field."""
+    import subprocess
+    import sys
+
+    bad = write(tmp_path, GOOD.replace("model: hybrid", "model: site-build"))
+    exe = Path(sys.executable).with_name("hpcenv")
+    for args in (["sites", "validate", str(bad)], ["build", "--site", str(bad), "--dry-run"]):
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (
+            f"error: {bad}:5: field 'mpi': site-build model needs 'root' (the host MPI prefix "
+            "mounted into the build and bound into the job, e.g. $MPI_ROOT)\n"
+        )
+
+
+def test_site_build_is_in_the_schema() -> None:
+    from hpcenv.site.fields import annotate_schema
+
+    schema = annotate_schema(json_schema())
+    model = schema["$defs"]["HostMpi"]["properties"]["model"]
+    assert "site-build" in model["enum"]
+    assert "site-build" in model["description"]
 
 
 def test_user_site_by_path(tmp_path: Path) -> None:

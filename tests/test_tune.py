@@ -86,25 +86,38 @@ def test_oversubscription_refused_unless_forced() -> None:
     assert forced.omp_threads == 1
 
 
-def test_summit_resource_sets_one_per_gpu() -> None:
+def test_summit_resource_sets_one_per_node() -> None:
+    """OLCF's deep-learning layout (software/analytics/ibm-wml-ce.rst, olcf-user-docs d900d52^):
+    `jsrun -r1 -g6 -a6 -c42 -bpacked:7`, every rank sees the node's 6 GPUs."""
     t = place(load_site("summit"), nodes=2)
     assert t.ranks_per_node == 6 and t.cores_per_rank == 7 and t.gpus_per_rank == 1
     assert flags("summit", "jsrun", nodes=2) == [
         "-n",
-        "12",
+        "2",
         "-r",
-        "6",
+        "1",
         "-a",
-        "1",
+        "6",
         "-c",
-        "7",
+        "42",
         "-g",
-        "1",
+        "6",
         "-b",
         "packed:7",
     ]
     # Three ranks per socket; socket 1 starts at core 21.
     assert t.compute_cores[3] == tuple(range(21, 28))
+
+
+def test_jsrun_resource_set_per_rank() -> None:
+    """scheduler.resource_set: rank (the default): one resource set per rank and GPU
+    (summit_user_guide.rst `jsrun -n12 -r6 -c7 -g1 -a1`)."""
+    site = load_site("summit")
+    per_rank = site.model_copy(
+        update={"scheduler": site.scheduler.model_copy(update={"resource_set": "rank"})}
+    )
+    argv = get_launcher("jsrun").flags(per_rank, place(per_rank, nodes=2))
+    assert argv == ["-n", "12", "-r", "6", "-a", "1", "-c", "7", "-g", "1", "-b", "packed:7"]
 
 
 def test_gpu_sites_bind_gpus_per_task() -> None:

@@ -264,9 +264,12 @@ def register(app: typer.Typer) -> None:
         from hpcenv.delivery import deliver, delivery_env, plan_delivery
         from hpcenv.naming import image_kind
         from hpcenv.resolver import parse_overrides
-        from hpcenv.site import load_site
+        from hpcenv.site import load_site, retirement_warning
 
         site_obj = load_site(site)
+        retired = retirement_warning(site_obj)
+        if retired:
+            typer.echo(retired, err=True)
         fmt: str = fmt_opt.value if fmt_opt is not None else image_kind(site_obj.runtime.kind)
         if account:
             from hpcenv.jobs.project import account_for
@@ -283,7 +286,8 @@ def register(app: typer.Typer) -> None:
         }
         if dry_run:
             summaries = [
-                p.summary() | {"delivery": [s.describe() for s in deliveries[p.recipe]]}
+                p.summary(engine_name, fmt if sif_from == "oci" else "oci")
+                | {"delivery": [s.describe() for s in deliveries[p.recipe]]}
                 for p in plans
             ]
             if as_json:
@@ -292,6 +296,17 @@ def register(app: typer.Typer) -> None:
             for s in summaries:
                 typer.echo(f"plan: {s['recipe']} for {s['site']} -> {s['tag']} ({s['platform']})")
                 typer.echo(f"  base: {s['base_image']}\n  context: {s['context']}")
+                if "build_host" in s:
+                    typer.echo(f"  build on: {s['build_host']}")
+                if "storage" in s:
+                    typer.echo(
+                        f"  build storage: {s['storage']} (the engine's layers, on the build "
+                        "host's node-local disk: podman's graphroot in "
+                        "~/.config/containers/storage.conf)"
+                    )
+                typer.echo(f"  build: {s['build_command']}")
+                for step in s.get("sif", []):  # type: ignore[attr-defined]
+                    typer.echo(f"  sif: {step}")
                 for name, ver in s["components"].items():  # type: ignore[attr-defined]
                     typer.echo(f"  {name:<10} {ver}")
                 for name in s["excluded"]:  # type: ignore[attr-defined]

@@ -43,6 +43,7 @@ class SiteMpi:
     env: dict[str, str] = field(default_factory=dict)
     libs: tuple[str, ...] = ()  # single host libraries the site MPI links to (mpi.host_libs)
     preload: tuple[str, ...] = ()  # libraries to LD_PRELOAD (mpi.preload: e.g. Cray GTL)
+    model: str = "bind"  # or site-build: the image was compiled against this MPI, has none
 
     @property
     def ld_library_path(self) -> str:
@@ -54,9 +55,9 @@ class SiteMpi:
 
 
 def site_mpi(site: Site) -> SiteMpi | None:
-    """The site MPI a bind-model job injects; None for hybrid sites."""
+    """The site MPI a bind-model (or site-build) job injects; None for hybrid sites."""
     mpi = site.mpi
-    if mpi.model != "bind" or not mpi.root:
+    if mpi.model not in ("bind", "site-build") or not mpi.root:
         return None
     family = kb()["mpi_families"].get(mpi.name, {})
     mounts: list[str] = []
@@ -73,15 +74,17 @@ def site_mpi(site: Site) -> SiteMpi | None:
         env=dict(mpi.env),
         libs=tuple(mpi.host_libs),
         preload=tuple(mpi.preload),
+        model=mpi.model,
     )
 
 
 def preflight_args(inj: SiteMpi) -> list[str]:
     """The preflight step's arguments (``templates/jobs/bind_preflight.sh.j2``): soname, MPI
-    root, injected loader path, spec, ABI, the mismatch exit status, then :func:`known_abis`.
-    Values that name variables (``$MPI_ROOT``, ``$CRAY_LD_LIBRARY_PATH``) expand in the job."""
+    root, injected loader path, spec, ABI, the mismatch exit status, the model, then
+    :func:`known_abis`. Values that name variables (``$MPI_ROOT``, ``$CRAY_LD_LIBRARY_PATH``)
+    expand in the job."""
     args = [inj.soname, inj.root, inj.ld_library_path, inj.spec, inj.abi, str(ABI_MISMATCH_EXIT)]
-    return [expanding(a) for a in args] + known_abis()
+    return [expanding(a) for a in args] + [inj.model] + known_abis()
 
 
 def known_abis() -> list[str]:

@@ -136,7 +136,7 @@ class Apptainer(ContainerRuntime):
                 env[f"{self.env_prefix}LD_PRELOAD"] = expanding(inj.ld_preload)
             if inj.libs:  # single host libraries, bound into the container's library folder
                 env[f"{self.kind.upper()}_CONTAINLIBS"] = expanding(",".join(inj.libs))
-            notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
+            notes.append(_injection_note(inj))
         return ContainerLaunch(prefix=argv, env=env, notes=notes)
 
 
@@ -182,15 +182,21 @@ class Podman(ContainerRuntime):
         extra = _oci_mpi_env(inj)
         if inj:
             # As NERSC podman-hpc's --mpi module: bind the site MPI, put it first on the path.
-            notes.append(f"bind model: host {inj.spec} from {inj.root} bound over the image's")
+            notes.append(_injection_note(inj))
         ctx = RunContext(ctx.workdir, ctx.binds, names, ctx.inject_site_mpi)
         cmd = ["bash", step_path(PODMAN_RANK_STEP)]
         return ContainerLaunch(prefix=_oci_run(cmd, site, image, ctx, extra), notes=notes)
 
 
+def _injection_note(inj: SiteMpi) -> str:
+    if inj.model == "site-build":
+        return f"site-build model: host {inj.spec} from {inj.root} bound, as the image was built"
+    return f"bind model: host {inj.spec} from {inj.root} bound over the image's"
+
+
 def _self_injected(site: Site) -> list[str]:
     flags = [f for f in site.runtime.flags if f in _SELF_INJECTING.get(site.runtime.kind, ())]
-    if flags and site.mpi.model == "bind":
+    if flags and site.mpi.model in ("bind", "site-build"):
         return [f"bind model: {site.runtime.kind} {flags[0]} injects the site's {site.mpi.spec}"]
     return []
 

@@ -113,6 +113,14 @@ class Jsrun(Launcher):
     name = "jsrun"
 
     def flags(self, site: Site, p: Placement) -> list[str]:
+        if site.scheduler.resource_set == "node":
+            # OLCF's deep-learning layout (software/analytics/ibm-wml-ce.rst, olcf-user-docs
+            # d900d52^, read 2026-11-24): `jsrun -r1 -g6 -a6 -c42 -bpacked:7`, one resource
+            # set per node so that every rank sees all of the node's GPUs.
+            rpn = p.ranks_per_node
+            argv = ["-n", str(p.ranks // rpn), "-r", "1", "-a", str(rpn)]
+            argv += ["-c", str(rpn * p.cores_per_rank), "-g", str(rpn * p.gpus_per_rank)]
+            return [*argv, "-b", f"packed:{p.cores_per_rank}"]
         argv = ["-n", str(p.ranks), "-r", str(p.ranks_per_node), "-a", "1"]
         argv += ["-c", str(p.cores_per_rank), "-g", str(p.gpus_per_rank)]
         return [*argv, "-b", f"packed:{p.cores_per_rank}"]

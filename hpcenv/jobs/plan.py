@@ -144,6 +144,9 @@ class JobPlan:
     task_count: int = 0
     node_local_setup: tuple[str, ...] = ()  # argv that makes the node-local folder (every node)
     node_local_cleanup: tuple[str, ...] = ()  # argv that removes it when the job ends
+    modules_purge: bool = False  # `module purge` before `module load` (site modules_purge)
+    modules_unload: list[str] = field(default_factory=list)  # after `module load`
+    setup: list[str] = field(default_factory=list)  # site scripts sourced before the steps
 
     @property
     def launch(self) -> Launch | None:
@@ -164,6 +167,9 @@ class JobPlan:
             "mpi": self.mpi,
             "directives": self.directives,
             "modules": self.modules,
+            "modules_purge": self.modules_purge,
+            "modules_unload": self.modules_unload,
+            "setup": self.setup,
             "prelude": dict(self.prelude),
             "placement": self.placement.to_dict(),
             "paths": {

@@ -488,6 +488,9 @@ def plan_job(
         task_count=job.array.count if job.array else 0,
         node_local_setup=make,
         node_local_cleanup=remove,
+        modules_purge=site.modules_purge,
+        modules_unload=list(site.modules_unload),
+        setup=list(site.mpi.setup) if image and job.site_mpi else [],
     )
 
 

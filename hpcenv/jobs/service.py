@@ -185,7 +185,7 @@ def check_local_image(site: Site, image: str, inject: bool, force: bool) -> None
             f"image {image} not found in local podman storage; build it first "
             f"(hpcenv build --site {site.name} --recipe ...) or pass --image / --no-container"
         )
-    if inject and not force and site.mpi.model == "bind":
+    if inject and not force and site.mpi.model in ("bind", "site-build"):
         raw = engine.labels(image).get("io.hpcenv.lock")
         why = image_mismatch(site, image, json.loads(raw)) if raw else None
         if why:
@@ -341,10 +341,13 @@ def submit_request(
     from hpcenv.jobs.render import prepare
     from hpcenv.jobs.submit import records_dir, submit
     from hpcenv.jobs.submit import wait as wait_for
-    from hpcenv.site import load_site
+    from hpcenv.site import load_site, retirement_warning
     from hpcenv.tuning.apply import for_job
 
     s = load_site(req.site)
+    retired = retirement_warning(s)
+    if retired:
+        notify(retired)
     job = _job_spec(req, s)
     measured, warning = for_job(s, job, job.image)
     if warning:

@@ -21,6 +21,7 @@ from hpcenv.site.model import (
     SiteVariable,
     json_schema,
     placeholders,
+    retirement_warning,
 )
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "load_site",
     "load_site_file",
     "placeholders",
+    "retirement_warning",
     "search_path",
     "site_file",
     "site_names",

@@ -135,13 +135,19 @@ class Gpu(Strict):
 
 
 class HostMpi(Strict):
-    """The site's MPI and how containers use it (bind: inject host MPI; hybrid: PMI match)."""
+    """The site's MPI and how containers use it (bind: inject host MPI; hybrid: PMI match;
+    site-build: the image is built on the site against the host MPI, mounted at build time,
+    and the job binds the same MPI as in the bind model)."""
 
     spec: str = Field(description="host MPI as name@version, e.g. spectrum-mpi@10.4")
     pmi: str = Field(description="PMI flavour as name@version: pmix@4, pmi2, cray-pmi@6")
-    model: Literal["bind", "hybrid"]
+    model: Literal["bind", "hybrid", "site-build"]
     fabric: Literal["ucx", "libfabric", "verbs", "shm"] = "shm"
-    root: ShellPath | None = Field(default=None, description="host MPI prefix to bind (bind model)")
+    root: ShellPath | None = Field(
+        default=None,
+        description="host MPI prefix to bind (bind model); site-build: also mounted at the "
+        "same path while the image builds",
+    )
     bind_paths: list[ShellPath] = Field(default=[], max_length=64)
     library_path: list[ShellPath] = Field(
         default=[],
@@ -155,6 +161,12 @@ class HostMpi(Strict):
         default=[], description="bind model: libraries to LD_PRELOAD (e.g. a GPU transport layer)"
     )
     env: dict[EnvName, ShellWord] = Field(default={}, max_length=128)
+    setup: list[ShellPath] = Field(
+        default=[],
+        max_length=16,
+        description="host scripts every job sources after its modules, before any launch "
+        "(the site's library list for its MPI in containers, e.g. OLCF's requiredmpilibs.source)",
+    )
 
     @field_validator("spec")
     @classmethod
@@ -188,6 +200,11 @@ class HostMpi(Strict):
 
         if self.model == "bind" and not self.root:
             raise ValueError("bind model needs 'root' (the host MPI prefix to bind into the image)")
+        if self.model == "site-build" and not self.root:
+            raise ValueError(
+                "site-build model needs 'root' (the host MPI prefix mounted into the build and "
+                "bound into the job, e.g. $MPI_ROOT)"
+            )
         name, version = parse_spec(self.spec)
         releases: list[str] = mpi_family(name).get("releases") or []
         if self.model == "hybrid" and not releases:
@@ -272,6 +289,11 @@ class Scheduler(Strict):
         default=[],
         max_length=64,
         description="launcher options the site documents for every rank launch",
+    )
+    resource_set: Literal["rank", "node"] = Field(
+        default="rank",
+        description="jsrun: one resource set per rank (-a1 -g1), or per node (all of the "
+        "node's ranks, cores and GPUs in one, so every rank sees every GPU)",
     )
     walltime: Walltime = Field(
         default="00:30:00", description="MM (minutes), HH:MM:SS or D-HH[:MM[:SS]]"
@@ -397,6 +419,20 @@ class Build(Strict):
     pip_find_links: list[HostPath] = Field(default=[], max_length=16)
     ca_bundle: HostPath | None = None
     jobs: Count = Field(default=2, description="parallel compile jobs")
+    flags: list[ShellWord] = Field(
+        default=[],
+        max_length=16,
+        description="options the site documents for every image build (podman build --net=host)",
+    )
+    storage: ShellPath | None = Field(
+        default=None,
+        description="where the build host's engine keeps its layers, when the site says where "
+        "(a login node's NVMe); the build host must be set up for it",
+    )
+    archive: Literal["oci-archive", "docker-archive"] = Field(
+        default="oci-archive",
+        description="the archive an image is saved as before apptainer build turns it into a SIF",
+    )
 
     @field_serializer("apt_mirror", "pip_index_url", "pip_extra_index_urls", when_used="json")
     def _redacted(self, value: str | list[str] | None) -> str | list[str] | None:
@@ -449,11 +485,18 @@ class Provenance(Strict):
     )
 
 
+RetiredOn = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
+
+
 class Site(Strict):
     name: Name
     description: Text
+    retired: RetiredOn | None = Field(
+        default=None,
+        description="the day the system was retired (YYYY-MM-DD): build and submit warn once",
+    )
     arch: Arch
-    os: Literal["debian-12", "ubuntu-22.04"] = "debian-12"
+    os: Literal["debian-12", "ubuntu-22.04", "centos-8"] = "debian-12"
     node: Node
     gpu: Gpu = Gpu()
     mpi: HostMpi
@@ -462,6 +505,12 @@ class Site(Strict):
     filesystems: list[Filesystem] = Field(default=[], max_length=64)
     node_local: NodeLocal | None = None
     modules: list[Word] = Field(default=[], max_length=64)
+    modules_purge: bool = Field(
+        default=False, description="start the job with `module purge` (before `module load`)"
+    )
+    modules_unload: list[Word] = Field(
+        default=[], max_length=64, description="modules the job unloads after `module load`"
+    )
     variables: dict[EnvName, SiteVariable] = Field(
         default={}, description="site-provided variables with their documented defaults"
     )
@@ -534,6 +583,17 @@ class Site(Strict):
                     detail = InitErrorDetails(type=error, loc=(*loc, name), input=value)
                     raise ValidationError.from_exception_data("Site", [detail])
         return self
+
+
+def retirement_warning(site: Site) -> str | None:
+    """The one line ``build`` and ``submit`` print for a retired system, else None."""
+    if not site.retired:
+        return None
+    source = site.provenance.verified.get("retired", "")
+    return (
+        f"warning: site {site.name} was retired on {site.retired}; hpcenv renders and builds "
+        f"for it as documented{f' ({source})' if source else ''}"
+    )
 
 
 def _has_path(data: Any, dotted: str) -> bool:

@@ -585,11 +585,13 @@ cat >"$HPCENV_STEPS/bind-preflight.sh" <<'HPCENV_BIND_PREFLIGHT'
 # image library the site MPI replaces, or names both libraries and exits MISMATCH_EXIT when the
 # image's MPI is of the other ABI family (instead of N unconnected copies, or the image's MPI
 # silently kept).
-# Usage: bind-preflight.sh SONAME ROOT LIBRARY_PATH SPEC ABI MISMATCH_EXIT [SONAME=ABI ...]
+# Usage: bind-preflight.sh SONAME ROOT LIBRARY_PATH SPEC ABI MISMATCH_EXIT MODEL [SONAME=ABI ...]
+#   MODEL: bind, or site-build (the image has no MPI of its own: its programs were compiled
+#   against the site MPI at this very path, so only its visibility is checked);
 #   the trailing pairs are every MPI ABI family hpcenv knows (libmpi.so.12=mpich, ...).
 set -u
-soname=$1 root=$2 path=$3 spec=$4 abi=$5 mismatch=$6
-shift 6
+soname=$1 root=$2 path=$3 spec=$4 abi=$5 mismatch=$6 model=$7
+shift 7
 known="$*"
 # The site library is the first $soname on the injected loader path.
 site=
@@ -601,6 +603,10 @@ unset IFS
 if [ -z "$site" ]; then
   echo "hpcenv: bind model: site MPI library $soname ($spec) is not visible in the container on $path (bind mount missing)" >&2
   exit 1
+fi
+if [ "$model" = site-build ]; then
+  echo "hpcenv: site-build model: site MPI $spec $site ($abi ABI) is the one the image's MPI programs were built against"
+  exit 0
 fi
 abi_of() {
   for pair in $known; do
@@ -911,7 +917,7 @@ export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"
 mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/stage-in.sh" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist" "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 "$MPI_ROOT" "$MPI_ROOT/lib" mpich@4.2 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 "$MPI_ROOT" "$MPI_ROOT/lib" mpich@4.2 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (24 ranks, 12 per node).
 mkdir -p "$HPCENV_OUTPUT"

@@ -588,11 +588,13 @@ cat >"$HPCENV_STEPS/bind-preflight.sh" <<'HPCENV_BIND_PREFLIGHT'
 # image library the site MPI replaces, or names both libraries and exits MISMATCH_EXIT when the
 # image's MPI is of the other ABI family (instead of N unconnected copies, or the image's MPI
 # silently kept).
-# Usage: bind-preflight.sh SONAME ROOT LIBRARY_PATH SPEC ABI MISMATCH_EXIT [SONAME=ABI ...]
+# Usage: bind-preflight.sh SONAME ROOT LIBRARY_PATH SPEC ABI MISMATCH_EXIT MODEL [SONAME=ABI ...]
+#   MODEL: bind, or site-build (the image has no MPI of its own: its programs were compiled
+#   against the site MPI at this very path, so only its visibility is checked);
 #   the trailing pairs are every MPI ABI family hpcenv knows (libmpi.so.12=mpich, ...).
 set -u
-soname=$1 root=$2 path=$3 spec=$4 abi=$5 mismatch=$6
-shift 6
+soname=$1 root=$2 path=$3 spec=$4 abi=$5 mismatch=$6 model=$7
+shift 7
 known="$*"
 # The site library is the first $soname on the injected loader path.
 site=
@@ -604,6 +606,10 @@ unset IFS
 if [ -z "$site" ]; then
   echo "hpcenv: bind model: site MPI library $soname ($spec) is not visible in the container on $path (bind mount missing)" >&2
   exit 1
+fi
+if [ "$model" = site-build ]; then
+  echo "hpcenv: site-build model: site MPI $spec $site ($abi ABI) is the one the image's MPI programs were built against"
+  exit 0
 fi
 abi_of() {
   for pair in $known; do
@@ -926,7 +932,7 @@ export APPTAINER_CONTAINLIBS=/usr/lib64/libcxi.so.1,/usr/lib64/libjson-c.so.5,/l
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$MEMBERWORK/$HPCENV_PROJECT/datasets/mnist" "/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data" "$MEMBERWORK/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/cray/pe/mpich/9.1.0 "$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:/opt/rocm/lib64:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:/opt/cray/pe/lib64" cray-mpich@9.1.0 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/cray/pe/mpich/9.1.0 "$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:/opt/rocm/lib64:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:/opt/cray/pe/lib64" cray-mpich@9.1.0 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (16 ranks, 8 per node).
 mkdir -p "$HPCENV_OUTPUT"

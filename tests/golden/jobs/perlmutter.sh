@@ -587,11 +587,13 @@ cat >"$HPCENV_STEPS/bind-preflight.sh" <<'HPCENV_BIND_PREFLIGHT'
 # image library the site MPI replaces, or names both libraries and exits MISMATCH_EXIT when the
 # image's MPI is of the other ABI family (instead of N unconnected copies, or the image's MPI
 # silently kept).
-# Usage: bind-preflight.sh SONAME ROOT LIBRARY_PATH SPEC ABI MISMATCH_EXIT [SONAME=ABI ...]
+# Usage: bind-preflight.sh SONAME ROOT LIBRARY_PATH SPEC ABI MISMATCH_EXIT MODEL [SONAME=ABI ...]
+#   MODEL: bind, or site-build (the image has no MPI of its own: its programs were compiled
+#   against the site MPI at this very path, so only its visibility is checked);
 #   the trailing pairs are every MPI ABI family hpcenv knows (libmpi.so.12=mpich, ...).
 set -u
-soname=$1 root=$2 path=$3 spec=$4 abi=$5 mismatch=$6
-shift 6
+soname=$1 root=$2 path=$3 spec=$4 abi=$5 mismatch=$6 model=$7
+shift 7
 known="$*"
 # The site library is the first $soname on the injected loader path.
 site=
@@ -603,6 +605,10 @@ unset IFS
 if [ -z "$site" ]; then
   echo "hpcenv: bind model: site MPI library $soname ($spec) is not visible in the container on $path (bind mount missing)" >&2
   exit 1
+fi
+if [ "$model" = site-build ]; then
+  echo "hpcenv: site-build model: site MPI $spec $site ($abi ABI) is the one the image's MPI programs were built against"
+  exit 0
 fi
 abi_of() {
   for pair in $known; do
@@ -908,7 +914,7 @@ export I_MPI_PIN_DOMAIN='[0xffff,0xffff0000,0xffff00000000,0xffff000000000000]'
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$PSCRATCH/datasets/mnist" "/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "$PSCRATCH/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (8 ranks, 4 per node).
 mkdir -p "$HPCENV_OUTPUT"
