@@ -19,6 +19,8 @@ measured-tuning      ``hpcenv tune --measure`` files  only what the tuner measur
                                                       never a :data:`STARTUP` name; checked
                                                       when the file is read and again in
                                                       :func:`hpcenv.tuning.apply.environment`
+rendezvous           hpcenv's own code (from the      ``MASTER_ADDR``/``MASTER_PORT`` only
+                     site's typed ``rendezvous``)     (:mod:`hpcenv.jobs.rendezvous`)
 job                  the user's own job               anything but :data:`SHELL_STARTUP`
 runtime, host        hpcenv's own code                anything
 record               a job record (``status`` ...)    only the scheduler clients' ``conf_env``
@@ -48,6 +50,7 @@ Layer = Literal[
     "site-mpi",
     "site-environment",
     "measured-tuning",
+    "rendezvous",
     "job",
     "runtime",
     "host",

@@ -179,7 +179,7 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
     run = next(ln for ln in lines if ln.startswith("jsrun -n 12"))
     assert run.startswith(
         "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 -b packed:7 --smpiargs=-disable_gpu_hooks "
-        "apptainer exec --nv"
+        'sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --nv'
     )
     # bind-model MPI: $MPI_ROOT from the spectrum-mpi module, as OLCF bound it
     # (containers_on_summit.rst, olcf-user-docs 3ad6d6c: --bind $MPI_ROOT:$MPI_ROOT)

@@ -59,6 +59,7 @@ class SubmitRequest:
     site: str
     command: tuple[str, ...] = ()
     recipe: str | None = None
+    launcher: str | None = None
     nodes: int = 1
     ranks_per_node: int | None = None
     cores_per_rank: int | None = None
@@ -219,6 +220,7 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
             name=req.name or req.recipe or "hpcenv",
             command=list(req.command),
             launch="single" if req.single else "mpi",
+            launcher=req.launcher,
             nodes=req.nodes,
             ranks_per_node=req.ranks_per_node,
             cores_per_rank=req.cores_per_rank,
