@@ -19,6 +19,8 @@ measured-tuning      ``hpcenv tune --measure`` files  only what the tuner measur
                                                       never a :data:`STARTUP` name; checked
                                                       when the file is read and again in
                                                       :func:`hpcenv.tuning.apply.environment`
+rendezvous           hpcenv's own code (from the      ``MASTER_ADDR``/``MASTER_PORT`` only
+                     site's typed ``rendezvous``)     (:mod:`hpcenv.jobs.rendezvous`)
 job                  the user's own job               anything but :data:`SHELL_STARTUP`
 recipe               a recipe's ``user.env`` (image)  anything but :data:`STARTUP` names and
                                                       ``HPCENV_*`` (hpcenv's own); checked when
@@ -51,6 +53,7 @@ Layer = Literal[
     "site-mpi",
     "site-environment",
     "measured-tuning",
+    "rendezvous",
     "job",
     "recipe",
     "runtime",

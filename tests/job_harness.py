@@ -66,6 +66,9 @@ _STUB = """#!/bin/bash
 { printf '%s\\0' "${0##*/}" "$@"; printf '\\036'; } >>"$HPCENV_STUB_LOG"
 """
 
+# Commands that only answer (not logged): the allocation's nodes, as Slurm names them.
+_ANSWERS = {"scontrol": "#!/bin/sh\nprintf 'nid000001\\nnid000002\\n'\n"}
+
 
 def _root_path(value: str, root: Path) -> str:
     return f"{root}{value}" if value.startswith("/") else value
@@ -141,6 +144,12 @@ class Harness:
         od = self.bin / "od"
         od.write_text("#!/bin/sh\necho ' 0f 1e 2d 3c 4b 5a 69 78'\n")
         od.chmod(0o755)
+        for name, text in _ANSWERS.items():
+            path = self.bin / name
+            path.write_text(text)
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        self.nodefile = root / "pbs-nodefile"  # PBS's node list: one line per node, FQDN
+        self.nodefile.write_text("x4000c0s0b0n0.hostmgmt.cm.aurora.alcf.anl.gov\n")
         self.log = root / "stub-calls"
         self.home = root / "home" / "alice"
         self.home.mkdir(parents=True, exist_ok=True)
@@ -185,6 +194,10 @@ class Harness:
                 site.scheduler.kind, "SLURM_JOB_ID"
             )
         ] = job_id
+        if site.scheduler.kind == "slurm":
+            env["SLURM_JOB_NODELIST"] = "nid[000001-000002]"
+        if site.scheduler.kind == "pbs":
+            env["PBS_NODEFILE"] = str(self.nodefile)
         for name, var in site.variables.items():
             if var.default is None:  # e.g. NERSC's $PSCRATCH: the site sets it on every node
                 env[name] = str(self.root / "site-set" / name.lower() / "alice")

@@ -142,7 +142,10 @@ def test_submit_dry_run_as_a_process() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "cat >\"$HPCENV_STEPS/edf.toml\" <<'HPCENV_EDF'" in proc.stdout
-    assert '"--environment=$HPCENV_STEPS/edf.toml" python3 train.py' in proc.stdout
+    assert (
+        '"--environment=$HPCENV_STEPS/edf.toml" sh "$HPCENV_STEPS/rank-env.sh" python3 train.py'
+        in (proc.stdout)
+    )  # rank-env.sh runs inside the CE container (srun starts it there)
 
 
 def test_annotations_on_another_runtime_exit_2(tmp_path: Path) -> None:

@@ -46,7 +46,8 @@ def test_local_bind_sif_injects_the_same_site_mpi_into_sif_ranks() -> None:
     assert inj is not None and inj == site_mpi(load_site("local-bind"))
     script = render_job(site, _job(), "/scratch/x.sif")
     launch = next(ln for ln in script.splitlines() if ln.startswith("srun "))
-    assert "--mpi=pmix /opt/site/apptainer/bin/apptainer exec " in launch
+    rank_step = 'sh "$HPCENV_STEPS/rank-env.sh"'
+    assert f"--mpi=pmix {rank_step} /opt/site/apptainer/bin/apptainer exec " in launch
     for path in inj.mounts:
         assert f"--bind {path} " in launch
     assert "/scratch/x.sif python3 x.py" in launch

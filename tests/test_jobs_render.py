@@ -182,7 +182,7 @@ def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
     run = next(ln for ln in lines if ln.startswith("jsrun -n 2 -r 1 -a 6"))
     assert run.startswith(
         "jsrun -n 2 -r 1 -a 6 -c 42 -g 6 -b packed:7 --smpiargs=-disable_gpu_hooks "
-        "apptainer exec --nv"
+        'sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --nv'
     )
     # site-build MPI: $MPI_ROOT from DefApps' spectrum-mpi, bound as OLCF bound it
     # (containers_on_summit.rst, olcf-user-docs d900d52^: --bind $MPI_ROOT:$MPI_ROOT)

@@ -574,3 +574,47 @@ def test_teardown_with_sif_ranks_running_leaves_nothing(
             timeout=180,
         )
         assert up.returncode == 0, up.stderr
+
+
+@pytest.mark.parametrize("launcher", ["site", "torchrun"])
+def test_plain_ddp_trains_on_both_nodes_with_env_rendezvous(
+    two_node: TwoNodeInfo, ranks_in: Ranks, shared: Path, launcher: str
+) -> None:
+    """A plain DDP script (tests/data/ddp_train.py: no Horovod, no hpcenv) trains on node1 and
+    node2 with env:// rendezvous: under srun (rank-env.sh maps SLURM_* to RANK...) and under
+    --launcher torchrun (one per node, c10d at MASTER_ADDR:MASTER_PORT)."""
+    wd = _workdir(shared, "ddp_train.py")
+    extra = ["--launcher", "torchrun"] if launcher == "torchrun" else []
+    proc = _cli(
+        "submit",
+        "--site",
+        ranks_in.site,
+        "--image",
+        ranks_in.image,
+        "--name",
+        f"ddp2n-{uuid.uuid4().hex[:6]}",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "1",
+        "--workdir",
+        str(wd),
+        *extra,
+        "--wait",
+        "--timeout",
+        "400",
+        "--json",
+        "--",
+        "/opt/venv/bin/python3",
+        "{workdir}/ddp_train.py",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = _cli("logs", json.loads(proc.stdout)["job_id"]).stdout
+    ranks = sorted(_lines(log, "ddp-result"), key=lambda r: r["rank"])
+    assert [(r["rank"], r["host"]) for r in ranks] == [(0, "node1"), (1, "node2")], log
+    # node1 on the link: the job's MASTER_ADDR (srun), or the host torchrun's c10d picked
+    masters = {r["master"].split(":")[0] for r in ranks}
+    assert len(masters) == 1 and masters <= {"10.251.77.11", "node1"}, ranks
+    assert all(r["world_size"] == 2 and r["local_rank"] == 0 for r in ranks)
+    assert all(r["loss_last"] < 0.5 * r["loss_first"] for r in ranks), ranks
+    assert len({r["params_sha256"] for r in ranks}) == 1, ranks  # identical on every rank

@@ -38,6 +38,12 @@ def register(app: typer.Typer) -> None:
         recipe: Annotated[
             str | None, typer.Option("--recipe", "-r", help="recipe (default image)")
         ] = None,
+        launcher: Annotated[
+            str | None,
+            typer.Option(
+                "--launcher", help="rank launcher: the site's (default), or torchrun (one per node)"
+            ),
+        ] = None,
         nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
         ntasks: Annotated[
             int | None,
@@ -166,6 +172,7 @@ def register(app: typer.Typer) -> None:
             site=site,
             command=tuple(command or ()),
             recipe=recipe,
+            launcher=launcher,
             nodes=nodes,
             ntasks=ntasks,
             ranks_per_node=ranks_per_node,

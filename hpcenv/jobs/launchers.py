@@ -6,7 +6,8 @@ site's documented launcher options (``scheduler.launcher_flags``, only for the s
 launcher: srun's ``--cpu-bind`` or jsrun's ``--smpiargs`` mean nothing to ``mpirun``) and the
 runtime's launcher options together. Launchers register by name with
 :func:`register_launcher` (``srun``, ``jsrun``, ``mpiexec``, ``mpirun``); an unknown name is a
-ConfigError. Adding a launcher is one class here (``tests/test_launchers.py`` registers one).
+ConfigError. ``torchrun`` (a job's ``--launcher torchrun``) runs one per node under the site's
+launcher. Adding a launcher is one class here (``tests/test_launchers.py`` registers one).
 
 Nothing else builds a launch line: jobs, smoke, bench and tune all call :func:`launch_argv`;
 the Slurm directives reuse :func:`slurm_shape`.
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.placement import Placement, core_ranges
+from hpcenv.jobs.shell import Expand
 from hpcenv.site import Site
 
 
@@ -53,6 +56,9 @@ def slurm_shape(site: Site, p: Placement) -> list[str]:
 
 class Launcher(ABC):
     name: ClassVar[str]
+    # The launcher sets torch's RANK/LOCAL_RANK/WORLD_SIZE itself (torchrun); the others get
+    # them per rank from the job's rank-env.sh step (hpcenv.jobs.rendezvous).
+    sets_ranks: ClassVar[bool] = False
 
     @abstractmethod
     def flags(self, site: Site, p: Placement) -> list[str]:
@@ -66,6 +72,10 @@ class Launcher(ABC):
         """argv before the program: ``extra`` are a runtime's launcher options (pyxis)."""
         own = site.scheduler.launcher_flags if site.scheduler.launcher == self.name else []
         return [self.name, *self.flags(site, p), *own, *extra]
+
+    def runner(self, site: Site, p: Placement) -> list[str]:
+        """argv that runs first inside the image, before the user's command (torchrun)."""
+        return []
 
     def one_task(self, extra: Sequence[str]) -> list[str]:
         """argv for one task on one node carrying a runtime's launcher options (pyxis)."""
@@ -171,6 +181,62 @@ class Mpirun(Launcher):
         return ["mpirun", "-np", str(ranks), "--oversubscribe"]
 
 
+def per_node(p: Placement) -> Placement:
+    """``p`` as one task per node that holds all of that node's ranks' cores and GPUs."""
+    cores = tuple(c for d in p.compute_cores for c in d)
+    gpus = tuple(g for ids in p.gpu_ids for g in ids)
+    return replace(
+        p,
+        ranks_per_node=1,
+        ranks_per_socket=None,
+        cores_per_rank=p.cores_per_rank * p.ranks_per_node,
+        gpus_per_rank=p.gpus_per_rank * p.ranks_per_node,
+        gpu_bind="none",
+        gpu_ids=(gpus,) if gpus else (),
+        compute_cores=(cores,) if cores else (),
+    )
+
+
+@register_launcher
+class Torchrun(Launcher):
+    """``torchrun``: one per node, started by the site's own launcher as one task per node
+    that holds the node's cores and GPUs, inside the image; it starts ``ranks_per_node``
+    workers and sets their ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` itself. The nodes meet at
+    the job's ``MASTER_ADDR:MASTER_PORT`` (c10d rendezvous, hpcenv.jobs.rendezvous), the job
+    id naming the rendezvous. ``--no-python``: the command is run as given
+    (``python3 train.py``), the same command as under the site's launcher.
+
+    As NERSC's "Launchers" page shows (docs.nersc.gov/machinelearning/launchers, read
+    2026-11-24); OLCF advises srun over torchrun on Frontier, where torchrun's workers share one
+    core unless bound (software/analytics/pytorch_frontier.rst, read 2026-11-24)."""
+
+    name = "torchrun"
+    sets_ranks = True
+
+    def _site(self, site: Site) -> Launcher:
+        return get_launcher(site.scheduler.launcher)
+
+    def flags(self, site: Site, p: Placement) -> list[str]:
+        return self._site(site).flags(site, per_node(p))
+
+    def per_node(self, nodes: int) -> list[str]:
+        raise ConfigError("torchrun starts ranks only; staging runs with the site's launcher")
+
+    def command(self, site: Site, p: Placement, extra: Sequence[str] = ()) -> list[str]:
+        return self._site(site).command(site, per_node(p), extra)
+
+    def runner(self, site: Site, p: Placement) -> list[str]:
+        return [
+            "torchrun",
+            f"--nnodes={p.nodes}",
+            f"--nproc-per-node={p.ranks_per_node}",
+            "--rdzv-backend=c10d",
+            Expand("--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT"),
+            Expand("--rdzv-id=$HPCENV_JOB_ID"),
+            "--no-python",
+        ]
+
+
 def get_launcher(name: str) -> Launcher:
     try:
         return LAUNCHERS[name]()
@@ -185,5 +251,6 @@ def launch_argv(
 ) -> list[str]:
     """The one builder of rank-launch lines: ``launcher`` (default: the site's) starting the
     placement's ranks, with ``extra`` runtime options. Jobs (the plan's launch), smoke, bench
-    and tune (``mpirun`` inside one image) all call it."""
+    and tune (``mpirun`` inside one image) all call it; what runs inside the image before the
+    command (torchrun) is :meth:`Launcher.runner`."""
     return get_launcher(launcher or site.scheduler.launcher).command(site, placement, extra)

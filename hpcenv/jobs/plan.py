@@ -37,7 +37,14 @@ def step_path(name: str) -> str:
 
 # Where an environment variable's value came from, in the order the layers apply.
 EnvSource = Literal[
-    "placement", "site-mpi", "site-environment", "measured-tuning", "job", "runtime", "host"
+    "placement",
+    "site-mpi",
+    "site-environment",
+    "measured-tuning",
+    "rendezvous",
+    "job",
+    "runtime",
+    "host",
 ]
 StepKind = Literal["stage-in", "preflight", "launch", "stitch", "stage-out"]
 
@@ -53,6 +60,12 @@ class EnvVar:
 
     def quoted(self) -> str:
         return f'"{self.value}"' if self.expands else q(self.value)
+
+    @property
+    def runs(self) -> bool:
+        """Its value runs a command (``$(...)``): assigned before it is exported, so that a
+        failing command fails the job (``export X="$(...)"`` would hide it)."""
+        return self.expands and "$(" in self.value
 
 
 @dataclass(frozen=True)
@@ -72,22 +85,32 @@ class StepFile:
 
 @dataclass(frozen=True)
 class Launch:
-    """The rank launch: launcher argv, the runtime's per-rank prefix, then the user's command."""
+    """The rank launch: launcher argv, the per-rank step on the node (``rank-env.sh``: torch's
+    env:// names), the runtime's per-rank prefix, what runs first inside the image (torchrun),
+    then the user's command."""
 
     launcher: str
     head: tuple[str, ...]
     prefix: tuple[str, ...]
     command: tuple[str, ...]
     what: str
+    rank_step: tuple[str, ...] = ()
+    runner: tuple[str, ...] = ()
 
     @property
     def argv(self) -> list[str]:
         """argv before quoting: Expand items name variables, command items may hold
         ``{data}``-style placeholders."""
-        return [*self.head, *self.prefix, *self.command]
+        return [*self.head, *self.rank_step, *self.prefix, *self.runner, *self.command]
 
     def line(self) -> str:
-        parts = (join(self.head), join(self.prefix), " ".join(command_arg(a) for a in self.command))
+        parts = (
+            join(self.head),
+            join(self.rank_step),
+            join(self.prefix),
+            join(self.runner),
+            " ".join(command_arg(a) for a in self.command),
+        )
         return " ".join(p for p in parts if p)
 
 
@@ -192,7 +215,9 @@ class JobPlan:
                 "launcher": launch.launcher,
                 "argv": launch.argv,
                 "launcher_argv": list(launch.head),
+                "rank_step": list(launch.rank_step),
                 "container_prefix": list(launch.prefix),
+                "runner": list(launch.runner),
                 "command": list(launch.command),
             },
             "array": {"count": self.task_count} if self.task_id_expr else None,

@@ -37,6 +37,8 @@ from hpcenv.jobs.plan import (
 )
 from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.queues import route
+from hpcenv.jobs.rendezvous import RANK_NAMES, RANK_STEP
+from hpcenv.jobs.rendezvous import environment as rendezvous_env
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
     PLACEHOLDERS,
@@ -115,6 +117,7 @@ STEP_TEMPLATES = {
     "stage-in.sh": "stage_in",
     "bind-preflight.sh": "bind_preflight",
     "podman-rank.sh": "podman_rank",  # containers.PODMAN_RANK_STEP
+    "rank-env.sh": "rank_env",  # rendezvous.RANK_STEP
     "stitch.sh": "stitch",
     "stage-out.sh": "stage_out",
     "node-local.sh": "node_local",
@@ -265,6 +268,8 @@ def _container_launch(
     if paths.chdir:  # the container starts where the user is; the steps folder stays bound
         binds.insert(0, paths.workdir)
     names = [*env.names(), *PLACEHOLDERS.values(), *(["HPCENV_CHDIR"] if paths.chdir else [])]
+    if job.launch == "mpi":  # rank-env.sh sets them on the node, before the runtime
+        names += [n for n in RANK_NAMES if n not in names]
     ctx = RunContext(paths.chdir or paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
     return get_runtime(site.runtime.kind).launch(site, paths.image, ctx)
 
@@ -293,16 +298,31 @@ def _launch_step(
 ) -> Step:
     prefix = tuple(container.prefix) if container else ()
     launcher_args = container.launcher_args if container else []
+    rank_step: tuple[str, ...] = ()
+    runner: tuple[str, ...] = ()
     if job.launch == "mpi":
-        head = launch_argv(site, placement, extra=launcher_args)
+        head = launch_argv(site, placement, launcher=launcher.name, extra=launcher_args)
         what = f"{placement.ranks} ranks, {placement.ranks_per_node} per node"
+        runner = tuple(launcher.runner(site, placement))
+        if launcher.sets_ranks:
+            what += f", one {launcher.name} per node"
+        else:  # torch's env:// names per rank from the launcher's own variables
+            rank_step = ("sh", step_path(RANK_STEP))
     elif launcher_args:  # pyxis: the container is an srun option
         head = launcher.one_task(launcher_args)
         what = "one task"
     else:
         head = []
         what = "in the batch shell"
-    launch = Launch(launcher.name if head else "", tuple(head), prefix, tuple(job.command), what)
+    launch = Launch(
+        launcher.name if head else "",
+        tuple(head),
+        prefix,
+        tuple(job.command),
+        what,
+        rank_step=rank_step,
+        runner=runner,
+    )
     return Step("launch", f"Run ({what}).", launch=launch)
 
 
@@ -431,6 +451,9 @@ def plan_job(
             f"measured tuning: {measured.date}, image {measured.image_id[:12]}, "
             f"{measured.layout.describe()} (hpcenv tune --show --site {site.name})"
         )
+    ranks = _rank_launcher(site, job)
+    if job.command and job.launch == "mpi":
+        env.add(rendezvous_env(site, scheduler), "rendezvous", {"MASTER_ADDR", "MASTER_PORT"})
     env.add(job.env, "job")
 
     steps: list[Step] = []
@@ -450,7 +473,10 @@ def plan_job(
             if site.runtime.kind == "podman":
                 files.append(step_file("podman-rank.sh", "the per-rank podman wrapper"))
             files += container.files
-        launch = _launch_step(site, job, placement, launcher, container)
+        launch = _launch_step(site, job, placement, ranks, container)
+        if launch.launch and launch.launch.rank_step:
+            what = "torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...)"
+            files.append(step_file(RANK_STEP, what))
         if paths.output:
             launch = replace(launch, makes_output=True)
     for file, _ in [*pre, *after]:
@@ -497,6 +523,25 @@ def plan_job(
 def render_plan(plan: JobPlan) -> str:
     """The job script: ``job.sh.j2`` printing ``plan``."""
     return _env().get_template("jobs/job.sh.j2").render(plan=plan)
+
+
+def _rank_launcher(site: Site, job: JobSpec) -> Launcher:
+    """The launcher that starts the ranks: the job's ``launcher`` (torchrun), else the site's.
+    torchrun needs torch in the image: a recipe without it is refused."""
+    launcher = get_launcher(job.launcher or site.scheduler.launcher)
+    if launcher.name != "torchrun":
+        return launcher
+    if job.launch != "mpi":
+        raise ConfigError("--launcher torchrun starts ranks on every node; not with --single")
+    if job.image and job.recipe:
+        from hpcenv.recipe import load_recipe
+
+        if not load_recipe(job.recipe).wants("torch"):
+            raise ConfigError(
+                f"--launcher torchrun needs torch in the image; recipe {job.recipe!r} has none "
+                "(use a torch recipe, or the site's launcher)"
+            )
+    return launcher
 
 
 def prepare(

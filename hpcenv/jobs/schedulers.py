@@ -103,6 +103,9 @@ class Scheduler(ABC):
     prefix: ClassVar[str]
     job_id_expr: ClassVar[str]
     task_id_expr: ClassVar[str]
+    # A command, run in the batch shell, that prints the allocation's first (compute) node: the
+    # env:// rendezvous address (hpcenv.jobs.rendezvous).
+    first_node: ClassVar[str]
     merge: ClassVar[dict[str, str]] = {}
     id_pattern: ClassVar[re.Pattern[str]]
     # The client program that takes a job script on stdin (sbatch), and the directive flag that
@@ -419,6 +422,8 @@ class Slurm(Scheduler):
     name = "slurm"
     prefix = "#SBATCH"
     job_id_expr = "${SLURM_JOB_ID}"
+    # NERSC "Launchers" (docs.nersc.gov/machinelearning/launchers, read 2026-11-24).
+    first_node = 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1'
     task_id_expr = "${SLURM_ARRAY_TASK_ID}"
     merge = {"-C": "&", "--constraint": "&"}
     id_pattern = re.compile(r"^(\d+)(?:;\S+)?$")
@@ -616,6 +621,10 @@ class Lsf(Scheduler):
     name = "lsf"
     prefix = "#BSUB"
     job_id_expr = "${LSB_JOBID}"
+    # The batch shell runs on a launch node, not a compute node; `jsrun -n1 hostname` names the
+    # first compute node (OLCF summit_user_guide.rst "Interactive Jobs", in the repository's
+    # history before d900d52, read 2026-11-24).
+    first_node = "jsrun -n1 -r1 -a1 -c1 hostname"
     task_id_expr = "$((LSB_JOBINDEX - 1))"
     merge = {"-alloc_flags": " "}
     id_pattern = re.compile(r"^Job <(\d+)> is submitted")
@@ -780,6 +789,7 @@ class Pbs(Scheduler):
     name = "pbs"
     prefix = "#PBS"
     job_id_expr = "${PBS_JOBID}"
+    first_node = 'head -n 1 "$PBS_NODEFILE"'  # the batch shell's own node (mother superior)
     task_id_expr = "${PBS_ARRAY_INDEX}"
     id_pattern = re.compile(r"^(\d+(?:\[\])?(?:\.[A-Za-z0-9_.-]+)?)$")
     submit_command = "qsub"

@@ -60,6 +60,7 @@ class SubmitRequest:
     site: str
     command: tuple[str, ...] = ()
     recipe: str | None = None
+    launcher: str | None = None
     nodes: int = 1
     ntasks: int | None = None  # total, as in Slurm
     ranks_per_node: int | None = None
@@ -285,6 +286,7 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
             name=req.name or recipe or "hpcenv",
             command=list(req.command),
             launch="single" if req.single else "mpi",
+            launcher=req.launcher,
             nodes=req.nodes,
             ntasks=req.ntasks,
             ranks_per_node=req.ranks_per_node,

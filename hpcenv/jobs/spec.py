@@ -100,6 +100,10 @@ class JobSpec(_Strict):
     launch: Literal["mpi", "single"] = Field(
         default="mpi", description="mpi: all ranks through the site launcher; single: batch shell"
     )
+    launcher: Word | None = Field(
+        default=None,
+        description="rank launcher: the site's (default), or torchrun (one per node, c10d)",
+    )
     nodes: int = Field(default=1, ge=1, le=100000, strict=True)
     ntasks: int | None = Field(
         default=None, ge=1, le=6553600, strict=True, description="total ranks (Slurm -n)"

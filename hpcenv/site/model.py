@@ -455,6 +455,43 @@ class NetworkPlugin(Strict):
     how: ShellText = Field(description="how the job gets it, e.g. 'module load rccl-net-plugin'")
 
 
+DnsDomain = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$",
+        max_length=200,
+    ),
+]
+
+
+class Rendezvous(Strict):
+    """torch.distributed's ``env://`` rendezvous (``MASTER_ADDR``, ``MASTER_PORT``) as the site
+    documents it; :mod:`hpcenv.jobs.rendezvous` turns it into the job's exports.
+
+    ``address``: ``first-node``, the allocation's first node as the scheduler names it (Slurm's
+    ``scontrol show hostnames``, PBS's node file, LSF's first compute host), with ``domain``
+    appended to its short name where the site names its high-speed network that way (Aurora's
+    ``<node>.hsn.cm.aurora.alcf.anl.gov``); ``batch-host-ip``, the address of the host the
+    batch shell runs on (``hostname -i``, Frontier's documented form; under Slurm and PBS the
+    batch shell runs on the first node). ``port``: the site's documented port; none: one
+    derived from the job id (29500 + id mod 1000), so two jobs sharing a node do not collide.
+    """
+
+    address: Literal["first-node", "batch-host-ip"] = "first-node"
+    domain: DnsDomain | None = Field(
+        default=None, description="appended to the first node's short name (its HSN name)"
+    )
+    port: int | None = Field(
+        default=None, ge=1024, le=65535, strict=True, description="none: derived from the job id"
+    )
+
+    @model_validator(mode="after")
+    def _domain_names_a_node(self) -> Rendezvous:
+        if self.domain and self.address != "first-node":
+            raise ValueError("rendezvous.domain applies to address first-node")
+        return self
+
+
 class Reference(Strict):
     """A performance reference for one smoke figure, ReFrame-style: the run passes while the
     value stays within ``[value*(1+lower), value*(1+upper)]``; outside on the bad side it is a
@@ -517,6 +554,7 @@ class Site(Strict):
     recipes: list[Name] = Field(default=[], max_length=64)
     build: Build = Build()
     network_plugin: NetworkPlugin | None = None
+    rendezvous: Rendezvous = Rendezvous()
     defaults: dict[str, str] = Field(default={}, description="component pins, as for --set")
     tuning: dict[EnvName, ShellWord] = Field(
         default={},

@@ -315,6 +315,8 @@ I_MPI_PIN_DOMAIN = "${I_MPI_PIN_DOMAIN:-}"
 CUDA_CACHE_DISABLE = "${CUDA_CACHE_DISABLE:-}"
 TORCH_NCCL_ASYNC_ERROR_HANDLING = "${TORCH_NCCL_ASYNC_ERROR_HANDLING:-}"
 MPICH_GPU_SUPPORT_ENABLED = "${MPICH_GPU_SUPPORT_ENABLED:-}"
+MASTER_ADDR = "${MASTER_ADDR:-}"
+MASTER_PORT = "${MASTER_PORT:-}"
 HPCENV_DATA = "${HPCENV_DATA:-}"
 HPCENV_OUTPUT = "${HPCENV_OUTPUT:-}"
 HPCENV_TASK_ID = "${HPCENV_TASK_ID:-}"
@@ -322,11 +324,63 @@ HPCENV_TASKS = "${HPCENV_TASKS:-}"
 HPCENV_WORKDIR = "${HPCENV_WORKDIR:-}"
 HPCENV_JOB_ID = "${HPCENV_JOB_ID:-}"
 HPCENV_NODE_LOCAL = "${HPCENV_NODE_LOCAL:-}"
+RANK = "${RANK:-}"
+LOCAL_RANK = "${LOCAL_RANK:-}"
+WORLD_SIZE = "${WORLD_SIZE:-}"
+LOCAL_WORLD_SIZE = "${LOCAL_WORLD_SIZE:-}"
 
 [annotations]
 com.hooks.aws_ofi_nccl.enabled = "true"
 com.hooks.aws_ofi_nccl.variant = "cuda-dl"
 HPCENV_EDF
+
+# Step file: torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...).
+cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
+#!/bin/sh
+# hpcenv rank environment: torch.distributed's env:// names (RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE) from the launcher's own variables, then exec the rest (the container runtime
+# and the user's command). MASTER_ADDR/MASTER_PORT come from the job (hpcenv/jobs/rendezvous.py).
+# Checked in this order, since a launcher's children inherit the batch shell's SLURM_PROCID:
+#   Open MPI mpirun and jsrun (Spectrum MPI): OMPI_COMM_WORLD_*; jsrun: JSM_NAMESPACE_*;
+#   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
+#   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+#   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# Usage: rank-env.sh COMMAND [ARG ...]
+set -eu
+local_size=
+if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
+  RANK=$OMPI_COMM_WORLD_RANK LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK
+  WORLD_SIZE=$OMPI_COMM_WORLD_SIZE local_size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
+elif [ -n "${JSM_NAMESPACE_RANK:-}" ]; then
+  RANK=$JSM_NAMESPACE_RANK LOCAL_RANK=$JSM_NAMESPACE_LOCAL_RANK
+  WORLD_SIZE=$JSM_NAMESPACE_SIZE local_size=${JSM_NAMESPACE_LOCAL_SIZE:-}
+elif [ -n "${PALS_RANKID:-}" ]; then
+  RANK=$PALS_RANKID LOCAL_RANK=$PALS_LOCAL_RANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-}
+elif [ -n "${PMI_RANK:-}" ] && [ -n "${MPI_LOCALRANKID:-}" ]; then
+  RANK=$PMI_RANK LOCAL_RANK=$MPI_LOCALRANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${MPI_LOCALNRANKS:-}
+elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
+  RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID
+  WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-$SLURM_NTASKS}
+  # SLURM_STEP_TASKS_PER_NODE is "2(x3),1": this node's entry by its index in the step.
+  node=${SLURM_NODEID:-0} rest=${SLURM_STEP_TASKS_PER_NODE:-}
+  while [ -n "$rest" ]; do
+    item=${rest%%,*}
+    if [ "$item" = "$rest" ]; then rest=; else rest=${rest#*,}; fi
+    count=${item%%(*} times=1
+    case $item in *"(x"*) times=${item#*(x} times=${times%)} ;; esac
+    if [ "$node" -lt "$times" ]; then local_size=$count; break; fi
+    node=$((node - times))
+  done
+else
+  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
+  exit 3
+fi
+export RANK LOCAL_RANK WORLD_SIZE
+if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
+exec "$@"
+HPCENV_RANK_ENV
 
 # Step file: stage-in.
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
@@ -873,13 +927,17 @@ export I_MPI_PIN_DOMAIN='[0xffffffffffffffffff,0xffffffffffffffffff0000000000000
 export CUDA_CACHE_DISABLE=1
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export MPICH_GPU_SUPPORT_ENABLED=0
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_ADDR
+MASTER_PORT="$((29500 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 1000))"
+export MASTER_PORT
 
 # Stage-in: $SCRATCH/datasets/mnist -> /dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against $SCRATCH/datasets/mnist/.hpcenv-manifest
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$SCRATCH/datasets/mnist" "/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "$SCRATCH/datasets/mnist/.hpcenv-manifest"
 
 # Run (8 ranks, 4 per node).
 mkdir -p "$HPCENV_OUTPUT"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=72 --gpus-per-task=1 --gpu-bind=closest --mpi=pmi2 "--environment=$HPCENV_STEPS/edf.toml" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=72 --gpus-per-task=1 --gpu-bind=closest --mpi=pmi2 "--environment=$HPCENV_STEPS/edf.toml" sh "$HPCENV_STEPS/rank-env.sh" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $SCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $SCRATCH/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$SCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$SCRATCH/results/run1" 0

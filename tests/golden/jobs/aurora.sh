@@ -299,6 +299,54 @@ case $action in
 esac
 HPCENV_NODE_LOCAL
 
+# Step file: torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...).
+cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
+#!/bin/sh
+# hpcenv rank environment: torch.distributed's env:// names (RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE) from the launcher's own variables, then exec the rest (the container runtime
+# and the user's command). MASTER_ADDR/MASTER_PORT come from the job (hpcenv/jobs/rendezvous.py).
+# Checked in this order, since a launcher's children inherit the batch shell's SLURM_PROCID:
+#   Open MPI mpirun and jsrun (Spectrum MPI): OMPI_COMM_WORLD_*; jsrun: JSM_NAMESPACE_*;
+#   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
+#   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+#   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# Usage: rank-env.sh COMMAND [ARG ...]
+set -eu
+local_size=
+if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
+  RANK=$OMPI_COMM_WORLD_RANK LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK
+  WORLD_SIZE=$OMPI_COMM_WORLD_SIZE local_size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
+elif [ -n "${JSM_NAMESPACE_RANK:-}" ]; then
+  RANK=$JSM_NAMESPACE_RANK LOCAL_RANK=$JSM_NAMESPACE_LOCAL_RANK
+  WORLD_SIZE=$JSM_NAMESPACE_SIZE local_size=${JSM_NAMESPACE_LOCAL_SIZE:-}
+elif [ -n "${PALS_RANKID:-}" ]; then
+  RANK=$PALS_RANKID LOCAL_RANK=$PALS_LOCAL_RANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-}
+elif [ -n "${PMI_RANK:-}" ] && [ -n "${MPI_LOCALRANKID:-}" ]; then
+  RANK=$PMI_RANK LOCAL_RANK=$MPI_LOCALRANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${MPI_LOCALNRANKS:-}
+elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
+  RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID
+  WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-$SLURM_NTASKS}
+  # SLURM_STEP_TASKS_PER_NODE is "2(x3),1": this node's entry by its index in the step.
+  node=${SLURM_NODEID:-0} rest=${SLURM_STEP_TASKS_PER_NODE:-}
+  while [ -n "$rest" ]; do
+    item=${rest%%,*}
+    if [ "$item" = "$rest" ]; then rest=; else rest=${rest#*,}; fi
+    count=${item%%(*} times=1
+    case $item in *"(x"*) times=${item#*(x} times=${times%)} ;; esac
+    if [ "$node" -lt "$times" ]; then local_size=$count; break; fi
+    node=$((node - times))
+  done
+else
+  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
+  exit 3
+fi
+export RANK LOCAL_RANK WORLD_SIZE
+if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
+exec "$@"
+HPCENV_RANK_ENV
+
 # Step file: stage-in.
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
 #!/bin/bash
@@ -911,6 +959,9 @@ export CCL_WORKER_COUNT=4
 export CCL_WORKER_AFFINITY=5,6,7,8,13,14,15,16,21,22,23,24,29,30,31,32,37,38,39,40,45,46,47,48,57,58,59,60,65,66,67,68,73,74,75,76,81,82,83,84,89,90,91,92,97,98,99,100
 export CCL_PROCESS_LAUNCHER=pmix
 export CCL_ATL_TRANSPORT=mpi
+MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE" | cut -d . -f 1).hsn.cm.aurora.alcf.anl.gov"
+export MASTER_ADDR
+export MASTER_PORT="2345"
 export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"
 
 # Stage-in: /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist -> /tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest
@@ -921,7 +972,7 @@ apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$US
 
 # Run (24 ranks, 12 per node).
 mkdir -p "$HPCENV_OUTPUT"
-mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: /lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> /lus/flare/projects/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "/lus/flare/projects/$HPCENV_PROJECT/results/run1" 0

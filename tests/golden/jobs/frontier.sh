@@ -302,6 +302,54 @@ case $action in
 esac
 HPCENV_NODE_LOCAL
 
+# Step file: torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...).
+cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
+#!/bin/sh
+# hpcenv rank environment: torch.distributed's env:// names (RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE) from the launcher's own variables, then exec the rest (the container runtime
+# and the user's command). MASTER_ADDR/MASTER_PORT come from the job (hpcenv/jobs/rendezvous.py).
+# Checked in this order, since a launcher's children inherit the batch shell's SLURM_PROCID:
+#   Open MPI mpirun and jsrun (Spectrum MPI): OMPI_COMM_WORLD_*; jsrun: JSM_NAMESPACE_*;
+#   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
+#   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+#   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# Usage: rank-env.sh COMMAND [ARG ...]
+set -eu
+local_size=
+if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
+  RANK=$OMPI_COMM_WORLD_RANK LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK
+  WORLD_SIZE=$OMPI_COMM_WORLD_SIZE local_size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
+elif [ -n "${JSM_NAMESPACE_RANK:-}" ]; then
+  RANK=$JSM_NAMESPACE_RANK LOCAL_RANK=$JSM_NAMESPACE_LOCAL_RANK
+  WORLD_SIZE=$JSM_NAMESPACE_SIZE local_size=${JSM_NAMESPACE_LOCAL_SIZE:-}
+elif [ -n "${PALS_RANKID:-}" ]; then
+  RANK=$PALS_RANKID LOCAL_RANK=$PALS_LOCAL_RANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-}
+elif [ -n "${PMI_RANK:-}" ] && [ -n "${MPI_LOCALRANKID:-}" ]; then
+  RANK=$PMI_RANK LOCAL_RANK=$MPI_LOCALRANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${MPI_LOCALNRANKS:-}
+elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
+  RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID
+  WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-$SLURM_NTASKS}
+  # SLURM_STEP_TASKS_PER_NODE is "2(x3),1": this node's entry by its index in the step.
+  node=${SLURM_NODEID:-0} rest=${SLURM_STEP_TASKS_PER_NODE:-}
+  while [ -n "$rest" ]; do
+    item=${rest%%,*}
+    if [ "$item" = "$rest" ]; then rest=; else rest=${rest#*,}; fi
+    count=${item%%(*} times=1
+    case $item in *"(x"*) times=${item#*(x} times=${times%)} ;; esac
+    if [ "$node" -lt "$times" ]; then local_size=$count; break; fi
+    node=$((node - times))
+  done
+else
+  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
+  exit 3
+fi
+export RANK LOCAL_RANK WORLD_SIZE
+if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
+exec "$@"
+HPCENV_RANK_ENV
+
 # Step file: stage-in.
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
 #!/bin/bash
@@ -924,6 +972,9 @@ export FI_CXI_RDZV_THRESHOLD=0
 export FI_CXI_RDZV_GET_MIN=0
 export FI_CXI_DEFAULT_TX_SIZE=2048
 export FI_CXI_RX_MATCH_MODE=hybrid
+MASTER_ADDR="$(hostname -i | cut -d ' ' -f 1)"
+export MASTER_ADDR
+export MASTER_PORT="3442"
 export APPTAINERENV_LD_LIBRARY_PATH="$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:/opt/rocm/lib64:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:/opt/cray/pe/lib64"
 export APPTAINERENV_LD_PRELOAD="$CRAY_MPICH_ROOTDIR/gtl/lib/libmpi_gtl_hsa.so.0"
 export APPTAINER_CONTAINLIBS=/usr/lib64/libcxi.so.1,/usr/lib64/libjson-c.so.5,/lib64/libtinfo.so.6,/usr/lib64/libnl-3.so.200,/usr/lib64/libgfortran.so.5,/usr/lib64/libjansson.so.4,/usr/lib64/libxpmem.so.0
@@ -936,7 +987,7 @@ apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$H
 
 # Run (16 ranks, 8 per node).
 mkdir -p "$HPCENV_OUTPUT"
-srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $MEMBERWORK/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$MEMBERWORK/$HPCENV_PROJECT/results/run1" 0

@@ -301,6 +301,54 @@ case $action in
 esac
 HPCENV_NODE_LOCAL
 
+# Step file: torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...).
+cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
+#!/bin/sh
+# hpcenv rank environment: torch.distributed's env:// names (RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE) from the launcher's own variables, then exec the rest (the container runtime
+# and the user's command). MASTER_ADDR/MASTER_PORT come from the job (hpcenv/jobs/rendezvous.py).
+# Checked in this order, since a launcher's children inherit the batch shell's SLURM_PROCID:
+#   Open MPI mpirun and jsrun (Spectrum MPI): OMPI_COMM_WORLD_*; jsrun: JSM_NAMESPACE_*;
+#   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
+#   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+#   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# Usage: rank-env.sh COMMAND [ARG ...]
+set -eu
+local_size=
+if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
+  RANK=$OMPI_COMM_WORLD_RANK LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK
+  WORLD_SIZE=$OMPI_COMM_WORLD_SIZE local_size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
+elif [ -n "${JSM_NAMESPACE_RANK:-}" ]; then
+  RANK=$JSM_NAMESPACE_RANK LOCAL_RANK=$JSM_NAMESPACE_LOCAL_RANK
+  WORLD_SIZE=$JSM_NAMESPACE_SIZE local_size=${JSM_NAMESPACE_LOCAL_SIZE:-}
+elif [ -n "${PALS_RANKID:-}" ]; then
+  RANK=$PALS_RANKID LOCAL_RANK=$PALS_LOCAL_RANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-}
+elif [ -n "${PMI_RANK:-}" ] && [ -n "${MPI_LOCALRANKID:-}" ]; then
+  RANK=$PMI_RANK LOCAL_RANK=$MPI_LOCALRANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${MPI_LOCALNRANKS:-}
+elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
+  RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID
+  WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-$SLURM_NTASKS}
+  # SLURM_STEP_TASKS_PER_NODE is "2(x3),1": this node's entry by its index in the step.
+  node=${SLURM_NODEID:-0} rest=${SLURM_STEP_TASKS_PER_NODE:-}
+  while [ -n "$rest" ]; do
+    item=${rest%%,*}
+    if [ "$item" = "$rest" ]; then rest=; else rest=${rest#*,}; fi
+    count=${item%%(*} times=1
+    case $item in *"(x"*) times=${item#*(x} times=${times%)} ;; esac
+    if [ "$node" -lt "$times" ]; then local_size=$count; break; fi
+    node=$((node - times))
+  done
+else
+  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
+  exit 3
+fi
+export RANK LOCAL_RANK WORLD_SIZE
+if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
+exec "$@"
+HPCENV_RANK_ENV
+
 # Step file: stage-in.
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
 #!/bin/bash
@@ -909,16 +957,19 @@ export OMP_NUM_THREADS=16
 export KMP_AFFINITY=granularity=fine,compact,1,0
 export KMP_BLOCKTIME=1
 export I_MPI_PIN_DOMAIN='[0xffff,0xffff0000,0xffff00000000,0xffff000000000000]'
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_ADDR
+export MASTER_PORT="29500"
 
 # Stage-in: $PSCRATCH/datasets/mnist -> /dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against $PSCRATCH/datasets/mnist/.hpcenv-manifest
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$PSCRATCH/datasets/mnist" "/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "$PSCRATCH/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=MASTER_ADDR --env=MASTER_PORT --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL --env=RANK --env=LOCAL_RANK --env=WORLD_SIZE --env=LOCAL_WORLD_SIZE localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (8 ranks, 4 per node).
 mkdir -p "$HPCENV_OUTPUT"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta --cpu-bind=cores podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL localhost/hpcenv/horovod-gpu:perlmutter python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta --cpu-bind=cores sh "$HPCENV_STEPS/rank-env.sh" podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=MASTER_ADDR --env=MASTER_PORT --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL --env=RANK --env=LOCAL_RANK --env=WORLD_SIZE --env=LOCAL_WORLD_SIZE localhost/hpcenv/horovod-gpu:perlmutter python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $PSCRATCH/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$PSCRATCH/results/run1" 0

@@ -298,6 +298,54 @@ case $action in
 esac
 HPCENV_NODE_LOCAL
 
+# Step file: torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...).
+cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
+#!/bin/sh
+# hpcenv rank environment: torch.distributed's env:// names (RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE) from the launcher's own variables, then exec the rest (the container runtime
+# and the user's command). MASTER_ADDR/MASTER_PORT come from the job (hpcenv/jobs/rendezvous.py).
+# Checked in this order, since a launcher's children inherit the batch shell's SLURM_PROCID:
+#   Open MPI mpirun and jsrun (Spectrum MPI): OMPI_COMM_WORLD_*; jsrun: JSM_NAMESPACE_*;
+#   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
+#   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+#   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# Usage: rank-env.sh COMMAND [ARG ...]
+set -eu
+local_size=
+if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
+  RANK=$OMPI_COMM_WORLD_RANK LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK
+  WORLD_SIZE=$OMPI_COMM_WORLD_SIZE local_size=${OMPI_COMM_WORLD_LOCAL_SIZE:-}
+elif [ -n "${JSM_NAMESPACE_RANK:-}" ]; then
+  RANK=$JSM_NAMESPACE_RANK LOCAL_RANK=$JSM_NAMESPACE_LOCAL_RANK
+  WORLD_SIZE=$JSM_NAMESPACE_SIZE local_size=${JSM_NAMESPACE_LOCAL_SIZE:-}
+elif [ -n "${PALS_RANKID:-}" ]; then
+  RANK=$PALS_RANKID LOCAL_RANK=$PALS_LOCAL_RANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-}
+elif [ -n "${PMI_RANK:-}" ] && [ -n "${MPI_LOCALRANKID:-}" ]; then
+  RANK=$PMI_RANK LOCAL_RANK=$MPI_LOCALRANKID
+  WORLD_SIZE=$PMI_SIZE local_size=${MPI_LOCALNRANKS:-}
+elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
+  RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID
+  WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-$SLURM_NTASKS}
+  # SLURM_STEP_TASKS_PER_NODE is "2(x3),1": this node's entry by its index in the step.
+  node=${SLURM_NODEID:-0} rest=${SLURM_STEP_TASKS_PER_NODE:-}
+  while [ -n "$rest" ]; do
+    item=${rest%%,*}
+    if [ "$item" = "$rest" ]; then rest=; else rest=${rest#*,}; fi
+    count=${item%%(*} times=1
+    case $item in *"(x"*) times=${item#*(x} times=${times%)} ;; esac
+    if [ "$node" -lt "$times" ]; then local_size=$count; break; fi
+    node=$((node - times))
+  done
+else
+  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
+  exit 3
+fi
+export RANK LOCAL_RANK WORLD_SIZE
+if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
+exec "$@"
+HPCENV_RANK_ENV
+
 # Step file: stage-in.
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN'
 #!/bin/bash
@@ -907,6 +955,10 @@ export KMP_AFFINITY=granularity=fine,compact,1,0
 export KMP_BLOCKTIME=1
 export I_MPI_PIN_DOMAIN='[0x7f,0x3f80,0x1fc000,0xfe00000,0x7f0000000,0x3f800000000]'
 export OMPI_MCA_pml=ob1
+MASTER_ADDR="$(jsrun -n1 -r1 -a1 -c1 hostname)"
+export MASTER_ADDR
+MASTER_PORT="$((29500 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 1000))"
+export MASTER_PORT
 export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"
 
 # The site's own setup for its MPI in containers (mpi.setup), sourced last as its example does.
@@ -923,7 +975,7 @@ apptainer exec --nv --bind /gpfs/alpine2 --bind /mnt/bb --bind /autofs/nccs-svm1
 
 # Run (12 ranks, 6 per node).
 mkdir -p "$HPCENV_OUTPUT"
-jsrun -n 2 -r 1 -a 6 -c 42 -g 6 -b packed:7 --smpiargs=-disable_gpu_hooks apptainer exec --nv --bind /gpfs/alpine2 --bind /mnt/bb --bind /autofs/nccs-svm1_home1 --bind /autofs/nccs-svm1_home1:/ccs/home --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind "$MPI_ROOT" --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+jsrun -n 2 -r 1 -a 6 -c 42 -g 6 -b packed:7 --smpiargs=-disable_gpu_hooks sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --nv --bind /gpfs/alpine2 --bind /mnt/bb --bind /autofs/nccs-svm1_home1 --bind /autofs/nccs-svm1_home1:/ccs/home --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind "$MPI_ROOT" --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $MEMBERWORK/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$MEMBERWORK/$HPCENV_PROJECT/results/run1" 0
