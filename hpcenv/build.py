@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcenv import naming
+from hpcenv import naming, platforms
 from hpcenv.credentials import (
     APT_AUTH,
     PIP_CONF,
@@ -46,6 +46,7 @@ class BuildPlan:
             "recipe": self.recipe,
             "tag": self.tag,
             "platform": self.lock.build["platform"],
+            "builds": platforms.how_built(platforms.arch(self.lock.arch)),
             "base_image": self.lock.build["base_image"],
             "context": str(self.context),
             "components": {
@@ -150,8 +151,19 @@ def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
         mirror=plan.site.build.apt_mirror,
         tag=lock.build["base_image"],
         engine=get_engine(plan.site.build.engine),
+        arch=lock.arch,
         on_step=on_step,
     )
+
+
+def build_platform(plan: BuildPlan) -> str | None:
+    """``--platform`` for a build of another architecture than this host's (None: native);
+    its RUN steps run only under emulation, so a host without the binfmt handler is refused."""
+    target = platforms.arch(plan.lock.arch)
+    if target == platforms.host_arch():
+        return None
+    platforms.require_runnable(target, f"the {plan.recipe} image for {plan.site.name}")
+    return target.platform
 
 
 def build_log_path(plan: BuildPlan) -> Path:
@@ -167,6 +179,7 @@ def build_image(
 ) -> BuildResult:
     """Build one plan for real; a failure names the step and its log (BuildError)."""
     engine = get_engine(engine_name or plan.site.build.engine)
+    platform = build_platform(plan)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
     with context_ready(plan) as context, build_secrets(plan.site) as secrets:
@@ -177,6 +190,7 @@ def build_image(
             log_path=log,
             on_step=on_step,
             secrets=secrets,
+            platform=platform,
         )
 
 

@@ -47,6 +47,10 @@ class Recipe(SafeModel):
         Literal["required", "optional"],
     ]
     horovod_operations: list[Literal["mpi", "gloo", "ccl", "nccl"]] = []
+    # os: python packages from the image OS's own packages (python3-mpi4py, python3-numpy) in a
+    # venv that sees them; nothing is compiled or fetched from PyPI, so the image builds in
+    # minutes under emulation (qemu-user-static runs code 5-20x slower: platform notes)
+    python_from: Literal["pip", "os"] = "pip"
 
     def wants(self, name: str) -> bool:
         return name in self.components

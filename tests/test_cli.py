@@ -40,6 +40,7 @@ def test_recipes(runner: CliRunner) -> None:
         "torch-ccl",
         "torch-gpu",
         "daal4py",
+        "mpi4py-os",
     }
 
 

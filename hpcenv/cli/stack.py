@@ -230,6 +230,7 @@ def register(app: typer.Typer) -> None:
             for s in summaries:
                 typer.echo(f"plan: {s['recipe']} for {s['site']} -> {s['tag']} ({s['platform']})")
                 typer.echo(f"  base: {s['base_image']}\n  context: {s['context']}")
+                typer.echo(f"  builds: {s['builds']}")
                 for name, ver in s["components"].items():  # type: ignore[attr-defined]
                     typer.echo(f"  {name:<10} {ver}")
                 for name in s["excluded"]:  # type: ignore[attr-defined]
@@ -239,8 +240,12 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        from hpcenv.build import build_log_path
+        from hpcenv.build import build_log_path, build_platform
         from hpcenv.cli.progress import StepProgress
+
+        if fmt != "sif" or sif_from == "oci":
+            for plan in plans:  # a host that cannot run the target's binaries: before any output
+                build_platform(plan)
 
         console = Console(stderr=True)
         results = []
