@@ -127,3 +127,17 @@ def test_build_without_emulation_exits_2_in_one_line(tmp_path: Path) -> None:
     assert lines[0].startswith("error: the mpi4py-os image for local-arm64 is aarch64")
     assert "no qemu-aarch64 binfmt handler" in lines[0] and "emulation-setup.sh" in lines[0]
     assert not (tmp_path / "cache" / "base").exists()
+
+
+def test_doctor_requires_emulation_for_a_foreign_site(tmp_path: Path) -> None:
+    if platforms.host_arch().name == "aarch64":
+        pytest.skip("this host is aarch64: local-arm64 is native here")
+    env = {platforms.BINFMT_ENV: str(tmp_path)}
+    proc = hpcenv("doctor", "--site", "local-arm64", "--json", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "qemu-user-static")
+    assert check["required"] and check["status"] == "missing"
+    assert "no binfmt handler for qemu-aarch64" in check["why"]
+    assert "emulation-setup.sh" in check["fix"]
+    native = json.loads(hpcenv("doctor", "--site", "local", "--json", env=env).stdout)
+    assert not next(c for c in native["checks"] if c["name"] == "qemu-user-static")["required"]
