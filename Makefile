@@ -10,8 +10,9 @@ RESULTS ?= results
 
 install: host venv
 
-host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI) + the local-bind site MPI and Apptainer
+host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI), qemu-user-static handlers, the local-bind site MPI and Apptainer
 	scripts/host-setup.sh
+	scripts/emulation-setup.sh
 	scripts/site-mpi-setup.sh
 	scripts/site-apptainer-setup.sh
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from hpcenv import naming
+from hpcenv import naming, platforms
 from hpcenv.credentials import (
     clean_url,
     has_credentials,
@@ -25,7 +25,7 @@ from hpcenv.credentials import (
     strip_userinfo,
 )
 from hpcenv.engines import HOST_SETUP_HINT, Engine, StepCallback, get_engine, stream_command
-from hpcenv.errors import BuildError, EnvironmentProblem
+from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem
 from hpcenv.paths import cache_dir, file_lock
 
 DEFAULT_SUITE = "bookworm"
@@ -33,8 +33,8 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_CHANGES = ('CMD ["/bin/bash"]',)
 
 
-def default_tag(suite: str = DEFAULT_SUITE) -> str:
-    return naming.base_tag(suite=suite)
+def default_tag(suite: str = DEFAULT_SUITE, arch: str = "amd64") -> str:
+    return naming.base_tag(suite=suite, arch=arch)
 
 
 def base_cache_dir() -> Path:
@@ -43,9 +43,12 @@ def base_cache_dir() -> Path:
     return path
 
 
-def rootfs_tarball(suite: str = DEFAULT_SUITE) -> Path:
-    """Where the cleaned minbase rootfs of ``suite`` is cached."""
-    return base_cache_dir() / f"{suite}-minbase.tar"
+def rootfs_tarball(suite: str = DEFAULT_SUITE, arch: str = "amd64") -> Path:
+    """Where the cleaned minbase rootfs of ``suite`` is cached (``arch``: Debian's name;
+    amd64 keeps the name every existing cache has)."""
+    return base_cache_dir() / (
+        f"{suite}-minbase.tar" if arch == "amd64" else f"{suite}-{arch}-minbase.tar"
+    )
 
 
 def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:
@@ -142,13 +145,23 @@ def bootstrap_rootfs(
     tarball: Path,
     *,
     log_path: Path,
+    arch: str | None = None,
     on_phase: Callable[[str], None] | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> Path:
     """``debootstrap --variant=minbase`` into a temp dir, drop apt caches, tar it to ``tarball``.
 
-    ``on_phase`` hears each of the three phases as it starts; output is appended to ``log_path``.
+    ``arch`` (any spelling, default this host's): another architecture than the host's is
+    bootstrapped in two stages, ``--arch=X --foreign`` (downloads and unpacks, nothing of the
+    target runs) then ``/debootstrap/debootstrap --second-stage`` in a chroot, where the target's
+    binaries run under qemu-user-static through binfmt_misc (debootstrap(8): --foreign,
+    --second-stage). ``on_phase`` hears each phase as it starts (three, four when foreign);
+    output is appended to ``log_path``.
     """
+    target = platforms.arch(arch) if arch else platforms.host_arch()
+    foreign = target != platforms.host_arch()
+    if foreign:
+        platforms.require_runnable(target, f"the {suite} base image for {target.debian}")
     if shutil.which("debootstrap") is None:
         raise EnvironmentProblem(f"debootstrap is not installed; {HOST_SETUP_HINT}")
     if os.geteuid() != 0:
@@ -160,8 +173,9 @@ def bootstrap_rootfs(
     work = Path(tempfile.mkdtemp(prefix=f"rootfs-{suite}-", dir=tarball.parent))
     rootfs = work / "rootfs"
     try:
-        phase(redact(f"debootstrap --variant=minbase {suite} {mirror}"))
-        argv = ["debootstrap", "--variant=minbase", suite, str(rootfs), clean_url(mirror)]
+        extra = [f"--arch={target.debian}", "--foreign"] if foreign else []
+        phase(redact(" ".join(["debootstrap", *extra, "--variant=minbase", suite, mirror])))
+        argv = ["debootstrap", *extra, "--variant=minbase", suite, str(rootfs), clean_url(mirror)]
         # The mirror's credentials reach wget (debootstrap's downloader) as $HOME/.netrc in a
         # private folder, never on a command line (``ps`` shows every user's arguments).
         netrc = {".netrc": netrc_entry(mirror)} if has_credentials(mirror) else {}
@@ -172,6 +186,13 @@ def bootstrap_rootfs(
             errors = [ln for ln in tail if ln.startswith("E:")] or tail[-1:]
             detail = errors[-1] if errors else ""
             raise BuildError(redact(" ".join(argv)), log_path, detail)
+        if foreign:
+            phase(f"debootstrap --second-stage for {target.debian} under qemu-user-static")
+            argv = ["chroot", str(rootfs), "/debootstrap/debootstrap", "--second-stage"]
+            rc, tail = stream_command(argv, log_path, on_line=on_line, append=True)
+            if rc != 0:
+                detail = ([ln for ln in tail if ln.startswith("E:")] or tail[-1:] or [""])[-1]
+                raise BuildError(" ".join(argv), log_path, detail)
         phase("remove apt archives and lists, and mirror credentials")
         forget_credentials(rootfs)
         for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
@@ -200,6 +221,7 @@ def ensure_base_image(
     tag: str | None = None,
     engine: Engine | None = None,
     *,
+    arch: str | None = None,
     log_path: Path | None = None,
     on_step: StepCallback | None = None,
     on_line: Callable[[str], None] | None = None,
@@ -208,28 +230,51 @@ def ensure_base_image(
 
     Order: reuse the image; else import the cached rootfs tarball; else debootstrap one
     (mirror: argument, else the host's apt sources, else deb.debian.org). A file lock keeps
-    two callers from bootstrapping at once.
+    two callers from bootstrapping at once. ``arch`` (any spelling, default this host's): the
+    base's architecture; the rootfs and the default tag carry it when it is not amd64, and an
+    existing ``tag`` of another architecture is refused rather than built upon.
     """
     engine = engine or get_engine()
-    tag = tag or default_tag(suite)
+    target = platforms.arch(arch) if arch else platforms.host_arch()
+    tag = tag or default_tag(suite, target.debian)
     if engine.image_exists(tag):
-        return tag
-    tarball = rootfs_tarball(suite)
-    log_path = log_path or cache_dir() / "logs" / f"base-{suite}.log"
+        return _same_arch(engine, tag, target)
+    tarball = rootfs_tarball(suite, target.debian)
+    log_path = log_path or cache_dir() / "logs" / f"base-{tarball.stem}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(tarball.with_name(tarball.name + ".lock")):
         if engine.image_exists(tag):
-            return tag
-        log_path.write_text(f"# hpcenv base image {tag} ({suite})\n")
+            return _same_arch(engine, tag, target)
+        log_path.write_text(f"# hpcenv base image {tag} ({suite}, {target.debian})\n")
         need_rootfs = not tarball.is_file()
-        phases = _Phases(4 if need_rootfs else 1, on_step)
+        foreign = target != platforms.host_arch()
+        phases = _Phases((5 if foreign else 4) if need_rootfs else 1, on_step)
         if need_rootfs:
             mirror = mirror or default_mirror(suite)
             bootstrap_rootfs(
-                suite, mirror, tarball, log_path=log_path, on_phase=phases.start, on_line=on_line
+                suite,
+                mirror,
+                tarball,
+                log_path=log_path,
+                arch=target.name,
+                on_phase=phases.start,
+                on_line=on_line,
             )
         phases.start(f"{engine.exe} import {tarball.name} {tag}")
         with log_path.open("a") as log:
             log.write(f"$ {engine.exe} import {tarball} {tag}\n")
-        engine.import_rootfs(tarball, tag, changes=BASE_CHANGES)
+        engine.import_rootfs(
+            tarball, tag, changes=BASE_CHANGES, arch=target.oci if foreign else None
+        )
+    return tag
+
+
+def _same_arch(engine: Engine, tag: str, target: platforms.Arch) -> str:
+    have = engine.image_arch(tag)
+    if have and platforms.arch(have) != target:
+        raise ConfigError(
+            f"base image {tag} is {have}, the site builds for {target.oci}; "
+            f"set build.base_image to {naming.base_tag(suite=DEFAULT_SUITE, arch=target.debian)} "
+            "(hpcenv bootstraps it) or to a base of that architecture"
+        )
     return tag

@@ -428,6 +428,8 @@ class Blocks:
 
     def stages(self, lock_json: str, checks: bool) -> list[Stage]:
         base = self.lock.build["base_image"]
+        if self.lock.build.get("python_from") == "os":
+            return [self.os_stage(base, lock_json, checks)]
         parts = self.parts()
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
@@ -447,6 +449,25 @@ class Blocks:
                 for p in build
             ]
         return [Stage("build", base, build), Stage("runtime", base, runtime)]
+
+    def os_stage(self, base: str, lock_json: str, checks: bool) -> Stage:
+        """One stage of the OS's own packages (recipe ``python_from: os``): nothing to build,
+        so no build stage, toolchain or PyPI; a venv that sees the OS's python3-* modules."""
+        comps = self.lock.components
+        mpi = self.apt[comps["mpi"].implementation or "openmpi"]["runtime"]
+        pkgs = [comps[n].options["package"] for n in ("mpi4py", "numpy") if n in comps]
+        apt = sorted({*self.apt["runtime_base"], *mpi, *pkgs})
+        return Stage(
+            "runtime",
+            base,
+            [
+                generated_note(),
+                comment("python packages from the OS (python_from: os): nothing compiled"),
+                apt_install(apt, self.site.build.apt_mirror, self.suite),
+                shell(f"python3 -m venv --system-site-packages --without-pip {VENV}"),
+                *self.payload(lock_json, checks),
+            ],
+        )
 
     def trust(self) -> Parts:
         """Build-time CA bundle, pip configuration and wheelhouse: build stage only.
@@ -738,6 +759,7 @@ class Blocks:
             ),
             ("io.hpcenv.site", lock.site),
             ("io.hpcenv.recipe", lock.recipe),
+            ("io.hpcenv.platform", lock.build["platform"]),
             (
                 "io.hpcenv.lock",
                 json.dumps(json.loads(lock_json), sort_keys=True, separators=(",", ":")),
@@ -860,6 +882,7 @@ class Blocks:
                 ("torch", "torch"),
                 ("horovod", "horovod.torch"),
                 ("mpi4py", "mpi4py"),
+                ("numpy", "numpy"),
                 ("daal4py", "daal4py"),
             )
             if n in self.lock.components

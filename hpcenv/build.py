@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcenv import naming
+from hpcenv import naming, platforms
 from hpcenv.blocks import variables_in
 from hpcenv.credentials import (
     APT_AUTH,
@@ -70,7 +70,16 @@ class BuildPlan:
             self.build_args(),
             self.volumes(),
             flags=self.site.build.flags,
+            platform=self.platform_here(),
         )
+
+    def platform_here(self) -> str | None:
+        """``--platform`` when this host builds another architecture under emulation; None
+        natively, and for a site-build image (built on the site's own login node)."""
+        target = platforms.arch(self.lock.arch)
+        if self.host_mpi or target == platforms.host_arch():
+            return None
+        return target.platform
 
     def sif_steps(self, engine_name: str | None = None) -> list[str]:
         """How the built image becomes a SIF (:func:`hpcenv.sif.build_sif`, ``oci`` source)."""
@@ -90,6 +99,11 @@ class BuildPlan:
             "recipe": self.recipe,
             "tag": self.tag,
             "platform": self.lock.build["platform"],
+            "builds": (
+                f"on a login node of {self.site.name}, natively"
+                if self.host_mpi
+                else platforms.how_built(platforms.arch(self.lock.arch))
+            ),
             "base_image": self.lock.build["base_image"],
             "context": str(self.context),
             "components": {
@@ -222,8 +236,19 @@ def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
         mirror=plan.site.build.apt_mirror,
         tag=lock.build["base_image"],
         engine=get_engine(plan.site.build.engine),
+        arch=lock.arch,
         on_step=on_step,
     )
+
+
+def build_platform(plan: BuildPlan) -> str | None:
+    """``--platform`` for a build of another architecture than this host's (None: native);
+    its RUN steps run only under emulation, so a host without the binfmt handler is refused."""
+    target = platforms.arch(plan.lock.arch)
+    if target == platforms.host_arch():
+        return None
+    platforms.require_runnable(target, f"the {plan.recipe} image for {plan.site.name}")
+    return target.platform
 
 
 def build_log_path(plan: BuildPlan) -> Path:
@@ -239,6 +264,7 @@ def build_image(
 ) -> BuildResult:
     """Build one plan for real; a failure names the step and its log (BuildError)."""
     engine = get_engine(engine_name or plan.site.build.engine)
+    platform = build_platform(plan)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
     build_args, volumes = host_expanded(plan)
@@ -253,6 +279,7 @@ def build_image(
             build_args=build_args,
             volumes=volumes,
             flags=plan.site.build.flags,
+            platform=platform,
         )
 
 

@@ -538,6 +538,22 @@ def check_cache(host: Host) -> Check:
     return Check("storage", "cache", "ok", why, move if under_home else "")
 
 
+def check_emulation(host: Host) -> Check:
+    """binfmt_misc handlers (qemu-user-static) for the architectures hpcenv builds besides this
+    host's: images of another architecture build and run here only through them."""
+    from hpcenv import platforms
+
+    name = "qemu-user-static"
+    here = platforms.host_arch()
+    others = [a for a in platforms.ARCHES.values() if a != here]
+    missing = [a.handler for a in others if platforms.emulator(a) is None]
+    if missing:
+        why = f"no binfmt handler for {', '.join(missing)} in {platforms.binfmt_dir()}"
+        return Check("emulation", name, "missing", why, platforms.SETUP_HINT)
+    names = ", ".join(a.name for a in others)
+    return Check("emulation", name, "ok", f"{names} images run here under qemu (binfmt_misc)")
+
+
 _BEFORE_SCHEDULERS: tuple[Callable[[Host], Check], ...] = (
     check_podman,
     check_docker,
@@ -554,6 +570,7 @@ _AFTER_SCHEDULERS: tuple[Callable[[Host], Check], ...] = (
     check_site_apptainer,
     check_two_node,
     check_cache,
+    check_emulation,
 )
 
 
@@ -575,6 +592,12 @@ def site_needs(site: Site, facts: object | None = None) -> dict[str, str]:
         needs["runc"] = "this host needs runc for podman (crun absent or refused)"
     if site.build.bootstrap_base:
         needs["debootstrap"] = f"{site.name} bootstraps its base image (build.bootstrap_base)"
+    from hpcenv import platforms
+
+    if platforms.ARCHES[site.arch] != platforms.host_arch():
+        needs["qemu-user-static"] = (
+            f"{site.name} is {site.arch}: its images build and run here under emulation (arch)"
+        )
     runtime = site.runtime.kind
     if runtime in ("apptainer", "singularity"):
         needs["apptainer"] = f"{site.name} runs images with {runtime} (runtime.kind)"

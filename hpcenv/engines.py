@@ -275,17 +275,26 @@ class Engine(ABC):
         on_line: Callable[[str], None] | None = None,
         secrets: Mapping[str, Path] | None = None,
         flags: Iterable[str] = (),
+        platform: str | None = None,
     ) -> BuildResult:
         """Build ``dockerfile`` in ``context_dir`` as ``tag`` with the layer cache on.
 
         ``volumes`` are ``HOST:CONTAINER[:OPTS]`` bind mounts for RUN steps; ``secrets`` are
         ``{id: file}`` build secrets (``--secret``) that ``RUN --mount=type=secret,id=ID``
         steps see, never stored in a layer; ``flags``: the site's own build options
-        (``--net=host``). Raises :class:`BuildError` naming the failing step and ``log_path``
-        on a non-zero exit.
+        (``--net=host``); ``platform`` (``linux/arm64``) builds for another architecture
+        (``--platform``; RUN steps then run under qemu-user-static). Raises
+        :class:`BuildError` naming the failing step and ``log_path`` on a non-zero exit.
         """
         argv = self.build_argv(
-            context_dir, dockerfile, tag, build_args, volumes, secrets=secrets, flags=flags
+            context_dir,
+            dockerfile,
+            tag,
+            build_args,
+            volumes,
+            secrets=secrets,
+            flags=flags,
+            platform=platform,
         )
         tracker = StepTracker(on_step=on_step)
         started = time.monotonic()
@@ -306,9 +315,12 @@ class Engine(ABC):
         *,
         secrets: Mapping[str, Path] | None = None,
         flags: Iterable[str] = (),
+        platform: str | None = None,
     ) -> list[str]:
         """The build command line (also what ``build --dry-run`` shows)."""
         argv = [self.exe, *self._build_args(Path(context_dir), Path(dockerfile), tag)]
+        if platform:
+            argv += ["--platform", platform]
         argv += list(flags)
         for key, value in (build_args or {}).items():
             argv += ["--build-arg", f"{key}={value}"]
@@ -353,11 +365,20 @@ class Engine(ABC):
         if self.image_exists(tag):
             self._cmd("rmi", tag)
 
-    def import_rootfs(self, tarball: Path, tag: str, *, changes: Sequence[str] = ()) -> str:
-        """Make image ``tag`` from a root filesystem tarball (``changes``: Dockerfile lines)."""
+    def image_arch(self, tag: str) -> str:
+        """The image's architecture as its config records it (``amd64``, ``arm64``)."""
+        return self._cmd("image", "inspect", "--format", "{{.Architecture}}", tag).stdout.strip()
+
+    def import_rootfs(
+        self, tarball: Path, tag: str, *, changes: Sequence[str] = (), arch: str | None = None
+    ) -> str:
+        """Make image ``tag`` from a root filesystem tarball (``changes``: Dockerfile lines;
+        ``arch``: the OCI architecture to record when it is not this host's)."""
         args = ["import"]
         for change in changes:
             args += ["--change", change]
+        if arch:
+            args += ["--arch", arch]
         self._cmd(*args, str(tarball), tag, timeout=1800)
         return tag
 
@@ -431,6 +452,7 @@ class DockerEngine(Engine):
         on_line: Callable[[str], None] | None = None,
         secrets: Mapping[str, Path] | None = None,
         flags: Iterable[str] = (),
+        platform: str | None = None,
     ) -> BuildResult:
         vols = list(volumes)
         if vols:
@@ -448,6 +470,7 @@ class DockerEngine(Engine):
             on_line=on_line,
             secrets=secrets,
             flags=flags,
+            platform=platform,
         )
 
     def image_exists(self, tag: str) -> bool:
@@ -496,7 +519,13 @@ class BuildahEngine(Engine):
         self._cmd("push", tag, dest, timeout=1800)
         return path
 
-    def import_rootfs(self, tarball: Path, tag: str, *, changes: Sequence[str] = ()) -> str:
+    def image_arch(self, tag: str) -> str:
+        oci = self._inspect(tag).get("OCIv1") or {}
+        return str(oci.get("architecture", "")) if isinstance(oci, dict) else ""
+
+    def import_rootfs(
+        self, tarball: Path, tag: str, *, changes: Sequence[str] = (), arch: str | None = None
+    ) -> str:
         with tempfile.TemporaryDirectory(prefix="hpcenv-import-") as tmp:
             ctx = Path(tmp)
             try:
@@ -506,7 +535,10 @@ class BuildahEngine(Engine):
             (ctx / "Dockerfile").write_text(
                 "FROM scratch\nADD rootfs.tar /\n" + "".join(f"{c}\n" for c in changes)
             )
-            self._cmd("build", "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800)
+            plat = ["--arch", arch] if arch else []
+            self._cmd(
+                "build", *plat, "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800
+            )
         return tag
 
     def run_detached(

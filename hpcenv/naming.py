@@ -51,9 +51,11 @@ def parse_image_tag(image: str) -> tuple[str, str] | None:
     return recipe, site
 
 
-def base_tag(*, suite: str) -> str:
-    """The tag of the Debian base image hpcenv bootstraps: ``localhost/hpcenv-base:<suite>``."""
-    return f"localhost/hpcenv-base:{suite}"
+def base_tag(*, suite: str, arch: str = "amd64") -> str:
+    """The tag of the Debian base image hpcenv bootstraps: ``localhost/hpcenv-base:<suite>``
+    for amd64 (the tag every existing cache has), ``<suite>-<arch>`` for other Debian
+    architectures (``bookworm-arm64``)."""
+    return f"localhost/hpcenv-base:{suite}" + ("" if arch == "amd64" else f"-{arch}")
 
 
 def bench_tag(*, recipe: str, variant: str) -> str:

@@ -84,6 +84,11 @@ class Recipe(SafeModel):
         """The user content, resolved (requirements read, paths checked) when loaded."""
         return self._content
 
+    # os: python packages from the image OS's own packages (python3-mpi4py, python3-numpy) in a
+    # venv that sees them; nothing is compiled or fetched from PyPI, so the image builds in
+    # minutes under emulation (qemu-user-static runs code 5-20x slower: platform notes)
+    python_from: Literal["pip", "os"] = "pip"
+
     def wants(self, name: str) -> bool:
         return name in self.components
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcenv import platforms
 from hpcenv.errors import ConfigError, ConflictError
 from hpcenv.knowledge import kb, mpi_soname, releases, rule, rules, source
 from hpcenv.knowledge.rules import Fact, Verdict, applies, evaluate
@@ -28,8 +29,6 @@ from hpcenv.site import Site
 from hpcenv.versions import at_least, major, major_minor, parse_spec
 
 __all__ = ["COMPONENTS", "parse_overrides", "resolve", "Resolver"]
-
-PLATFORMS = {"x86_64": "linux/amd64", "ppc64le": "linux/ppc64le", "aarch64": "linux/arm64"}
 
 
 @dataclass
@@ -709,6 +708,9 @@ class Resolver:
     def decide_mpi4py(self) -> None:
         if not self.recipe.wants("mpi4py"):
             return
+        if self.recipe.python_from == "os":
+            self.os_python_packages()
+            return
         picked = self.decide("mpi4py", releases("mpi4py"))
         assert picked is not None
         mpi = self.components["mpi"]
@@ -733,6 +735,32 @@ class Resolver:
             ),
             "pip",
         )
+
+    def os_python_packages(self) -> None:
+        """mpi4py and numpy from the OS's packages: they are built against the OS's own Open
+        MPI, so the image's MPI must be that one, from apt."""
+        site, recipe = self.site, self.recipe
+        here = f"recipe {recipe.name} (python_from: os) on site {site.name}"
+        others = sorted(set(recipe.components) - {"mpi4py"})
+        if others:
+            raise ConfigError(f"{here}: only mpi4py comes from the OS's packages, not {others}")
+        known = self.os[site.os].get("python_packages", {})
+        if "mpi4py" not in known:
+            raise ConfigError(f"{here}: hpcenv knows no python packages of {site.os}")
+        mpi = self.components["mpi"]
+        if mpi.source != "apt" or mpi.implementation != "openmpi":
+            raise ConfigError(
+                f"{here}: the OS's mpi4py is built against its Open MPI, "
+                f"but the image's MPI is {mpi.implementation}@{mpi.version} from {mpi.source}"
+            )
+        src = f"{site.os} packages [{self.os['source']}]"
+        for name in ("mpi4py", "numpy"):
+            self.components[name] = Choice(
+                known[name],
+                f"python3-{name} of {src}",
+                "apt",
+                options={"package": f"python3-{name}"},
+            )
 
     def decide_daal4py(self) -> None:
         """daal4py's SPMD mode needs an MPICH-ABI MPI: the image's, or a side runtime (hybrid)."""
@@ -797,11 +825,12 @@ class Resolver:
             "base_image": base,
             "bootstrap_base": site.build.bootstrap_base,
             "debootstrap_suite": osinfo.get("debootstrap_suite"),
-            "platform": PLATFORMS[site.arch],
+            "platform": platforms.ARCHES[site.arch].platform,
             "engine": site.build.engine,
             "jobs": site.build.jobs,
             "accelerator": accel,
             "user": "hpc",
+            **({"python_from": "os"} if self.recipe.python_from == "os" else {}),
         }
 
     def cuda_tag(self) -> str:

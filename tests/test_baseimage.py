@@ -33,14 +33,18 @@ class FakeEngine:
 
     exe = "fake"
 
-    def __init__(self, existing: tuple[str, ...] = ()) -> None:
+    def __init__(self, existing: tuple[str, ...] = (), arch: str = "amd64") -> None:
         self.images = set(existing)
+        self.arch = arch  # of the existing images
         self.imports: list[tuple[Path, str, tuple[str, ...]]] = []
 
     def image_exists(self, tag: str) -> bool:
         return tag in self.images
 
-    def import_rootfs(self, tarball: Path, tag: str, *, changes=()) -> str:
+    def image_arch(self, tag: str) -> str:
+        return self.arch
+
+    def import_rootfs(self, tarball: Path, tag: str, *, changes=(), arch=None) -> str:
         assert tarball.is_file()
         self.imports.append((tarball, tag, tuple(changes)))
         self.images.add(tag)
@@ -98,7 +102,7 @@ def test_cached_tarball_is_imported_without_bootstrap(cache, monkeypatch):
 def test_bootstrap_runs_once_under_the_lock(cache, monkeypatch):
     calls: list[tuple[str, str]] = []
 
-    def fake_bootstrap(suite, mirror, tarball, *, log_path, on_phase=None, on_line=None):
+    def fake_bootstrap(suite, mirror, tarball, *, log_path, arch=None, on_phase=None, on_line=None):
         calls.append((suite, mirror))
         for phase in ("debootstrap", "clean", "tar"):
             if on_phase:
@@ -170,3 +174,14 @@ def test_real_import_and_bootstrap(tmp_path, monkeypatch):
         assert len(phases) == 1 and "import" in phases[0]
     finally:
         podman.remove_image(tag)
+
+
+def test_an_existing_base_of_another_architecture_is_refused(cache):
+    """A site that builds for arm64 but names the amd64 base would build on the wrong one."""
+    from hpcenv.errors import ConfigError
+
+    tag = "localhost/hpcenv-base:bookworm"
+    engine = FakeEngine(existing=(tag,), arch="amd64")
+    with pytest.raises(ConfigError, match=r"is amd64, the site builds for arm64; .*bookworm-arm64"):
+        baseimage.ensure_base_image(tag=tag, engine=engine, arch="aarch64")
+    assert baseimage.ensure_base_image(tag=tag, engine=engine, arch="x86_64") == tag

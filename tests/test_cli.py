@@ -42,6 +42,7 @@ def test_recipes(runner: CliRunner) -> None:
         "torch-ccl",
         "torch-gpu",
         "daal4py",
+        "mpi4py-os",
     }
 
 
@@ -232,7 +233,7 @@ def test_submit_dry_run_summit_writes_olcfs_job(tmp_path: Path) -> None:
     run = next(ln for ln in lines if ln.startswith("jsrun "))
     assert run.startswith(
         "jsrun -n 1 -r 1 -a 6 -c 42 -g 6 -b packed:7 --smpiargs=-disable_gpu_hooks "
-        "apptainer exec --nv "
+        'sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --nv '
     )
     assert "--smpiargs=-gpu" not in proc.stdout and "gpumps" not in proc.stdout
     assert '--bind "$MPI_ROOT"' in run and "--bind /autofs/nccs-svm1_home1:/ccs/home" in run

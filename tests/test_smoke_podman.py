@@ -30,6 +30,7 @@ def test_real_smoke_suite(tmp_path: Path) -> None:
     outcomes = {t.name: t for t in report.tests}
     failed = {n: (t.message or "")[:2000] for n, t in outcomes.items() if t.outcome != "passed"}
     required = [
+        "test_mpi4py_world",
         "test_allreduce[mpi4py]",
         "test_allreduce[horovod-mpi]",
         "test_allreduce[horovod-gloo]",

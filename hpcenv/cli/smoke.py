@@ -56,6 +56,14 @@ def register(app: typer.Typer) -> None:
             SifSource | None,
             typer.Option("--sif", help="run in the SIF built from 'oci' or 'def' (apptainer exec)"),
         ] = None,
+        heavy: Annotated[
+            bool,
+            typer.Option(
+                "--heavy",
+                help="under emulation (an image of another architecture): run every check, "
+                "full size (default: the light ones: mpi4py world and allreduce up to 1 MiB)",
+            ),
+        ] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no live pytest output")] = False,
         as_json: Annotated[
             bool, typer.Option("--json", help="report.json on stdout (pytest's output: stderr)")
@@ -79,7 +87,7 @@ def register(app: typer.Typer) -> None:
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
         from hpcenv.smoke.report import references_table, summary_table
-        from hpcenv.smoke.runner import require_image, run_smoke
+        from hpcenv.smoke.runner import require_image, run_smoke, runs_as
 
         if image is None:
             if not site:
@@ -106,6 +114,15 @@ def register(app: typer.Typer) -> None:
         if check_references and not references:
             raise ConfigError("--check-references needs --site SITE with references: in its file")
         require_image(image, "apptainer" if sif else "podman")  # before fetching or staging data
+        emulated = runs_as(image, "apptainer" if sif else "podman") == "emulated"
+        if emulated:
+            which = "every check (--heavy)" if heavy else "the light checks (--heavy for all)"
+            typer.echo(
+                f"note: {image} runs under emulation (qemu-user-static): {which}; "
+                "its figures are not compared with the site's native references",
+                err=True,
+            )
+            references = {}  # emulation is 5-20x slower: a native reference would only "regress"
         data_dir = data or prepare_mnist().directory
         launch = None
         if site_obj is not None:
@@ -131,6 +148,8 @@ def register(app: typer.Typer) -> None:
             backend="apptainer" if sif else "podman",
             launch=launch,
             references=references,
+            emulated=emulated,
+            heavy=heavy,
         )
         bad = [v for v in report.references if v["verdict"] == "regression"]
         if as_json:

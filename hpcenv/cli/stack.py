@@ -296,8 +296,10 @@ def register(app: typer.Typer) -> None:
             for s in summaries:
                 typer.echo(f"plan: {s['recipe']} for {s['site']} -> {s['tag']} ({s['platform']})")
                 typer.echo(f"  base: {s['base_image']}\n  context: {s['context']}")
-                if "build_host" in s:
+                if "build_host" in s:  # site-build: on the site's login node, natively
                     typer.echo(f"  build on: {s['build_host']}")
+                else:
+                    typer.echo(f"  builds: {s['builds']}")
                 if "storage" in s:
                     typer.echo(
                         f"  build storage: {s['storage']} (the engine's layers, on the build "
@@ -316,8 +318,12 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        from hpcenv.build import build_log_path
+        from hpcenv.build import build_log_path, build_platform
         from hpcenv.cli.progress import StepProgress
+
+        if fmt != "sif" or sif_from == "oci":
+            for plan in plans:  # a host that cannot run the target's binaries: before any output
+                build_platform(plan)
 
         console = Console(stderr=True)
         results = []

@@ -56,6 +56,7 @@ class Target:
     timeout: int
     launch_env: Mapping[str, str] = field(default_factory=dict)
     mpirun_flags: str | None = None  # hpcenv's placement for mpirun (smoke --site passes it)
+    emulated: bool = False  # under qemu-user-static without --heavy: light checks, small sweeps
 
     def script(self, name: str) -> str:
         return f"{self.checks_dir}/{name}"

@@ -36,6 +36,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--launch-env", default="{}", help="JSON object: hpcenv's launch + measured tuning env"
     )
     group.addoption("--mpirun-flags", default="", help="Open MPI mpirun placement options")
+    group.addoption(
+        "--emulated",
+        action="store_true",
+        help="the target runs under emulation (qemu-user-static): light checks only, small sweeps",
+    )
+    group.addoption("--heavy", action="store_true", help="with --emulated: every check, full size")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under emulation, only the checks marked ``light`` run unless ``--heavy`` is given."""
+    if not config.getoption("--emulated") or config.getoption("--heavy"):
+        return
+    skip = pytest.mark.skip(
+        reason="heavy under emulation (qemu-user-static); smoke --heavy runs it"
+    )
+    for item in items:
+        if item.get_closest_marker("light") is None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +67,7 @@ def target(pytestconfig: pytest.Config) -> Target:
         timeout=int(opt("--check-timeout")),
         launch_env={str(k): str(v) for k, v in json.loads(opt("--launch-env")).items()},
         mpirun_flags=str(opt("--mpirun-flags")) or None,
+        emulated=bool(opt("--emulated")) and not bool(opt("--heavy")),
     )
 
 

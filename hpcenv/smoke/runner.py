@@ -56,6 +56,18 @@ def require_image(image: str, backend: str) -> None:
         raise EnvironmentProblem(f"image {image} does not exist in podman; {hint} first")
 
 
+def runs_as(image: str, backend: str) -> str:
+    """How this host runs ``image``: ``native`` or ``emulated`` (qemu-user-static); an image of
+    another architecture with no binfmt handler for it is refused in one line."""
+    if backend != "podman":
+        return "native"  # a SIF carries no architecture that apptainer reports before running
+    from hpcenv import platforms
+    from hpcenv.engines import get_engine
+
+    arch = get_engine("podman").image_arch(image)
+    return platforms.require_runnable(platforms.arch(arch), f"image {image}")
+
+
 @contextmanager
 def podman_target(image: str, volumes: Sequence[str], *, keep: bool = False) -> Iterator[str]:
     """A running ``sleep infinity`` container of ``image``; yields its name, then removes it."""
@@ -143,6 +155,8 @@ def run_smoke(
     echo: bool = False,
     launch: LaunchSettings | None = None,
     references: Mapping[str, Any] | None = None,
+    emulated: bool = False,
+    heavy: bool = False,
 ) -> SmokeReport:
     """Run the smoke suite against ``image`` and write its results to ``results_dir``.
 
@@ -154,6 +168,8 @@ def run_smoke(
     ``mpirun --oversubscribe``). ``references``: the site's performance references; every
     figure is compared with them and with the history of earlier runs of this image and backend
     (see :mod:`hpcenv.smoke.references`), and this run is added to that history.
+    ``emulated``: the image runs under qemu-user-static, so only the checks marked ``light``
+    run, with small sweeps, unless ``heavy``.
     """
     if backend not in BACKENDS:
         raise ConfigError(
@@ -189,7 +205,8 @@ def run_smoke(
     )
     with target as name:
         host_url = f"{backend}://{name}"
-        argv = pytest_argv(host_url, results_dir, pytest_args, launch)
+        modes = (["--emulated"] if emulated else []) + (["--heavy"] if heavy else [])
+        argv = pytest_argv(host_url, results_dir, [*modes, *pytest_args], launch)
         with log_path.open("w") as log:
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
