@@ -10,7 +10,7 @@ layer                where it comes from              what it may set
 placement            hpcenv's own code                anything (checked by review and tests)
 site-mpi             the site file (``mpi.env``)      anything but :data:`STARTUP` names,
 site-environment     the site file (``tuning``)       unless ``provenance.verified`` documents
-                                                      that exact field with its source
+site-cache           the site file (``caches``)       that exact field with its source
                                                       (``mpi.env.LD_PRELOAD: "<where read>"``);
                                                       checked when the site file is read
 measured-tuning      ``hpcenv tune --measure`` files  only what the tuner measures:
@@ -52,6 +52,7 @@ Layer = Literal[
     "placement",
     "site-mpi",
     "site-environment",
+    "site-cache",
     "measured-tuning",
     "rendezvous",
     "job",
@@ -196,11 +197,11 @@ def refused(
     """
     if layer in ("placement", "runtime", "host"):
         return None
-    if layer in ("site-mpi", "site-environment"):
+    if layer in ("site-mpi", "site-environment", "site-cache"):
         why = startup_reason(name)
         if why is None or name in documented:
             return None
-        field = "mpi.env" if layer == "site-mpi" else "tuning"
+        field = {"site-mpi": "mpi.env", "site-cache": "caches"}.get(layer, "tuning")
         return (
             f"{why}; a site sets it only with its source in provenance.verified['{field}.{name}']"
         )

@@ -197,6 +197,8 @@ def test_frontier_launch_as_olcf_documents(tmp_path: Path) -> None:
         f"{r}/mnt/bb",
         "--bind",
         wd,
+        "--bind",  # site caches: HF_DATASETS_CACHE (OLCF "Dataset Cache"), made before the launch
+        f"{r}/lustre/orion/scratch/alice/{ACCOUNT}/.cache/huggingface/datasets",
         "--bind",
         f"{r}/opt/cray/pe/mpich/9.1.0",
         "--bind",

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hpcenv.choices import TransportKind
-from hpcenv.cli.options import JsonOpt, SiteOpt, job_name, log_name, positive_seconds, walltime
+from hpcenv.cli.options import (
+    JsonOpt,
+    PipOpt,
+    RequirementsOpt,
+    SiteOpt,
+    job_name,
+    log_name,
+    positive_seconds,
+    walltime,
+)
 
 if TYPE_CHECKING:
     from hpcenv.jobs.status import JobStatus
@@ -38,6 +47,8 @@ def register(app: typer.Typer) -> None:
         recipe: Annotated[
             str | None, typer.Option("--recipe", "-r", help="recipe (default image)")
         ] = None,
+        requirements: RequirementsOpt = None,
+        pip: PipOpt = None,
         launcher: Annotated[
             str | None,
             typer.Option(
@@ -172,6 +183,8 @@ def register(app: typer.Typer) -> None:
             site=site,
             command=tuple(command or ()),
             recipe=recipe,
+            requirements=tuple(requirements or ()),
+            pip=tuple(pip or ()),
             launcher=launcher,
             nodes=nodes,
             ntasks=ntasks,

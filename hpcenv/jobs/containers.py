@@ -146,6 +146,24 @@ class Singularity(Apptainer):
     env_prefix = "SINGULARITYENV_"
 
 
+# The variable the launcher sets per rank to the GPUs it bound (srun --gpus-per-task with
+# --gpu-bind; Aurora's mpiexec --gpu-bind sets ZE_AFFINITY_MASK). Apptainer and the Container
+# Engine pass the rank's environment into the image; an OCI runtime (podman, podman-hpc) passes
+# only the names it is given, and podman-hpc's --gpu module binds every /dev/nvidia* device and
+# passes NVIDIA_VISIBLE_DEVICES alone (NERSC/podman-hpc etc/modules.d/gpu.yaml @ 01b02d6, read
+# 2026-11-24): without this name each rank would see all four GPUs of its node.
+GPU_VISIBILITY = {
+    "nvidia": "CUDA_VISIBLE_DEVICES",
+    "amd": "ROCR_VISIBLE_DEVICES",
+    "intel": "ZE_AFFINITY_MASK",
+}
+
+
+def gpu_visibility(site: Site) -> str | None:
+    """The per-rank GPU visibility variable of ``site``'s GPUs (None: no GPUs)."""
+    return GPU_VISIBILITY.get(site.gpu.vendor)
+
+
 def _oci_run(
     cmd: list[str], site: Site, image: str, ctx: RunContext, extra: list[str] | None = None
 ) -> list[str]:
@@ -154,7 +172,9 @@ def _oci_run(
     for path in [*_binds(site, ctx), *(inj.libs if inj else ())]:
         argv.append(expanding(f"--volume={path}:{path}"))
     argv.append(expanding(f"--workdir={ctx.workdir}"))
-    argv += [f"--env={name}" for name in ctx.env_names]
+    visible = gpu_visibility(site)
+    names = [*ctx.env_names, *([visible] if visible and visible not in ctx.env_names else [])]
+    argv += [f"--env={name}" for name in names]
     return [*argv, *(extra or []), image]
 
 

@@ -40,6 +40,7 @@ EnvSource = Literal[
     "placement",
     "site-mpi",
     "site-environment",
+    "site-cache",
     "measured-tuning",
     "rendezvous",
     "job",
@@ -170,6 +171,7 @@ class JobPlan:
     modules_purge: bool = False  # `module purge` before `module load` (site modules_purge)
     modules_unload: list[str] = field(default_factory=list)  # after `module load`
     setup: list[str] = field(default_factory=list)  # site scripts sourced before the steps
+    cache_dirs: list[str] = field(default_factory=list)  # shared cache folders, made before launch
 
     @property
     def launch(self) -> Launch | None:
@@ -193,6 +195,7 @@ class JobPlan:
             "modules_purge": self.modules_purge,
             "modules_unload": self.modules_unload,
             "setup": self.setup,
+            "cache_dirs": self.cache_dirs,
             "prelude": dict(self.prelude),
             "placement": self.placement.to_dict(),
             "paths": {

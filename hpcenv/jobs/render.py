@@ -37,7 +37,7 @@ from hpcenv.jobs.plan import (
 )
 from hpcenv.jobs.project import account_for, prelude
 from hpcenv.jobs.queues import route
-from hpcenv.jobs.rendezvous import RANK_NAMES, RANK_STEP
+from hpcenv.jobs.rendezvous import CACHES_VAR, RANK_NAMES, RANK_STEP
 from hpcenv.jobs.rendezvous import environment as rendezvous_env
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
@@ -247,6 +247,16 @@ class _EnvLayers:
         return list(self._vars.values())
 
 
+def _cache_env(site: Site) -> tuple[dict[str, str], EnvSource, set[str]]:
+    """The site's cache folders (``caches``) as the ``site-cache`` layer; ``HPCENV_CACHES``
+    names the node-scope ones, which each rank's step makes where it runs (``rank-env.sh``)."""
+    values = {name: c.path for name, c in site.caches.items()}
+    node = [name for name, c in site.caches.items() if c.scope == "node"]
+    if node:
+        values[CACHES_VAR] = " ".join(node)
+    return values, "site-cache", set(site.caches)
+
+
 def _uses_node_local(job: JobSpec, paths: JobPaths, used: set[str]) -> bool:
     """The job stages into, or its command names, its node-local folder (made and removed)."""
     per_node = bool(job.stage_in and job.stage_in.per_node)
@@ -267,6 +277,7 @@ def _container_launch(
         binds.append(paths.output)
     if paths.chdir:  # the container starts where the user is; the steps folder stays bound
         binds.insert(0, paths.workdir)
+    binds += [c.path for c in site.caches.values() if c.scope == "shared"]
     names = [*env.names(), *PLACEHOLDERS.values(), *(["HPCENV_CHDIR"] if paths.chdir else [])]
     if job.launch == "mpi":  # rank-env.sh sets them on the node, before the runtime
         names += [n for n in RANK_NAMES if n not in names]
@@ -428,6 +439,7 @@ def plan_job(
     env.add(placement.env, "placement")
     env.add(site.mpi.env, "site-mpi")
     env.add(site.tuning, "site-environment")
+    env.add(*_cache_env(site))
     notes = [f"tuning: {r}" for r in placement.reasons] + ([routed] if routed else [])
     files: list[StepFile] = []
     if measured is not None:
@@ -517,6 +529,9 @@ def plan_job(
         modules_purge=site.modules_purge,
         modules_unload=list(site.modules_unload),
         setup=list(site.mpi.setup) if image and job.site_mpi else [],
+        cache_dirs=[c.path for c in site.caches.values() if c.scope == "shared"]
+        if job.command
+        else [],
     )
 
 

@@ -34,6 +34,8 @@ from hpcenv.site import Site
 # What a rank needs for env:// besides MASTER_*: rank-env.sh sets them, the runtime passes them.
 RANK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 RANK_STEP = "rank-env.sh"
+# The node-scope cache folders' variable names (site ``caches``): rank-env.sh makes each folder.
+CACHES_VAR = "HPCENV_CACHES"
 PORT_BASE = 29500  # torch.distributed's own default MASTER_PORT
 
 

@@ -60,6 +60,8 @@ class SubmitRequest:
     site: str
     command: tuple[str, ...] = ()
     recipe: str | None = None
+    requirements: tuple[Path, ...] = ()  # with pip: build's short form (image NAME-user)
+    pip: tuple[str, ...] = ()
     launcher: str | None = None
     nodes: int = 1
     ntasks: int | None = None  # total, as in Slurm
@@ -275,12 +277,20 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
     from hpcenv.recipe import recipe_name
 
     recipe = recipe_name(req.recipe) if req.recipe else None  # a recipe file: its name
+    image_recipe = recipe
+    if req.requirements or req.pip:  # the short form: the image `build` made with the same options
+        if not req.recipe:
+            raise ConfigError("--requirements/--pip add to a recipe: give --recipe too")
+        from hpcenv.recipe import load_recipe, with_additions
+
+        loaded = load_recipe(req.recipe)
+        image_recipe = with_additions(loaded, list(req.requirements), list(req.pip)).name
     if image and req.no_container:
         raise ConfigError("--image and --no-container exclude each other")
     if not image and not req.no_container:
         if not req.recipe:
             raise ConfigError("give --recipe (default image), --image, or --no-container")
-        image = default_image(site, recipe or "")
+        image = default_image(site, image_recipe or "")
     try:
         return JobSpec(
             name=req.name or recipe or "hpcenv",

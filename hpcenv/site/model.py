@@ -492,6 +492,17 @@ class Rendezvous(Strict):
         return self
 
 
+class CacheDir(Strict):
+    """A folder a framework writes its cache to, as the site documents it (MIOpen's database on
+    Frontier, Hugging Face's on a scratch file system): exported under its variable's name in the
+    job's ``site-cache`` layer. ``scope``: ``node``, a node-local path (``/tmp``) that each rank's
+    step (``rank-env.sh``) makes where the rank runs; ``shared``, a path on a shared file system
+    that the job makes once before the launch and binds into the container."""
+
+    path: ShellPath
+    scope: Literal["node", "shared"] = "shared"
+
+
 class Reference(Strict):
     """A performance reference for one smoke figure, ReFrame-style: the run passes while the
     value stays within ``[value*(1+lower), value*(1+upper)]``; outside on the bad side it is a
@@ -555,6 +566,11 @@ class Site(Strict):
     build: Build = Build()
     network_plugin: NetworkPlugin | None = None
     rendezvous: Rendezvous = Rendezvous()
+    caches: dict[EnvName, CacheDir] = Field(
+        default={},
+        max_length=32,
+        description="framework cache folders the site documents (MIOPEN_USER_DB_PATH, HF_HOME)",
+    )
     defaults: dict[str, str] = Field(default={}, description="component pins, as for --set")
     tuning: dict[EnvName, ShellWord] = Field(
         default={},
@@ -611,6 +627,7 @@ class Site(Strict):
         layers: list[tuple[tuple[str, ...], Any, dict[str, str]]] = [
             (("mpi", "env"), "site-mpi", self.mpi.env),
             (("tuning",), "site-environment", self.tuning),
+            (("caches",), "site-cache", {n: c.path for n, c in self.caches.items()}),
         ]
         for loc, layer, values in layers:
             field = ".".join(loc)

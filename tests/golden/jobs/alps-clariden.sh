@@ -305,7 +305,7 @@ cat >"$HPCENV_STEPS/edf.toml" <<'HPCENV_EDF'
 # hpcenv: generated for srun --environment (CSCS Container Engine EDF)
 image = "${SCRATCH}/hpcenv/images/torch-gpu-alps-clariden.sqsh"
 workdir = "${SCRATCH}/hpcenv-jobs"
-mounts = ["${SCRATCH}/hpcenv-jobs:${SCRATCH}/hpcenv-jobs", "/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}"]
+mounts = ["${SCRATCH}/hpcenv-jobs:${SCRATCH}/hpcenv-jobs", "/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}", "${SCRATCH}/huggingface:${SCRATCH}/huggingface"]
 
 [env]
 OMP_NUM_THREADS = "${OMP_NUM_THREADS:-}"
@@ -315,6 +315,9 @@ I_MPI_PIN_DOMAIN = "${I_MPI_PIN_DOMAIN:-}"
 CUDA_CACHE_DISABLE = "${CUDA_CACHE_DISABLE:-}"
 TORCH_NCCL_ASYNC_ERROR_HANDLING = "${TORCH_NCCL_ASYNC_ERROR_HANDLING:-}"
 MPICH_GPU_SUPPORT_ENABLED = "${MPICH_GPU_SUPPORT_ENABLED:-}"
+HF_HOME = "${HF_HOME:-}"
+TRITON_HOME = "${TRITON_HOME:-}"
+HPCENV_CACHES = "${HPCENV_CACHES:-}"
 MASTER_ADDR = "${MASTER_ADDR:-}"
 MASTER_PORT = "${MASTER_PORT:-}"
 HPCENV_DATA = "${HPCENV_DATA:-}"
@@ -345,6 +348,9 @@ cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
 #   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
 #   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
 #   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# It also makes the site's node-local cache folders (site caches, scope node) where the rank runs:
+# $HPCENV_CACHES names their variables (MIOPEN_USER_DB_PATH on Frontier, as OLCF's batch script
+# makes it); a folder it cannot make is reported, and the framework then says what it needs.
 # Usage: rank-env.sh COMMAND [ARG ...]
 set -eu
 local_size=
@@ -378,6 +384,12 @@ else
   exit 3
 fi
 export RANK LOCAL_RANK WORLD_SIZE
+for name in ${HPCENV_CACHES:-}; do
+  eval "dir=\${$name:-}"
+  if [ -n "$dir" ] && ! mkdir -p -- "$dir"; then
+    echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
+  fi
+done
 if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
 exec "$@"
 HPCENV_RANK_ENV
@@ -927,10 +939,15 @@ export I_MPI_PIN_DOMAIN='[0xffffffffffffffffff,0xffffffffffffffffff0000000000000
 export CUDA_CACHE_DISABLE=1
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export MPICH_GPU_SUPPORT_ENABLED=0
+export HF_HOME="$SCRATCH/huggingface"
+export TRITON_HOME="/tmp/$USER-triton"
+export HPCENV_CACHES=TRITON_HOME
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 export MASTER_ADDR
-MASTER_PORT="$((29500 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 1000))"
-export MASTER_PORT
+export MASTER_PORT="29500"
+
+# The site's shared cache folders (caches), made before the ranks start and bound into the image.
+mkdir -p -- "$SCRATCH/huggingface"
 
 # Stage-in: $SCRATCH/datasets/mnist -> /dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against $SCRATCH/datasets/mnist/.hpcenv-manifest
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$SCRATCH/datasets/mnist" "/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "$SCRATCH/datasets/mnist/.hpcenv-manifest"

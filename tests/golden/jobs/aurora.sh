@@ -310,6 +310,9 @@ cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
 #   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
 #   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
 #   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# It also makes the site's node-local cache folders (site caches, scope node) where the rank runs:
+# $HPCENV_CACHES names their variables (MIOPEN_USER_DB_PATH on Frontier, as OLCF's batch script
+# makes it); a folder it cannot make is reported, and the framework then says what it needs.
 # Usage: rank-env.sh COMMAND [ARG ...]
 set -eu
 local_size=
@@ -343,6 +346,12 @@ else
   exit 3
 fi
 export RANK LOCAL_RANK WORLD_SIZE
+for name in ${HPCENV_CACHES:-}; do
+  eval "dir=\${$name:-}"
+  if [ -n "$dir" ] && ! mkdir -p -- "$dir"; then
+    echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
+  fi
+done
 if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
 exec "$@"
 HPCENV_RANK_ENV
@@ -959,6 +968,10 @@ export CCL_WORKER_COUNT=4
 export CCL_WORKER_AFFINITY=5,6,7,8,13,14,15,16,21,22,23,24,29,30,31,32,37,38,39,40,45,46,47,48,57,58,59,60,65,66,67,68,73,74,75,76,81,82,83,84,89,90,91,92,97,98,99,100
 export CCL_PROCESS_LAUNCHER=pmix
 export CCL_ATL_TRANSPORT=mpi
+export FI_MR_CACHE_MONITOR=userfaultfd
+export CCL_KVS_MODE=mpi
+export ZE_FLAT_DEVICE_HIERARCHY=FLAT
+export ONEAPI_DEVICE_SELECTOR=level_zero:gpu
 MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE" | cut -d . -f 1).hsn.cm.aurora.alcf.anl.gov"
 export MASTER_ADDR
 export MASTER_PORT="2345"

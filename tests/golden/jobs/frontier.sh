@@ -313,6 +313,9 @@ cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
 #   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
 #   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
 #   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# It also makes the site's node-local cache folders (site caches, scope node) where the rank runs:
+# $HPCENV_CACHES names their variables (MIOPEN_USER_DB_PATH on Frontier, as OLCF's batch script
+# makes it); a folder it cannot make is reported, and the framework then says what it needs.
 # Usage: rank-env.sh COMMAND [ARG ...]
 set -eu
 local_size=
@@ -346,6 +349,12 @@ else
   exit 3
 fi
 export RANK LOCAL_RANK WORLD_SIZE
+for name in ${HPCENV_CACHES:-}; do
+  eval "dir=\${$name:-}"
+  if [ -n "$dir" ] && ! mkdir -p -- "$dir"; then
+    echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
+  fi
+done
 if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
 exec "$@"
 HPCENV_RANK_ENV
@@ -972,6 +981,10 @@ export FI_CXI_RDZV_THRESHOLD=0
 export FI_CXI_RDZV_GET_MIN=0
 export FI_CXI_DEFAULT_TX_SIZE=2048
 export FI_CXI_RX_MATCH_MODE=hybrid
+export MIOPEN_USER_DB_PATH="/tmp/$USER-miopen-cache-$HPCENV_JOB_ID"
+export MIOPEN_CUSTOM_CACHE_DIR="/tmp/$USER-miopen-cache-$HPCENV_JOB_ID"
+export HF_DATASETS_CACHE="$MEMBERWORK/$HPCENV_PROJECT/.cache/huggingface/datasets"
+export HPCENV_CACHES='MIOPEN_USER_DB_PATH MIOPEN_CUSTOM_CACHE_DIR'
 MASTER_ADDR="$(hostname -i | cut -d ' ' -f 1)"
 export MASTER_ADDR
 export MASTER_PORT="3442"
@@ -979,15 +992,18 @@ export APPTAINERENV_LD_LIBRARY_PATH="$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:/
 export APPTAINERENV_LD_PRELOAD="$CRAY_MPICH_ROOTDIR/gtl/lib/libmpi_gtl_hsa.so.0"
 export APPTAINER_CONTAINLIBS=/usr/lib64/libcxi.so.1,/usr/lib64/libjson-c.so.5,/lib64/libtinfo.so.6,/usr/lib64/libnl-3.so.200,/usr/lib64/libgfortran.so.5,/usr/lib64/libjansson.so.4,/usr/lib64/libxpmem.so.0
 
+# The site's shared cache folders (caches), made before the ranks start and bound into the image.
+mkdir -p -- "$MEMBERWORK/$HPCENV_PROJECT/.cache/huggingface/datasets"
+
 # Stage-in: $MEMBERWORK/$HPCENV_PROJECT/datasets/mnist -> /mnt/bb/$USER/train-${HPCENV_JOB_ID}/data, once per node to node-local storage, verified against $MEMBERWORK/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$MEMBERWORK/$HPCENV_PROJECT/datasets/mnist" "/mnt/bb/$USER/train-${HPCENV_JOB_ID}/data" "$MEMBERWORK/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/cray/pe/mpich/9.1.0 "$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:/opt/rocm/lib64:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:/opt/cray/pe/lib64" cray-mpich@9.1.0 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind "$MEMBERWORK/$HPCENV_PROJECT/.cache/huggingface/datasets" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/cray/pe/mpich/9.1.0 "$CRAY_MPICH_ROOTDIR/gtl/lib:/opt/rocm/lib:/opt/rocm/lib64:$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:/opt/cray/pe/lib64" cray-mpich@9.1.0 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (16 ranks, 8 per node).
 mkdir -p "$HPCENV_OUTPUT"
-srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --rocm --bind /lustre/orion --bind /mnt/bb --bind "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" --bind "/mnt/bb/$USER/train-${HPCENV_JOB_ID}" --bind "$MEMBERWORK/$HPCENV_PROJECT/.cache/huggingface/datasets" --bind /opt/cray/pe/mpich/9.1.0 --bind /opt/cray --bind /usr/share/libdrm --bind /var/spool/slurmd --pwd "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/torch-gpu-frontier.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $MEMBERWORK/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$MEMBERWORK/$HPCENV_PROJECT/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$MEMBERWORK/$HPCENV_PROJECT/results/run1" 0

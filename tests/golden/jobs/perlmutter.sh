@@ -312,6 +312,9 @@ cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
 #   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
 #   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
 #   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# It also makes the site's node-local cache folders (site caches, scope node) where the rank runs:
+# $HPCENV_CACHES names their variables (MIOPEN_USER_DB_PATH on Frontier, as OLCF's batch script
+# makes it); a folder it cannot make is reported, and the framework then says what it needs.
 # Usage: rank-env.sh COMMAND [ARG ...]
 set -eu
 local_size=
@@ -345,6 +348,12 @@ else
   exit 3
 fi
 export RANK LOCAL_RANK WORLD_SIZE
+for name in ${HPCENV_CACHES:-}; do
+  eval "dir=\${$name:-}"
+  if [ -n "$dir" ] && ! mkdir -p -- "$dir"; then
+    echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
+  fi
+done
 if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
 exec "$@"
 HPCENV_RANK_ENV
@@ -965,11 +974,11 @@ export MASTER_PORT="29500"
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/stage-in.sh" "$PSCRATCH/datasets/mnist" "/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "$PSCRATCH/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=MASTER_ADDR --env=MASTER_PORT --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL --env=RANK --env=LOCAL_RANK --env=WORLD_SIZE --env=LOCAL_WORLD_SIZE localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=MASTER_ADDR --env=MASTER_PORT --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL --env=RANK --env=LOCAL_RANK --env=WORLD_SIZE --env=LOCAL_WORLD_SIZE --env=CUDA_VISIBLE_DEVICES localhost/hpcenv/horovod-gpu:perlmutter sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 /opt/udiImage/modules/mpich /opt/udiImage/modules/mpich:/opt/udiImage/modules/mpich/dep cray-mpich@8.1.28 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (8 ranks, 4 per node).
 mkdir -p "$HPCENV_OUTPUT"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta --cpu-bind=cores sh "$HPCENV_STEPS/rank-env.sh" podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=MASTER_ADDR --env=MASTER_PORT --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL --env=RANK --env=LOCAL_RANK --env=WORLD_SIZE --env=LOCAL_WORLD_SIZE localhost/hpcenv/horovod-gpu:perlmutter python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-task=1 --gpu-bind=closest --mpi=cray_shasta --cpu-bind=cores sh "$HPCENV_STEPS/rank-env.sh" podman-hpc run --rm --gpu --mpi --nccl "--volume=$PSCRATCH/hpcenv-jobs:$PSCRATCH/hpcenv-jobs" "--volume=/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" "--workdir=$PSCRATCH/hpcenv-jobs" --env=OMP_NUM_THREADS --env=KMP_AFFINITY --env=KMP_BLOCKTIME --env=I_MPI_PIN_DOMAIN --env=MASTER_ADDR --env=MASTER_PORT --env=HPCENV_DATA --env=HPCENV_OUTPUT --env=HPCENV_TASK_ID --env=HPCENV_TASKS --env=HPCENV_WORKDIR --env=HPCENV_JOB_ID --env=HPCENV_NODE_LOCAL --env=RANK --env=LOCAL_RANK --env=WORLD_SIZE --env=LOCAL_WORLD_SIZE --env=CUDA_VISIBLE_DEVICES localhost/hpcenv/horovod-gpu:perlmutter python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: $PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> $PSCRATCH/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "$PSCRATCH/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "$PSCRATCH/results/run1" 0

@@ -309,6 +309,9 @@ cat >"$HPCENV_STEPS/rank-env.sh" <<'HPCENV_RANK_ENV'
 #   PALS mpiexec (Aurora): PALS_RANKID, PALS_LOCAL_RANKID, PMI_SIZE, PALS_LOCAL_SIZE;
 #   MPICH Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
 #   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE.
+# It also makes the site's node-local cache folders (site caches, scope node) where the rank runs:
+# $HPCENV_CACHES names their variables (MIOPEN_USER_DB_PATH on Frontier, as OLCF's batch script
+# makes it); a folder it cannot make is reported, and the framework then says what it needs.
 # Usage: rank-env.sh COMMAND [ARG ...]
 set -eu
 local_size=
@@ -342,6 +345,12 @@ else
   exit 3
 fi
 export RANK LOCAL_RANK WORLD_SIZE
+for name in ${HPCENV_CACHES:-}; do
+  eval "dir=\${$name:-}"
+  if [ -n "$dir" ] && ! mkdir -p -- "$dir"; then
+    echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
+  fi
+done
 if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
 exec "$@"
 HPCENV_RANK_ENV

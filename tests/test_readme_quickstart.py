@@ -1,0 +1,56 @@
+"""README's quick start per real site (issue 22): every command in those blocks runs, as the
+installed ``hpcenv``, from a folder holding ``train.py`` and ``requirements.txt``; the site is not
+reachable from here, so each runs in its dry-run form (``build --dry-run``, ``submit --dry-run``)
+and must exit 0."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HPCENV = Path(sys.executable).with_name("hpcenv")
+REAL_SITES = {"frontier", "perlmutter", "aurora", "summit", "alps-clariden", "generic-slurm"}
+
+
+def _blocks() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("#### Quick start per site")
+    section = text[start : text.index("\n**On Frontier**", start)]
+    return [b.strip().splitlines() for b in re.findall(r"```sh\n(.*?)```", section, re.S)]
+
+
+BLOCKS = _blocks()
+
+
+def _site(block: list[str]) -> str:
+    return shlex.split(block[0])[shlex.split(block[0]).index("--site") + 1]
+
+
+def test_a_quick_start_per_real_site() -> None:
+    assert {_site(b) for b in BLOCKS} == REAL_SITES
+    for block in BLOCKS:
+        verbs = [shlex.split(line)[1] for line in block]
+        assert verbs == ["build", "submit"], block
+        assert all("--requirements requirements.txt" in line for line in block)
+        assert block[-1].endswith("-- python3 train.py")
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[_site(b) for b in BLOCKS])
+def test_every_quick_start_command_runs(block: list[str], tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import torch\nprint(torch.__version__)\n")
+    (tmp_path / "requirements.txt").write_text("tabulate>=0.9\n")
+    for line in block:
+        argv = shlex.split(line.replace("<project>", "csc300"))
+        assert argv[0] == "hpcenv"
+        cut = argv.index("--") if "--" in argv else len(argv)
+        argv = [str(HPCENV), *argv[1:cut], "--dry-run", *argv[cut:]]
+        out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{line}: {out.stderr.strip()}"
+        if argv[1] == "submit":  # the job runs the user's image, in the user's folder
+            assert "-user" in out.stdout and f"HPCENV_CHDIR={tmp_path}" in out.stdout
