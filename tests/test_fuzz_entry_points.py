@@ -489,6 +489,108 @@ def test_cli_render_set(local_site_model: Site, cpu_recipe: Recipe, pairs: list[
     assert (proc.returncode == 0) == accepted, proc.stderr
 
 
+# --- SSH replies to submit: what submit.sh printed on a host hpcenv does not control ----------
+
+REPLY_LINE = st.one_of(
+    RAW_TEXT,
+    st.sampled_from(
+        [
+            "HPCENV_WORKDIR=/scratch/u/hpcenv-jobs",
+            "HPCENV_WORKDIR=",
+            "HPCENV_WORKDIR=relative/dir",
+            "HPCENV_WORKDIR=/tmp/$(touch /tmp/pwned)",
+            "HPCENV_WORKDIR=/tmp/a\x1b]0;title\x07",
+            "HPCENV_SUBMITTED_BEFORE=",
+            "HPCENV_SUBMITTED_BEFORE=   ",
+            "HPCENV_SUBMITTED_BEFORE=4242",
+            "HPCENV_SUBMITTED_BEFORE=4242; rm -rf ~",
+            "HPCENV_SUBMITTED_BEFORE=$(id)",
+            "4242",
+            "4242;cluster",
+            "12; touch /tmp/pwned",
+            "Submitted batch job 77",
+            "`reboot`",
+            "\x1b[2J\x1b[31mred",
+            "\udcff\udcfe",
+            "9" * 5000,
+        ]
+    ),
+    st.text(max_size=60).map(lambda t: "HPCENV_WORKDIR=" + t),
+    st.text(max_size=30).map(lambda t: "HPCENV_SUBMITTED_BEFORE=" + t),
+)
+
+
+@pytest.fixture(scope="module")
+def submit_cache(work: Path) -> Iterator[Path]:
+    cache = work / "submit-cache"
+    old = os.environ.get("HPCENV_CACHE")
+    os.environ["HPCENV_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("HPCENV_CACHE", None)
+    else:
+        os.environ["HPCENV_CACHE"] = old
+
+
+@FAST
+@given(
+    rc=st.sampled_from([0, 0, 1, 255]),
+    lines=st.one_of(
+        st.lists(REPLY_LINE, max_size=6),
+        st.tuples(
+            REPLY_LINE, st.sampled_from(["4242", "4243;hpcenv", "HPCENV_SUBMITTED_BEFORE=9 x"])
+        ).map(lambda t: ["HPCENV_WORKDIR=/scratch/u/hpcenv-jobs", *t]),
+    ),
+    err=st.one_of(st.just(""), RAW_TEXT),
+)
+def test_ssh_submit_replies(
+    submit_cache: Path, local_site_model: Site, rc: int, lines: list[str], err: str
+) -> None:
+    """The whole submit over a transport that answers with hostile, garbled or huge replies:
+    a job id and workdir a record can hold (read back by status), or one clear error; no
+    record for a reply that was refused, and nothing in the reply ever runs."""
+    from hpcenv.jobs import JobSpec
+
+    job = JobSpec(name="fz", command=["true"], launch="single", cores_per_rank=1, workdir="/w")
+    reply = Replies(rc, "\n".join(lines), err)
+    before = (
+        set((submit_cache / "jobs").glob("*.json")) if (submit_cache / "jobs").is_dir() else set()
+    )
+    sub = attempt(
+        "ssh submit reply", lambda: submit_mod.submit(local_site_model, job, reply), clean=False
+    )
+    after = set((submit_cache / "jobs").glob("*.json"))
+    if sub is None:
+        assert after == before, "a refused reply left a record"
+        return
+    new = after - before
+    assert new or any(p.stem.endswith(f"-{sub.job_id}") for p in after)
+    for path in after - before:
+        assert submit_mod._read_record(path).job_id == sub.job_id  # readable back: no surprise
+    assert not Path("/tmp/pwned").exists()
+
+
+@FAST
+@given(stdout=st.lists(REPLY_LINE, max_size=8).map("\n".join))
+def test_submit_reply_parser(stdout: str) -> None:
+    """The marks alone (parse_submit_reply), many more inputs than the whole submit."""
+    got = attempt("submit reply marks", lambda: submit_mod.parse_submit_reply(stdout, "/w"))
+    if got is not None:
+        workdir, existing, _ = got
+        submit_mod.check_record(  # what submit would record must load back
+            {
+                "job_id": existing or "1",
+                "name": "fz",
+                "site": "local",
+                "scheduler": "slurm",
+                "workdir": workdir,
+                "transport": {"kind": "local"},
+                "log_names": [None, None],
+                "script_path": "",
+            }
+        )
+
+
 def test_tally_adds_up() -> None:
     """Every input tried ended one of the two allowed ways (an xfail-marked property in another
     helper's area may stop early, so its failing input counts as tried only)."""

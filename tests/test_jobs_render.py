@@ -461,8 +461,11 @@ def test_default_images() -> None:
 def test_prepare_reports_logs_and_workdir() -> None:
     r = prepare(load_site("local"), JobSpec(name="n", command=["true"]))
     assert r.log_names == ("n-%j.out", "n-%j.err")
-    assert r.workdir == "/var/tmp/hpcenv-scratch/hpcenv-jobs"
+    # the local sites' scratch is one folder every user shares: the default is per user
+    assert r.workdir == "$HOME/hpcenv-jobs"
     assert os.path.basename(r.workdir) == "hpcenv-jobs"
+    aurora = prepare(load_site("aurora"), JobSpec(name="n", command=["true"], account="p"))
+    assert aurora.workdir == "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs"
 
 
 def test_queue_node_ranges_are_checked_where_they_enter() -> None:

@@ -12,6 +12,7 @@ it is the cost of the network path, not of a second machine.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def two_node_section(ctx: BenchContext) -> Section:
     transport = LocalTransport(client_env(site))
     top = 4 * MiB if ctx.quick else 64 * MiB
     # On the cluster's shared scratch: each node has its own /tmp, where the bench output may be.
-    workdir = Path(default_workdir(site)) / "bench-two-node"
+    workdir = Path(os.path.expandvars(default_workdir(site))) / "bench-two-node"
     workdir.mkdir(parents=True, exist_ok=True)
     docs: dict[str, dict[str, Any]] = {}
     try:

@@ -135,7 +135,16 @@ def step_file(name: str, what: str) -> StepFile:
 
 
 def default_workdir(site: Site) -> str:
-    scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), "$HOME")
+    """``<scratch>/hpcenv-jobs`` where the site's scratch path names a variable its system
+    sets per user (``/lustre/scratch/$USER``, ``$PSCRATCH``, ``$MEMBERWORK/$PROJECT``);
+    ``$HOME/hpcenv-jobs`` where it is one fixed folder shared by every user
+    (``/var/tmp/hpcenv-scratch`` on the local sites). Other users share that folder: the first
+    one's ``hpcenv-jobs`` (and its ``.hpcenv``) would be theirs, and every other user's job
+    refused or exposed; a home folder is made by the system, per user, and nobody else can
+    take its name first (issue 20, "Project-shared defaults get a per-user part")."""
+    scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), None)
+    if scratch is None or "$" not in scratch:
+        return "$HOME/hpcenv-jobs"
     return f"{scratch}/hpcenv-jobs"
 
 

@@ -403,16 +403,7 @@ def submit(
                 )
                 raise TransportError(f"{err} (after {tries} attempt(s)){where}") from err
             time.sleep(retry_wait * attempt)
-    workdir = rendered.workdir
-    lines = []
-    existing = None
-    for line in result.stdout.splitlines():
-        if line.startswith(_WORKDIR_MARK):
-            workdir = line[len(_WORKDIR_MARK) :]
-        elif line.startswith(_EXISTING_MARK):
-            existing = line[len(_EXISTING_MARK) :].split()[0]
-        else:
-            lines.append(line)
+    workdir, existing, lines = parse_submit_reply(result.stdout, rendered.workdir)
     if existing is not None:
         job_id = check_job_id(existing)
     else:
@@ -442,6 +433,36 @@ def submit(
             f"hpcenv status {job_id} --site {site.name}"
         ) from None
     return sub
+
+
+def parse_submit_reply(stdout: str, workdir: str) -> tuple[str, str | None, list[str]]:
+    """What ``submit.sh`` printed (possibly over SSH, from a host hpcenv does not control): the
+    workdir it entered (``HPCENV_WORKDIR=``, else ``workdir``), the id of a job that already
+    carried the token (``HPCENV_SUBMITTED_BEFORE=``), and the other lines (the submit
+    command's reply). A mark with no usable value (an empty or relative workdir, one a job
+    record could not hold, an id that is not one) is a JobError naming it, never a record."""
+    lines: list[str] = []
+    existing = None
+    for line in stdout.splitlines():
+        if line.startswith(_WORKDIR_MARK):
+            workdir = line[len(_WORKDIR_MARK) :]
+            if not (workdir.startswith("/") and _RECORD_PATH.fullmatch(workdir)):
+                raise JobError(
+                    f"the submit host printed an unusable workdir {printable(workdir)[:200]!r}; "
+                    "nothing was recorded (was the job submitted? check the scheduler's queue)"
+                )
+        elif line.startswith(_EXISTING_MARK):
+            words = line[len(_EXISTING_MARK) :].split()
+            try:
+                existing = check_job_id(words[0] if words else "")
+            except ConfigError:
+                raise JobError(
+                    f"the submit host named an earlier job that is not a job id: "
+                    f"{printable(line)[:200]!r}; nothing was recorded"
+                ) from None
+        else:
+            lines.append(line)
+    return workdir, existing, lines
 
 
 def submit_chain(

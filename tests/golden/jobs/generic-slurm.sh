@@ -588,7 +588,10 @@ src=$1 dest=$2 manifest=$3
 host=$(hostname -s)
 [ -d "$src" ] || { echo "stage-in[$host]: source $src is not a directory" >&2; exit 2; }
 [ -f "$manifest" ] || { echo "stage-in[$host]: manifest $manifest not found" >&2; exit 2; }
-mkdir -p -- "$(dirname -- "$dest")"
+mkdir -p -- "$(dirname -- "$dest")" 2>/dev/null || {
+  echo "stage-in[$host]: cannot make the folder of $dest (no permission there: another user's?); refusing" >&2
+  exit 3
+}
 why=$(hpcenv_unsafe_parents "$dest")
 if [ -n "$why" ]; then
   echo "stage-in[$host]: another user could change $dest after it is verified ($why); stage into a folder only you can write" >&2
@@ -865,7 +868,10 @@ if [ "$seen" != absent ] && [ "$force" != 1 ]; then
   echo "stage-out: $dest already exists; not overwriting (use --force)" >&2
   exit 3
 fi
-mkdir -p -- "$(dirname -- "$dest")"
+mkdir -p -- "$(dirname -- "$dest")" 2>/dev/null || {
+  echo "stage-out: cannot make the folder of $dest (no permission there: another user's?); refusing" >&2
+  exit 3
+}
 tmp=$(mktemp -d -- "$dest.hpcenv-tmp.XXXXXX")
 sums=$(mktemp -- "$dest.hpcenv-manifest.XXXXXX")
 trap 'rm -rf -- "$tmp" "$sums"' EXIT
