@@ -1,6 +1,11 @@
 """Allreduce in every flavour the image offers: mpi4py (Open MPI), Horovod over MPI, over Gloo
 and over oneCCL, torch.distributed gloo. Each asserts exact sums and records a bandwidth sweep.
-Horovod over CCL also proves, from Horovod's own timeline, that CCL ran the exact checks."""
+Horovod over CCL also proves, from Horovod's own timeline, that CCL ran the exact checks.
+
+Right before each sweep the target's memory copy bandwidth is measured (``memcopy.py``, one
+core, about a second): the physical ceiling of a one-node allreduce, taken under the same load,
+so the references can hold ``busbw / memcopy`` tightly where absolute GB/s move 3x with the hour
+(see :mod:`hpcenv.smoke.references`)."""
 
 from __future__ import annotations
 
@@ -86,6 +91,7 @@ def test_allreduce(
     )
     if flavor.ops_seen:
         sizes += ("--ops-timeline", OPS_TIMELINE)
+    copy = run_check("", "memcopy.py", "--reps", "10")
     doc = run_check(flavor.launcher(target), flavor.script, *sizes, env=flavor.env)
     if flavor.controller is not None:
         assert doc["controller"] == flavor.controller, doc.get("requested")
@@ -94,4 +100,9 @@ def test_allreduce(
         assert allreduce_ops(doc) == [flavor.ops_seen], doc["ops_seen"]
     assert_exact(doc, target.ranks)
     rows = assert_sweep(doc, SMALLEST, LARGEST)
-    record(flavor=flavor.name, **sweep_summary(rows), sweep=rows)
+    record(
+        flavor=flavor.name,
+        **sweep_summary(rows),
+        sweep=rows,
+        memcopy_GBps=round(float(copy["GBps"]), 3),
+    )
