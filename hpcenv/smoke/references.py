@@ -13,9 +13,12 @@ machine they move 3x between a quiet and a busy hour, so a reference on them mus
 only a 5-10x breakage fails. Ratios to a baseline measured in the same run (unit ``x``) cancel
 most of that load, and are what site references should hold (issue 21):
 
-* ``allreduce.F.busbw_64MiB_per_memcopy``: bus bandwidth at 64 MiB over the target's memory copy
-  bandwidth measured right before the sweep (the physical ceiling of a one-node allreduce; the
-  copy runs outside the launcher, so a bad binding or transport shows);
+* ``allreduce.mpi4py.busbw_per_copy``: bus bandwidth at 64 MiB over the bandwidth of every rank
+  copying the same buffer at the same time, timed loops interleaved (``copy_baseline`` of
+  ``allreduce_mpi.py``): the physical ceiling taken by the same ranks under the same load;
+* ``allreduce.F.busbw_64MiB_per_memcopy``: bus bandwidth at 64 MiB over one core's memory copy
+  bandwidth measured right before the sweep (outside the launcher). Measured here it did not
+  cancel load: a busy hour slows two synchronised ranks far more than one copying core;
 * ``allreduce.F.busbw_64MiB_per_mpi4py``: a flavour over mpi4py at the same size, like for like;
 * ``mnist_horovod.step_per_compute``: a training step over the same step with no Horovod, timed
   on all ranks at once in the same job (what communication costs);
@@ -105,6 +108,10 @@ def figures(tests: Iterable[TestResult]) -> dict[str, Figure]:
                 big[flavor] = bw64
                 per_copy = _ratio(bw64, m.get("memcopy_GBps"))
                 _add_ratio(out, f"allreduce.{flavor}.busbw_64MiB_per_memcopy", per_copy, "higher")
+            base = m.get("copy_baseline")
+            if isinstance(base, dict):
+                per = _ratio(base.get("busbw_GBps"), base.get("copy_GBps"))
+                _add_ratio(out, f"allreduce.{flavor}.busbw_per_copy", per, "higher")
             lat = _at(sweep, 8, "time_us")
             if lat is not None:
                 out[f"allreduce.{flavor}.time_8B"] = Figure(lat, "us", "lower")

@@ -106,3 +106,5 @@ def test_allreduce(
         sweep=rows,
         memcopy_GBps=round(float(copy["GBps"]), 3),
     )
+    if "copy_baseline" in doc:  # mpi4py: copies by the same ranks, interleaved with the sweep's
+        record(copy_baseline=doc["copy_baseline"])
