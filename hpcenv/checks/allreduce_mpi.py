@@ -2,6 +2,11 @@
 
 Run: ``mpirun -np 2 python allreduce_mpi.py [--min 8] [--max 67108864] [--factor 4]``.
 Prints one JSON document on rank 0 (sizes in bytes, bandwidth in GB/s).
+
+``copy_baseline``: at the largest size, every rank copies its buffer (``np.copyto``) at the same
+time, in timed loops interleaved with the allreduce's; best GB/s of each. The copy is the
+physical ceiling of a one-node allreduce, measured by the same ranks, cores and load at the same
+moments, so ``busbw / copy`` holds on a shared machine where either alone moves 3x.
 """
 
 from __future__ import annotations
@@ -73,6 +78,28 @@ def sweep(comm: Any, sizes: list[int], max_iters: int) -> list[dict[str, Any]]:
     return rows
 
 
+def copy_baseline(comm: Any, nbytes: int, max_iters: int, rounds: int = 3) -> dict[str, Any]:
+    """Concurrent per-rank copies of ``nbytes`` interleaved with allreduces of the same size."""
+    count = max(1, nbytes // 4)
+    send = np.full(count, comm.Get_rank() + 1, dtype=np.float32)
+    recv = np.empty_like(send)
+    iters = iterations(nbytes, hi=max_iters)
+    copies, reduces = [], []
+    for _ in range(rounds):
+        slowest = lambda t: comm.allreduce(t, op=MPI.MAX)  # noqa: E731
+        copies += timed_reps(lambda: np.copyto(recv, send), iters, comm.Barrier, slowest, 1)
+        reduces += timed_reps(
+            lambda: comm.Allreduce(send, recv, op=MPI.SUM), iters, comm.Barrier, slowest, 1
+        )
+    return {
+        "bytes": count * 4,
+        "iters": iters,
+        "rounds": rounds,
+        "copy_GBps": count * 4 / min(copies) / 1e9,
+        "busbw_GBps": bandwidth(count * 4, min(reduces), comm.Get_size())["busbw_GBps"],
+    }
+
+
 def main() -> None:
     ap = sweep_parser(__doc__, factor=4, max_iters=1000)
     args = ap.parse_args()
@@ -80,6 +107,7 @@ def main() -> None:
     require_peers(comm.Get_size(), args.allow_single_rank)
     exact = exact_checks(comm, args.exact_n)
     rows = sweep(comm, message_sizes(args.min_bytes, args.max_bytes, args.factor), args.max_iters)
+    baseline = copy_baseline(comm, args.max_bytes, args.max_iters)
     if comm.Get_rank() == 0:
         emit(
             {
@@ -90,6 +118,7 @@ def main() -> None:
                 "mpi4py": __import__("mpi4py").__version__,
                 "exact": exact,
                 "sweep": rows,
+                "copy_baseline": baseline,
                 "platform": platform_info(),
             }
         )

@@ -4,6 +4,11 @@ Run: ``mpirun -np 2 python mnist_horovod.py /data/mnist`` (or under ``horovodrun
 trains on its contiguous shard of the training images with ``hvd.DistributedOptimizer`` (LR scaled
 by ``hvd.size()``, parameters and optimizer state broadcast from rank 0), then the held-out split is
 evaluated across ranks. Rank 0 prints accuracy, train time and every rank's parameter checksum.
+
+Then every rank, at the same time, times ``--compute-steps`` steps of the same model, batches and
+threads with a plain optimizer and no Horovod: the step's compute alone, measured under the same
+load as the training, so ``train step / compute step`` is what communication costs (a ratio the
+smoke references can hold tightly on a shared machine, where absolute step times move 3x).
 """
 
 from __future__ import annotations
@@ -71,6 +76,29 @@ def param_checksum(net: nn.Module) -> dict[str, Any]:
     }
 
 
+def compute_alone(
+    net: nn.Module, xs: torch.Tensor, ys: torch.Tensor, args: Any, steps: int, rank: int, hvd: Any
+) -> float:
+    """Seconds for ``args.compute_steps`` training steps of a copy of ``net`` with plain SGD (no
+    allreduce), all ranks at once (started together by an allreduce); the slowest rank's."""
+    n = min(args.compute_steps, steps)
+    if n <= 0:
+        return 0.0
+    plain = model()
+    plain.load_state_dict(net.state_dict())
+    opt = torch.optim.SGD(plain.parameters(), lr=args.lr, momentum=0.9)
+    order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(99 + rank))
+    hvd.allreduce(torch.tensor(0.0), name="compute.start")
+    t0 = time.perf_counter()
+    for step in range(n):
+        idx = order[step * args.batch_size : (step + 1) * args.batch_size]
+        opt.zero_grad()
+        nn.functional.cross_entropy(plain(xs[idx]), ys[idx]).backward()
+        opt.step()
+    took = torch.tensor((time.perf_counter() - t0) / n)
+    return float(hvd.allreduce(took, op=hvd.Max, name="compute.t"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("data", type=Path, nargs="?", default=Path("/data/mnist"))
@@ -80,6 +108,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="0: cores / local ranks")
     ap.add_argument("--ops-timeline", default="", help="record the first epoch's operations here")
+    ap.add_argument("--compute-steps", type=int, default=100, help="steps of the compute baseline")
     args = ap.parse_args()
 
     if args.ops_timeline:
@@ -129,6 +158,7 @@ def main() -> None:
         if probe and epoch == 0:
             probe.stop()
     train_s = float(hvd.allreduce(torch.tensor(time.perf_counter() - t0), op=hvd.Max, name="t"))
+    compute_s = compute_alone(net, xs, ys, args, steps, rank, hvd)
 
     net.eval()
     tpart = shard(len(xt), rank, size)
@@ -179,6 +209,7 @@ def main() -> None:
             "epoch_loss": losses,
             "train_seconds": train_s,
             "samples_per_second": steps * args.batch_size * size * args.epochs / train_s,
+            "compute_step_seconds": compute_s,
             "correct": int(counts[0]),
             "test_accuracy": int(counts[0]) / int(counts[1]),
             "initial_param_sha256": initial_all,

@@ -68,6 +68,14 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="report.json on stdout (pytest's output: stderr)")
         ] = False,
+        select: Annotated[
+            str | None,
+            typer.Option(
+                "--select",
+                "-k",
+                help="run only the checks matching this pytest -k expression (e.g. 'mpi4py')",
+            ),
+        ] = None,
         check_references: Annotated[
             bool,
             typer.Option(
@@ -150,6 +158,7 @@ def register(app: typer.Typer) -> None:
             references=references,
             emulated=emulated,
             heavy=heavy,
+            pytest_args=["-k", select] if select else [],
         )
         bad = [v for v in report.references if v["verdict"] == "regression"]
         if as_json:

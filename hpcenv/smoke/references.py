@@ -7,6 +7,26 @@ of the same image and backend kept in ``<results parent>/smoke-history/<slug>.js
 comparison is ``pass``, ``regression`` or ``improvement`` (``no reference`` / ``no history``
 when there is nothing to compare with). ``hpcenv smoke --check-references`` exits 1 when a
 figure regresses beyond its reference's tolerance.
+
+Two kinds of figure. Absolute ones (GB/s, us, ms) are kept for the history; on a shared 2-core
+machine they move 3x between a quiet and a busy hour, so a reference on them must be so wide that
+only a 5-10x breakage fails. Ratios to a baseline measured in the same run (unit ``x``) cancel
+most of that load, and are what site references should hold (issue 21):
+
+* ``allreduce.mpi4py.busbw_per_copy``: bus bandwidth at 64 MiB over the bandwidth of every rank
+  copying the same buffer at the same time, timed loops interleaved (``copy_baseline`` of
+  ``allreduce_mpi.py``): the physical ceiling taken by the same ranks under the same load;
+* ``allreduce.F.busbw_64MiB_per_memcopy``: bus bandwidth at 64 MiB over one core's memory copy
+  bandwidth measured right before the sweep (outside the launcher). Measured here it did not
+  cancel load: a busy hour slows two synchronised ranks far more than one copying core;
+* ``allreduce.F.busbw_64MiB_per_mpi4py``: a flavour over mpi4py at the same size, like for like;
+* ``mnist_horovod.step_per_compute``: a training step over the same step with no Horovod, timed
+  on all ranks at once in the same job (what communication costs);
+* ``kmeans.sklearn_per_batch`` / ``kmeans.sklearn_per_spmd``: stock scikit-learn's time per
+  iteration over daal4py's, same data and centroids in the same process.
+
+A 2x slowdown of the measured thing halves the higher-is-better ratios and doubles the
+lower-is-better one (more than doubles it where communication is only part of the step).
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ HISTORY_KEEP = 10  # compare with the median of the last N runs
 # Without a reference, history verdicts use these bounds (fractions of the median).
 HISTORY_LOWER, HISTORY_UPPER = -0.5, 1.0
 MiB = 1 << 20
+RATIO_UNIT = "x"  # a figure over a baseline measured in the same run
 
 
 @dataclass(frozen=True)
@@ -56,9 +77,22 @@ def _at(sweep: list[dict[str, Any]], size: int, key: str) -> float | None:
     return None
 
 
+def _ratio(num: Any, den: Any) -> float | None:
+    if num is None or den is None or float(den) <= 0:
+        return None
+    return round(float(num) / float(den), 4)
+
+
+def _add_ratio(out: dict[str, Figure], name: str, value: float | None, better: str) -> None:
+    if value is not None:
+        out[name] = Figure(value, RATIO_UNIT, better)
+
+
 def figures(tests: Iterable[TestResult]) -> dict[str, Figure]:
-    """The figures a smoke run measured (passed tests only), by stable name."""
+    """The figures a smoke run measured (passed tests only), by stable name: absolute ones and
+    the same-run ratios (unit ``x``) computed from them."""
     out: dict[str, Figure] = {}
+    big: dict[str, float] = {}  # flavour -> busbw at 64 MiB
     for test in tests:
         if test.outcome != "passed":
             continue
@@ -69,16 +103,38 @@ def figures(tests: Iterable[TestResult]) -> dict[str, Figure]:
                 bw = _at(sweep, size, "busbw_GBps")
                 if bw is not None:
                     out[f"allreduce.{flavor}.busbw_{label}"] = Figure(bw, "GB/s", "higher")
+            bw64 = _at(sweep, 64 * MiB, "busbw_GBps")
+            if bw64 is not None:
+                big[flavor] = bw64
+                per_copy = _ratio(bw64, m.get("memcopy_GBps"))
+                _add_ratio(out, f"allreduce.{flavor}.busbw_64MiB_per_memcopy", per_copy, "higher")
+            base = m.get("copy_baseline")
+            if isinstance(base, dict):
+                per = _ratio(base.get("busbw_GBps"), base.get("copy_GBps"))
+                _add_ratio(out, f"allreduce.{flavor}.busbw_per_copy", per, "higher")
             lat = _at(sweep, 8, "time_us")
             if lat is not None:
                 out[f"allreduce.{flavor}.time_8B"] = Figure(lat, "us", "lower")
         if "step_ms" in m:
             out["mnist_horovod.step_ms"] = Figure(float(m["step_ms"]), "ms", "lower")
+            per_compute = _ratio(m["step_ms"], m.get("compute_step_ms"))
+            _add_ratio(out, "mnist_horovod.step_per_compute", per_compute, "lower")
         if "step_ms_ccl" in m:
             out["mnist_horovod_ccl.step_ms"] = Figure(float(m["step_ms_ccl"]), "ms", "lower")
+            per_compute = _ratio(m["step_ms_ccl"], m.get("compute_step_ms_ccl"))
+            _add_ratio(out, "mnist_horovod_ccl.step_per_compute", per_compute, "lower")
         for key in ("spmd_ms_per_iteration", "batch_ms_per_iteration"):
             if key in m:
                 out[f"kmeans.{key}"] = Figure(float(m[key]), "ms", "lower")
+        skl = m.get("sklearn_ms_per_iteration")
+        for key, name in (("batch", "sklearn_per_batch"), ("spmd", "sklearn_per_spmd")):
+            daal = m.get(f"{key}_ms_per_iteration")
+            _add_ratio(out, f"kmeans.{name}", _ratio(skl, daal), "higher")
+    if "mpi4py" in big:
+        for flavor, bw in big.items():
+            if flavor != "mpi4py":
+                per_mpi = _ratio(bw, big["mpi4py"])
+                _add_ratio(out, f"allreduce.{flavor}.busbw_64MiB_per_mpi4py", per_mpi, "higher")
     return out
 
 

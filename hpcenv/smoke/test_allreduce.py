@@ -1,6 +1,11 @@
 """Allreduce in every flavour the image offers: mpi4py (Open MPI), Horovod over MPI, over Gloo
 and over oneCCL, torch.distributed gloo. Each asserts exact sums and records a bandwidth sweep.
-Horovod over CCL also proves, from Horovod's own timeline, that CCL ran the exact checks."""
+Horovod over CCL also proves, from Horovod's own timeline, that CCL ran the exact checks.
+
+Right before each sweep the target's memory copy bandwidth is measured (``memcopy.py``, one
+core, about a second): the physical ceiling of a one-node allreduce, taken under the same load,
+so the references can hold ``busbw / memcopy`` tightly where absolute GB/s move 3x with the hour
+(see :mod:`hpcenv.smoke.references`)."""
 
 from __future__ import annotations
 
@@ -99,6 +104,7 @@ def test_allreduce(
         sizes += ("--max-iters", str(EMULATED_ITERS))
     if flavor.ops_seen:
         sizes += ("--ops-timeline", OPS_TIMELINE)
+    copy = run_check("", "memcopy.py", "--reps", "10")
     doc = run_check(flavor.launcher(target), flavor.script, *sizes, env=flavor.env)
     if flavor.controller is not None:
         assert doc["controller"] == flavor.controller, doc.get("requested")
@@ -107,4 +113,11 @@ def test_allreduce(
         assert allreduce_ops(doc) == [flavor.ops_seen], doc["ops_seen"]
     assert_exact(doc, target.ranks)
     rows = assert_sweep(doc, SMALLEST, largest)
-    record(flavor=flavor.name, **sweep_summary(rows), sweep=rows)
+    record(
+        flavor=flavor.name,
+        **sweep_summary(rows),
+        sweep=rows,
+        memcopy_GBps=round(float(copy["GBps"]), 3),
+    )
+    if "copy_baseline" in doc:  # mpi4py: copies by the same ranks, interleaved with the sweep's
+        record(copy_baseline=doc["copy_baseline"])

@@ -37,6 +37,7 @@ def test_kmeans_daal4py(
         rows=doc["rows"],
         spmd_ms_per_iteration=round(spmd["seconds"] / max(1, spmd["iterations"]) * 1e3, 3),
         batch_ms_per_iteration=round(batch["seconds"] / max(1, batch["iterations"]) * 1e3, 3),
+        sklearn_ms_per_iteration=round(skl["seconds"] / max(1, skl["iterations"]) * 1e3, 3),
     )
     assert doc["world_size"] == target.ranks
     assert doc["spmd_vs_batch_rel_diff"] <= REL_TOL

@@ -18,6 +18,11 @@ def step_ms(doc: dict[str, Any]) -> float:
     return round(doc["train_seconds"] / (doc["epochs"] * doc["steps_per_epoch"]) * 1e3, 3)
 
 
+def compute_step_ms(doc: dict[str, Any]) -> float:
+    """Milliseconds per step of the same training without Horovod, all ranks at once."""
+    return round(doc["compute_step_seconds"] * 1e3, 3)
+
+
 def assert_ranks_trained_alike(doc: dict[str, Any]) -> None:
     """Ranks start from different seeds: the broadcast must make them equal, training keep them
     so (the same initial parameters everywhere, the same final checksum, no spread)."""
@@ -45,6 +50,7 @@ def test_mnist_horovod(
         epoch_loss=doc["epoch_loss"],
         param_checksums=doc["param_checksums"],
         step_ms=step_ms(doc),
+        compute_step_ms=compute_step_ms(doc),
     )
     assert doc["world_size"] == target.ranks
     assert doc["train_samples"] == manifest["split"]["train"]
@@ -88,6 +94,7 @@ def test_mnist_horovod_ccl(
         ops_seen=proof["ops_seen"],
         ccl_env=ccl_env(target.launch_env),
         step_ms_ccl=step_ms(doc),
+        compute_step_ms_ccl=compute_step_ms(doc),
     )
     assert doc["world_size"] == target.ranks
     assert allreduce_ops(proof) == ["CCL_ALLREDUCE"], proof["ops_seen"]
