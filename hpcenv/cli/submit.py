@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hpcenv.choices import TransportKind
-from hpcenv.cli.options import JsonOpt, SiteOpt, positive_seconds
+from hpcenv.choices import SshClient, TransportKind
+from hpcenv.cli.options import JsonOpt, SiteOpt, SshClientOpt, SshConfigOpt, positive_seconds
 
 if TYPE_CHECKING:
     from hpcenv.jobs.status import JobStatus
@@ -111,6 +111,8 @@ def register(app: typer.Typer) -> None:
         ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
         ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
         known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
+        ssh_config: SshConfigOpt = None,
+        ssh_client: SshClientOpt = SshClient.openssh,
         wait: Annotated[
             bool,
             typer.Option("--wait", help="wait; exit 2 with the scheduler's message on failure"),
@@ -151,7 +153,9 @@ def register(app: typer.Typer) -> None:
             dry_run=dry_run,
             site_mpi=not no_site_mpi,
             transport=transport,
-            ssh=SshOptions(ssh_host, ssh_port, ssh_user, ssh_key, known_hosts),
+            ssh=SshOptions(
+                ssh_host, ssh_port, ssh_user, ssh_key, known_hosts, ssh_config, ssh_client
+            ),
             wait=wait,
             timeout=timeout,
         )

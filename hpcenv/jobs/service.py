@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcenv.choices import TransportKind
+from hpcenv.choices import SshClient, TransportKind
 
 if TYPE_CHECKING:
     from hpcenv.jobs.render import RenderedJob
@@ -50,6 +50,8 @@ class SshOptions:
     user: str | None = None
     key: str | None = None
     known_hosts: str | None = None
+    config: str | None = None  # ``ssh -F FILE`` (openssh)
+    client: SshClient = SshClient.openssh
 
 
 @dataclass(frozen=True)
@@ -143,13 +145,23 @@ def refuse_empty(**options: str | None) -> None:
 
 def make_transport(site: Site, kind: TransportKind, ssh: SshOptions) -> Transport:
     from hpcenv.jobs.schedulers import client_env
-    from hpcenv.jobs.transport import LocalTransport, SshTransport, ssh_spec
+    from hpcenv.jobs.transport import LocalTransport, ssh_spec
+    from hpcenv.jobs.transport import make_transport as make_ssh
 
     if kind is TransportKind.local:
         return LocalTransport(client_env(site))
-    return SshTransport(
-        ssh_spec(site, ssh.host, ssh.port, ssh.user, ssh.key, ssh.known_hosts, env=client_env(site))
+    spec = ssh_spec(
+        site,
+        ssh.host,
+        ssh.port,
+        ssh.user,
+        ssh.key,
+        ssh.known_hosts,
+        env=client_env(site),
+        client=ssh.client.value,
+        ssh_config=ssh.config,
     )
+    return make_ssh(spec)
 
 
 def check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:

@@ -130,8 +130,8 @@ def record_key(spec: TransportSpec, job_id: str) -> str:
     check_job_id(job_id)
     if spec.kind == "local":
         where = ["local", socket.gethostname().split(".")[0]]
-    else:
-        where = ["ssh", spec.host or "", str(spec.port)]
+    else:  # a port left to the ssh config is not in the name
+        where = ["ssh", spec.host or "", *([str(spec.port)] if spec.port else [])]
     safe = [re.sub(r"[^A-Za-z0-9_.-]", "_", w) for w in where]
     return "-".join([*safe, job_id])
 
@@ -197,17 +197,20 @@ def check_record(data: Any) -> Submission:
         raise bad("transport", "not an object")
     try:
         spec = TransportSpec.model_validate(t, strict=True)
-    except ValueError as err:
-        raise bad("transport", str(err).splitlines()[0]) from None
+    except ValueError as err:  # pydantic's ValidationError: name the field that failed
+        first = err.errors()[0] if hasattr(err, "errors") else {}
+        where = ".".join(["transport", *(str(p) for p in first.get("loc", ()))])
+        why = str(first.get("msg", "")).removeprefix("Value error, ")
+        raise bad(where, why or str(err).splitlines()[0]) from None
     if spec.host is not None and not _HOST.fullmatch(spec.host):
         raise bad("transport.host", f"not a host name: {spec.host!r}")
     if spec.user is not None and not _USER.fullmatch(spec.user):
         raise bad("transport.user", f"not a user name: {spec.user!r}")
-    if not 1 <= spec.port <= 65535:
+    if spec.port is not None and not 1 <= spec.port <= 65535:
         raise bad("transport.port", f"not a port: {spec.port}")
     if not 0 < spec.connect_timeout <= 600:
         raise bad("transport.connect_timeout", "not a timeout in seconds")
-    for field in ("key_file", "known_hosts"):
+    for field in ("key_file", "known_hosts", "ssh_config"):
         value = getattr(spec, field)
         if value is not None:
             path(f"transport.{field}", value, absolute=False)
@@ -275,7 +278,7 @@ def load_record(job_id: str, where: str | None = None) -> Submission | None:
 
 def _place(sub: Submission) -> str:
     t = sub.transport
-    return "local" if t.kind == "local" else f"{t.host}:{t.port}"
+    return "local" if t.kind == "local" else f"{t.host}" + (f":{t.port}" if t.port else "")
 
 
 def submit(
