@@ -9,13 +9,17 @@ import typer
 from hpcenv.choices import SshClient
 
 
-def positive_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float) -> float:
+def positive_seconds(
+    ctx: typer.Context, param: typer.CallbackParam, value: float | None
+) -> float | None:
     """A duration option: finite and > 0 (``nan`` compares false with every bound, so click's
     ``min=`` lets it through, and ``--timeout nan`` would wait forever)."""
     import math
 
     from hpcenv.errors import ConfigError
 
+    if value is None:  # an optional duration left out
+        return None
     if not math.isfinite(value) or value <= 0:
         name = (param.opts or [param.name or "value"])[0]
         raise ConfigError(f"{name} {value}: give a number of seconds greater than 0")

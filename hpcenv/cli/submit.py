@@ -4,28 +4,19 @@ call :func:`~hpcenv.jobs.service.submit_request`, print its result (issue 18: a 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from hpcenv.choices import SshClient, TransportKind
-from hpcenv.cli.options import JsonOpt, SiteOpt, SshClientOpt, SshConfigOpt, positive_seconds
-
-if TYPE_CHECKING:
-    from hpcenv.jobs.status import JobStatus
+from hpcenv.cli.follow import WaitTimeoutOpt, stopped, watcher
+from hpcenv.cli.options import JsonOpt, SiteOpt, SshClientOpt, SshConfigOpt
 
 
 def _stderr(line: str) -> None:
     from hpcenv.printable import printable
 
     typer.echo(printable(line), err=True)  # may quote a scheduler or a tuning file
-
-
-def _show_change(change: JobStatus) -> None:  # state changes on stderr; the result on stdout
-    import datetime
-
-    now = datetime.datetime.now().strftime("%H:%M:%S")
-    typer.echo(f"{now} {change.message()}", err=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -115,15 +106,15 @@ def register(app: typer.Typer) -> None:
         ssh_client: SshClientOpt = SshClient.openssh,
         wait: Annotated[
             bool,
-            typer.Option("--wait", help="wait; exit 2 with the scheduler's message on failure"),
+            typer.Option(
+                "--wait",
+                help="wait while the job lives; exit 2 with the scheduler's message on failure",
+            ),
         ] = False,
-        timeout: Annotated[
-            float,
-            typer.Option("--timeout", help="seconds for --wait", callback=positive_seconds),
-        ] = 600,
+        timeout: WaitTimeoutOpt = None,
     ) -> None:
         """Render a job script for SITE and submit it (``-- COMMAND...``)."""
-        from hpcenv.jobs.service import SshOptions, SubmitRequest, submit_request
+        from hpcenv.jobs.service import SshOptions, SubmitRequest, WaitInterrupted, submit_request
 
         req = SubmitRequest(
             site=site,
@@ -159,7 +150,10 @@ def register(app: typer.Typer) -> None:
             wait=wait,
             timeout=timeout,
         )
-        result = submit_request(req, notify=_stderr, on_change=_show_change)
+        try:
+            result = submit_request(req, notify=_stderr, on_change=watcher())
+        except WaitInterrupted as err:
+            raise stopped(err) from None
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2))
         else:
