@@ -20,6 +20,14 @@ class TransportKind(StrEnum):
     ssh = "ssh"
 
 
+class SshClient(StrEnum):
+    """Which SSH client the ssh transport runs (:mod:`hpcenv.jobs.transport` says why openssh
+    is the default: it reads the whole ssh config and reuses ControlMaster sockets)."""
+
+    openssh = "openssh"
+    paramiko = "paramiko"
+
+
 class BuildFormat(StrEnum):
     """What ``hpcenv build`` delivers: an OCI image, a SIF, or both."""
 

@@ -57,9 +57,15 @@ class SshdInfo:
     known_hosts: Path
 
 
-def _script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _script(
+    name: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(ROOT / "scripts" / name), *args], capture_output=True, text=True, timeout=180
+        ["bash", str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -167,6 +173,23 @@ def sshd() -> Iterator[SshdInfo]:
     yield SshdInfo("127.0.0.1", SSHD_PORT, d / "id_ed25519", d / "known_hosts")
     if not was_up:
         _script("sshd-down.sh")
+
+
+@pytest.fixture(scope="session")
+def sshd_jump() -> Iterator[SshdInfo]:
+    """A second loopback sshd (its own state folder, port ``HPCENV_SSHD_JUMP_PORT``, default
+    2223), for ProxyJump: the same script as :func:`sshd`, so it is the same kind of server."""
+    _need_root_and("sshd", "ssh-keygen")
+    port = int(os.environ.get("HPCENV_SSHD_JUMP_PORT", "2223"))
+    env = {"HPCENV_STATE": str(STATE / "jump"), "HPCENV_SSHD_PORT": str(port)}
+    d = STATE / "jump" / "sshd"
+    was_up = _alive(d / "sshd.pid")
+    proc = _script("sshd-up.sh", env=env)
+    if proc.returncode != 0:
+        pytest.fail(f"sshd-up.sh (jump) failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    yield SshdInfo("127.0.0.1", port, d / "id_ed25519", d / "known_hosts")
+    if not was_up:
+        _script("sshd-down.sh", env=env)
 
 
 @pytest.fixture(scope="session")

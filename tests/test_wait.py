@@ -15,7 +15,7 @@ def test_backoff_to_the_cap_and_state_changes(monkeypatch: pytest.MonkeyPatch) -
     states = [("PENDING", "pending", "Priority")] * 3 + [("RUNNING", "running", None)] * 12
     states += [("COMPLETED", "done", None)]
     seq = iter(JobStatus(job_id="7", state=s, phase=p, reason=r) for s, p, r in states)  # type: ignore[arg-type]
-    monkeypatch.setattr(submit_mod, "status", lambda sub, transport: next(seq))
+    monkeypatch.setattr(submit_mod, "status", lambda sub, transport, verb="": next(seq))
     slept: list[float] = []
     clock = [0.0]
 
@@ -47,8 +47,71 @@ def test_without_a_cap_the_interval_stays(monkeypatch: pytest.MonkeyPatch) -> No
         [JobStatus(job_id="1", state="RUNNING", phase="running")] * 4
         + [JobStatus(job_id="1", state="COMPLETED", phase="done")]
     )
-    monkeypatch.setattr(submit_mod, "status", lambda sub, transport: next(seq))
+    monkeypatch.setattr(submit_mod, "status", lambda sub, transport, verb="": next(seq))
     slept: list[float] = []
     monkeypatch.setattr(submit_mod.time, "sleep", slept.append)
     submit_mod.wait(object(), object(), timeout=600, poll=0.25)  # type: ignore[arg-type]
     assert slept == [0.25] * 4
+
+
+def _clocked(monkeypatch: pytest.MonkeyPatch, statuses: list[JobStatus]) -> list[float]:
+    seq = iter(statuses)
+    monkeypatch.setattr(submit_mod, "status", lambda sub, transport, verb="": next(seq))
+    clock = [0.0]
+    slept: list[float] = []
+
+    def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(submit_mod.time, "sleep", fake_sleep)
+    monkeypatch.setattr(submit_mod.time, "monotonic", lambda: clock[0])
+    return slept
+
+
+def test_follow_keeps_waiting_on_a_blocked_reason_with_no_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A day queued behind a maintenance reservation (ReqNodeNotAvail: blocked), then it runs:
+    ``submit --wait`` / ``status --wait`` neither give up on the reason nor after 600 s."""
+    from hpcenv.jobs.service import follow
+
+    blocked = JobStatus(
+        job_id="9", state="PENDING", phase="pending", reason="ReqNodeNotAvail", blocked=True
+    )
+    slept = _clocked(
+        monkeypatch,
+        [blocked] * 3000 + [JobStatus(job_id="9", state="COMPLETED", phase="done")],
+    )
+    seen: list[JobStatus] = []
+    st = follow(object(), object(), None, seen.append)  # type: ignore[arg-type]
+    assert st.state == "COMPLETED" and sum(slept) > 86_400
+    assert [s.state for s in seen] == ["PENDING", "COMPLETED"] and seen[0].blocked
+
+
+def test_follow_ctrl_c_leaves_the_job_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcenv.jobs.service import WaitInterrupted, follow
+    from hpcenv.jobs.submit import Submission
+    from hpcenv.jobs.transport import TransportSpec
+
+    def interrupted(sub: object, transport: object, verb: str = "") -> JobStatus:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(submit_mod, "status", interrupted)
+    sub = Submission("12", "t", "local", "slurm", "/w", TransportSpec(), (None, None), "")
+    with pytest.raises(WaitInterrupted) as err:
+        follow(sub, object(), None)  # type: ignore[arg-type]
+    assert err.value.exit_code == 130
+    assert str(err.value) == (
+        "stopped waiting for job 12; the job was left as it is (hpcenv status 12 --wait "
+        "follows it again, hpcenv cancel 12 cancels it)"
+    )
+
+
+def test_an_optional_timeout_still_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcenv.errors import JobError
+    from hpcenv.jobs.service import follow
+
+    _clocked(monkeypatch, [JobStatus(job_id="3", state="RUNNING", phase="running")] * 100)
+    with pytest.raises(JobError, match=r"^timed out after 60 s waiting \(the job was left"):
+        follow(object(), object(), 60)  # type: ignore[arg-type]

@@ -7,14 +7,20 @@ from typing import Annotated
 
 import typer
 
+from hpcenv.choices import SshClient
 
-def positive_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float) -> float:
+
+def positive_seconds(
+    ctx: typer.Context, param: typer.CallbackParam, value: float | None
+) -> float | None:
     """A duration option: finite and > 0 (``nan`` compares false with every bound, so click's
     ``min=`` lets it through, and ``--timeout nan`` would wait forever)."""
     import math
 
     from hpcenv.errors import ConfigError
 
+    if value is None:  # an optional duration left out
+        return None
     if not math.isfinite(value) or value <= 0:
         name = (param.opts or [param.name or "value"])[0]
         raise ConfigError(f"{name} {value}: give a number of seconds greater than 0")
@@ -122,3 +128,19 @@ SetOpt = Annotated[
     typer.Option("--set", help="pin a component, NAME=VALUE (e.g. torch=2.2.0, mpi=openmpi@4.1.4)"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+SshConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ssh-config",
+        metavar="FILE",
+        help="ssh client config to read instead of ~/.ssh/config (ssh -F)",
+    ),
+]
+SshClientOpt = Annotated[
+    SshClient,
+    typer.Option(
+        "--ssh-client",
+        help="openssh: the system ssh (reads ~/.ssh/config, ProxyJump, ControlMaster, agent); "
+        "paramiko: the [ssh] extra, key auth only",
+    ),
+]

@@ -9,6 +9,9 @@ from typing import Annotated
 
 import typer
 
+from hpcenv.choices import SshClient
+from hpcenv.cli.options import SshClientOpt, SshConfigOpt
+
 
 def register(app: typer.Typer) -> None:
     sites = typer.Typer(help="List, show, validate site files; export their JSON Schema.")
@@ -135,9 +138,11 @@ def register(app: typer.Typer) -> None:
             typer.Option("--ssh-host", help="with --from-host: detect on this login node over SSH"),
         ] = None,
         ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
-        ssh_port: Annotated[int, typer.Option("--ssh-port", min=1, max=65535)] = 22,
+        ssh_port: Annotated[int | None, typer.Option("--ssh-port", min=1, max=65535)] = None,
         ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
         known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
+        ssh_config: SshConfigOpt = None,
+        ssh_client: SshClientOpt = SshClient.openssh,
         out: Annotated[
             Path | None, typer.Option("--out", "-o", help="file to write (default: NAME.yaml)")
         ] = None,
@@ -159,18 +164,26 @@ def register(app: typer.Typer) -> None:
         _check_init_paths(target, recorded)
         if from_host or recorded or ssh_host:
             if ssh_host:
-                from hpcenv.hostdetect import TransportHost
-                from hpcenv.jobs.transport import SshTransport, TransportSpec
+                from pydantic import ValidationError
 
-                spec = TransportSpec(
-                    kind="ssh",
-                    host=ssh_host,
-                    port=ssh_port,
-                    user=ssh_user,
-                    key_file=ssh_key,
-                    known_hosts=known_hosts,
-                )
-                transport = SshTransport(spec)
+                from hpcenv.hostdetect import TransportHost
+                from hpcenv.jobs.transport import TransportSpec, make_transport
+                from hpcenv.safe import validation_message
+
+                try:
+                    spec = TransportSpec(
+                        kind="ssh",
+                        host=ssh_host,
+                        port=ssh_port,
+                        user=ssh_user,
+                        key_file=ssh_key,
+                        known_hosts=known_hosts,
+                        client=ssh_client.value,
+                        ssh_config=ssh_config,
+                    )
+                except ValidationError as err:
+                    raise ConfigError(validation_message(err, "--ssh-host")) from None
+                transport = make_transport(spec)
                 try:
                     data = site_data(detect(TransportHost(transport), name))
                 finally:

@@ -4,37 +4,29 @@ call :func:`~hpcenv.jobs.service.submit_request`, print its result (issue 18: a 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from hpcenv.choices import TransportKind
+from hpcenv.choices import SshClient, TransportKind
+from hpcenv.cli.follow import WaitTimeoutOpt, stopped, watcher
 from hpcenv.cli.options import (
     JsonOpt,
     PipOpt,
     RequirementsOpt,
     SiteOpt,
+    SshClientOpt,
+    SshConfigOpt,
     job_name,
     log_name,
-    positive_seconds,
     walltime,
 )
-
-if TYPE_CHECKING:
-    from hpcenv.jobs.status import JobStatus
 
 
 def _stderr(line: str) -> None:
     from hpcenv.printable import printable
 
     typer.echo(printable(line), err=True)  # may quote a scheduler or a tuning file
-
-
-def _show_change(change: JobStatus) -> None:  # state changes on stderr; the result on stdout
-    import datetime
-
-    now = datetime.datetime.now().strftime("%H:%M:%S")
-    typer.echo(f"{now} {change.message()}", err=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -167,17 +159,19 @@ def register(app: typer.Typer) -> None:
         ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
         ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
         known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
+        ssh_config: SshConfigOpt = None,
+        ssh_client: SshClientOpt = SshClient.openssh,
         wait: Annotated[
             bool,
-            typer.Option("--wait", help="wait; exit 2 with the scheduler's message on failure"),
+            typer.Option(
+                "--wait",
+                help="wait while the job lives; exit 2 with the scheduler's message on failure",
+            ),
         ] = False,
-        timeout: Annotated[
-            float,
-            typer.Option("--timeout", help="seconds for --wait", callback=positive_seconds),
-        ] = 600,
+        timeout: WaitTimeoutOpt = None,
     ) -> None:
         """Render a job script for SITE and submit it (``-- COMMAND...``)."""
-        from hpcenv.jobs.service import SshOptions, SubmitRequest, submit_request
+        from hpcenv.jobs.service import SshOptions, SubmitRequest, WaitInterrupted, submit_request
 
         req = SubmitRequest(
             site=site,
@@ -217,11 +211,16 @@ def register(app: typer.Typer) -> None:
             dry_run=dry_run,
             site_mpi=not no_site_mpi,
             transport=transport,
-            ssh=SshOptions(ssh_host, ssh_port, ssh_user, ssh_key, known_hosts),
+            ssh=SshOptions(
+                ssh_host, ssh_port, ssh_user, ssh_key, known_hosts, ssh_config, ssh_client
+            ),
             wait=wait,
             timeout=timeout,
         )
-        result = submit_request(req, notify=_stderr, on_change=_show_change)
+        try:
+            result = submit_request(req, notify=_stderr, on_change=watcher())
+        except WaitInterrupted as err:
+            raise stopped(err) from None
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2))
         else:

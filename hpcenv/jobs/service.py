@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcenv.choices import TransportKind
+from hpcenv.choices import SshClient, TransportKind
+from hpcenv.errors import JobError
 
 if TYPE_CHECKING:
     from hpcenv.jobs.render import RenderedJob
@@ -51,6 +52,8 @@ class SshOptions:
     user: str | None = None
     key: str | None = None
     known_hosts: str | None = None
+    config: str | None = None  # ``ssh -F FILE`` (openssh)
+    client: SshClient = SshClient.openssh
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class SubmitRequest:
     transport: TransportKind = TransportKind.local
     ssh: SshOptions = field(default_factory=SshOptions)
     wait: bool = False
-    timeout: float = 600
+    timeout: float | None = None  # --wait: None waits as long as the job lives
 
 
 @dataclass(frozen=True)
@@ -154,13 +157,23 @@ def refuse_empty(**options: str | None) -> None:
 
 def make_transport(site: Site, kind: TransportKind, ssh: SshOptions) -> Transport:
     from hpcenv.jobs.schedulers import client_env
-    from hpcenv.jobs.transport import LocalTransport, SshTransport, ssh_spec
+    from hpcenv.jobs.transport import LocalTransport, ssh_spec
+    from hpcenv.jobs.transport import make_transport as make_ssh
 
     if kind is TransportKind.local:
         return LocalTransport(client_env(site))
-    return SshTransport(
-        ssh_spec(site, ssh.host, ssh.port, ssh.user, ssh.key, ssh.known_hosts, env=client_env(site))
+    spec = ssh_spec(
+        site,
+        ssh.host,
+        ssh.port,
+        ssh.user,
+        ssh.key,
+        ssh.known_hosts,
+        env=client_env(site),
+        client=ssh.client.value,
+        ssh_config=ssh.config,
     )
+    return make_ssh(spec)
 
 
 def check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:
@@ -352,7 +365,6 @@ def submit_request(
     from hpcenv.errors import ConfigError
     from hpcenv.jobs.render import prepare
     from hpcenv.jobs.submit import records_dir, submit
-    from hpcenv.jobs.submit import wait as wait_for
     from hpcenv.site import load_site, retirement_warning
     from hpcenv.tuning.apply import for_job
 
@@ -392,12 +404,129 @@ def submit_request(
             ensure_manifest(Path(req.stage_in), notify)
         sub = submit(s, job, t, after=list(req.after), rendered=rendered)
         if req.wait:
-            st = wait_for(
-                sub, t, timeout=req.timeout, poll=1.0, max_poll=WAIT_MAX_POLL, on_change=on_change
-            )
+            st = follow(sub, t, req.timeout, on_change)
     finally:
         t.close()
     return SubmitResult(s.name, rendered, sub, st, t.describe())
+
+
+class WaitInterrupted(JobError):
+    """Ctrl-C while waiting: the job is left as it is (the message says so); exit 130."""
+
+    exit_code = 130
+
+
+def follow(
+    sub: Submission,
+    t: Transport,
+    timeout: float | None,
+    on_change: Callable[[JobStatus], None] | None = None,
+) -> JobStatus:
+    """Wait while the job lives (``timeout`` None), polling with backoff to
+    :data:`WAIT_MAX_POLL`; a pending reason that needs someone to act is reported through
+    ``on_change`` (``blocked``), not given up on: the job is still queued. Ctrl-C is
+    :class:`WaitInterrupted`, which names the job and how to follow or cancel it."""
+    from hpcenv.jobs.submit import wait
+
+    try:
+        return wait(
+            sub,
+            t,
+            timeout=timeout,
+            poll=1.0,
+            max_poll=WAIT_MAX_POLL,
+            blocked_after=None,
+            on_change=on_change,
+        )
+    except KeyboardInterrupt:
+        raise WaitInterrupted(
+            f"stopped waiting for job {sub.job_id}; the job was left as it is "
+            f"(hpcenv status {sub.job_id} --wait follows it again, hpcenv cancel {sub.job_id} "
+            "cancels it)"
+        ) from None
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One line of ``hpcenv status`` without an id: a record and its state, or why not."""
+
+    submission: Submission | None
+    status: JobStatus | None = None
+    error: str | None = None
+    record: str = ""  # the record file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "record": self.record,
+            "submission": self.submission.to_dict() if self.submission else None,
+            "status": self.status.to_dict() if self.status else None,
+            "error": self.error,
+        }
+
+
+def list_jobs(site: str | None = None, on: str | None = None, limit: int = 20) -> list[JobRow]:
+    """The jobs hpcenv submitted from here (its job records, every transport), newest
+    ``limit`` (0: all), each with its state from the scheduler. One connection per
+    transport; a transport that cannot be reached is that error on each of its rows (asked
+    once, not once per job), and a record that cannot be read is its own row."""
+    from hpcenv.errors import HpcenvError
+    from hpcenv.jobs.submit import all_records, status, transport_for
+    from hpcenv.jobs.transport import TransportError
+
+    records = all_records()
+    rows: list[JobRow] = []
+    for path, sub in records:
+        if isinstance(sub, HpcenvError):
+            rows.append(JobRow(None, error=str(sub), record=str(path)))
+        elif (site is None or sub.site == site) and (
+            on is None or on in (sub.transport.kind, sub.transport.host)
+        ):
+            rows.append(JobRow(sub, record=str(path)))
+    rows = rows[-limit:] if limit else rows
+    transports: dict[str, Transport | HpcenvError] = {}
+    out: list[JobRow] = []
+    try:
+        for row in rows:
+            if row.submission is None:
+                out.append(row)
+                continue
+            key = row.submission.transport.model_dump_json()
+            t = transports.get(key)
+            if t is None:
+                try:
+                    t = transports[key] = transport_for(row.submission)
+                except HpcenvError as err:
+                    t = transports[key] = err
+            if isinstance(t, HpcenvError):
+                out.append(JobRow(row.submission, error=str(t), record=row.record))
+                continue
+            try:
+                out.append(JobRow(row.submission, status(row.submission, t), record=row.record))
+            except TransportError as err:
+                transports[key] = err
+                out.append(JobRow(row.submission, error=str(err), record=row.record))
+            except HpcenvError as err:
+                out.append(JobRow(row.submission, error=str(err), record=row.record))
+    finally:
+        for t in transports.values():
+            if not isinstance(t, HpcenvError):
+                t.close()
+    return out
+
+
+def wait_job(
+    job_id: str,
+    site: str | None = None,
+    on: str | None = None,
+    timeout: float | None = None,
+    on_change: Callable[[JobStatus], None] | None = None,
+) -> JobStatus:
+    """``hpcenv status ID --wait``: :func:`follow` a submitted job until it ends."""
+    sub, t = find_job(job_id, site, on)
+    try:
+        return follow(sub, t, timeout, on_change)
+    finally:
+        t.close()
 
 
 def find_job(job_id: str, site: str | None, on: str | None = None) -> tuple[Submission, Transport]:
@@ -441,11 +570,12 @@ def cancel_job(job_id: str, site: str | None = None, on: str | None = None) -> N
         t.close()
 
 
-def job_logs(job_id: str, on: str | None = None) -> str:
-    """A job's stdout and stderr files, as text."""
+def job_logs(job_id: str, site: str | None = None, on: str | None = None) -> str:
+    """A job's stdout and stderr files, as text (``site``: for a job with no record here,
+    the files the scheduler names)."""
     from hpcenv.jobs.submit import logs
 
-    sub, t = find_job(job_id, None, on)
+    sub, t = find_job(job_id, site, on)
     try:
         return logs(sub, t)
     finally:

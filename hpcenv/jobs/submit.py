@@ -171,8 +171,8 @@ def record_key(spec: TransportSpec, job_id: str) -> str:
     check_job_id(job_id)
     if spec.kind == "local":
         where = ["local", socket.gethostname().split(".")[0]]
-    else:
-        where = ["ssh", spec.host or "", str(spec.port)]
+    else:  # a port left to the ssh config is not in the name
+        where = ["ssh", spec.host or "", *([str(spec.port)] if spec.port else [])]
     safe = [re.sub(r"[^A-Za-z0-9_.-]", "_", w) for w in where]
     return "-".join([*safe, job_id])
 
@@ -238,17 +238,20 @@ def check_record(data: Any) -> Submission:
         raise bad("transport", "not an object")
     try:
         spec = TransportSpec.model_validate(t, strict=True)
-    except ValueError as err:
-        raise bad("transport", str(err).splitlines()[0]) from None
+    except ValueError as err:  # pydantic's ValidationError: name the field that failed
+        first = err.errors()[0] if hasattr(err, "errors") else {}
+        where = ".".join(["transport", *(str(p) for p in first.get("loc", ()))])
+        why = str(first.get("msg", "")).removeprefix("Value error, ")
+        raise bad(where, why or str(err).splitlines()[0]) from None
     if spec.host is not None and not _HOST.fullmatch(spec.host):
         raise bad("transport.host", f"not a host name: {spec.host!r}")
     if spec.user is not None and not _USER.fullmatch(spec.user):
         raise bad("transport.user", f"not a user name: {spec.user!r}")
-    if not 1 <= spec.port <= 65535:
+    if spec.port is not None and not 1 <= spec.port <= 65535:
         raise bad("transport.port", f"not a port: {spec.port}")
     if not 0 < spec.connect_timeout <= 600:
         raise bad("transport.connect_timeout", "not a timeout in seconds")
-    for field in ("key_file", "known_hosts"):
+    for field in ("key_file", "known_hosts", "ssh_config"):
         value = getattr(spec, field)
         if value is not None:
             path(f"transport.{field}", value, absolute=False)
@@ -330,6 +333,19 @@ def load_records(job_id: str) -> list[Submission]:
     return found
 
 
+def all_records() -> list[tuple[Path, Submission | ConfigError]]:
+    """Every job record here, oldest first (by when it was written), any transport; one that
+    cannot be read is its ConfigError line, so a listing shows it instead of failing."""
+    paths = sorted(records_dir().glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    found: list[tuple[Path, Submission | ConfigError]] = []
+    for path in paths:
+        try:
+            found.append((path, _read_record(path)))
+        except ConfigError as err:
+            found.append((path, err))
+    return found
+
+
 def load_record(job_id: str, where: str | None = None) -> Submission | None:
     """The record of ``job_id``; ``where`` (``local`` or an SSH host) picks one when jobs on
     several transports share the id."""
@@ -347,7 +363,7 @@ def load_record(job_id: str, where: str | None = None) -> Submission | None:
 
 def _place(sub: Submission) -> str:
     t = sub.transport
-    return "local" if t.kind == "local" else f"{t.host}:{t.port}"
+    return "local" if t.kind == "local" else f"{t.host}" + (f":{t.port}" if t.port else "")
 
 
 def submit(
@@ -480,29 +496,74 @@ def _missing_command(done: Completed, command: str, site: Site, transport: Trans
     """A submit command the host lacks: say where the site's jobs can be submitted from."""
     if done.returncode != 127 and "command not found" not in done.stderr:
         return
+    raise JobError(missing_message(command, site, transport))
+
+
+def missing_message(
+    command: str, site: Site | None, transport: Transport, verb: str = "submit"
+) -> str:
+    """The one line for a scheduler command this host lacks (``submit``, and ``status``,
+    ``cancel``, ``logs`` and ``--wait``: ``verb``): where the site's jobs can be reached from."""
+    here = "this host" if transport.describe() == "local" else transport.describe()
+    if site is None:
+        return f"{command} is not on {here}: run hpcenv {verb} where the job was submitted"
     where = [f"from a login node of {site.name}"]
     if site.scheduler.login_host:
         where[0] += f" ({site.scheduler.login_host})"
     if site.ssh:
-        where.append(f"over SSH with --transport ssh (site ssh: {site.ssh.host})")
+        ssh = f"over SSH with --transport ssh (site ssh: {site.ssh.host})"
     else:
-        where.append("over SSH with --transport ssh --ssh-host LOGIN_NODE")
-    here = "this host" if transport.describe() == "local" else transport.describe()
-    raise JobError(
-        f"{command} is not on {here}: {site.name} takes jobs through {site.scheduler.kind}; "
-        f"submit {' or '.join(where)}"
+        ssh = "over SSH with --transport ssh --ssh-host LOGIN_NODE"
+    head = f"{command} is not on {here}: {site.name} takes jobs through {site.scheduler.kind}; "
+    if verb == "submit":
+        return head + f"submit {where[0]} or {ssh}"
+    return head + (
+        f"run hpcenv {verb} {where[0]}, or submit {ssh} so that status, cancel and logs "
+        "follow the job there"
     )
 
 
-def status(sub: Submission, transport: Transport) -> JobStatus:
-    return get_scheduler(sub.scheduler).status(transport, sub.job_id)
+class _Hinted(Transport):
+    """``inner``, where a command the host lacks (exit 127, its name in the shell's message)
+    is :func:`missing_message`'s line instead of the shell's ``bash: scontrol: command not
+    found``."""
+
+    def __init__(self, inner: Transport, site: str, verb: str) -> None:
+        self.inner, self.spec, self.site, self.verb = inner, inner.spec, site, verb
+
+    def run(self, command: str, stdin: str | None = None, timeout: float = 120) -> Completed:
+        done = self.inner.run(command, stdin, timeout)
+        name = command.split(maxsplit=1)[0] if command.strip() else ""
+        if done.returncode == 127 and name and f"{name}: " in done.stderr:
+            raise JobError(missing_message(name, _site_or_none(self.site), self.inner, self.verb))
+        return done
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _site_or_none(name: str) -> Site | None:
+    from hpcenv.errors import HpcenvError
+    from hpcenv.site import load_site
+
+    try:
+        return load_site(name)
+    except HpcenvError:  # a site file that is not here any more: the hint without it
+        return None
+
+
+def status(sub: Submission, transport: Transport, verb: str = "status") -> JobStatus:
+    return get_scheduler(sub.scheduler).status(_Hinted(transport, sub.site, verb), sub.job_id)
 
 
 def wait(
     sub: Submission,
     transport: Transport,
     *,
-    timeout: float = 300,
+    timeout: float | None = 300,
     poll: float = 0.25,
     blocked_after: float | None = 3.0,
     check: bool = True,
@@ -518,14 +579,14 @@ def wait(
     ``blocked_after``: a pending job whose reason means it cannot start (down/drained node,
     bad constraint, never-satisfied dependency) for this many seconds is reported instead of
     waited on (a short grace: Slurm keeps a stale reason until its next scheduling pass).
-    ``None`` waits regardless.
+    ``None`` waits regardless. ``timeout`` None: as long as the job lives.
     """
-    deadline = time.monotonic() + timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     blocked_since: float | None = None
     seen: tuple[str, str | None] | None = None
     interval = poll
     while True:
-        st = status(sub, transport)
+        st = status(sub, transport, "status --wait")
         if on_change is not None and (st.state, st.reason) != seen:
             seen = (st.state, st.reason)
             on_change(st)
@@ -540,9 +601,13 @@ def wait(
             blocked_since = now
         elif blocked_after is not None and now - blocked_since >= blocked_after:
             raise JobError(f"job cannot start: {st.message()}")
-        if time.monotonic() > deadline:
-            raise JobError(f"timed out after {timeout:.0f} s waiting: {st.message()}")
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic()) + 0.05))
+        if deadline is not None and time.monotonic() > deadline:
+            raise JobError(
+                f"timed out after {timeout:.0f} s waiting (the job was left as it is): "
+                f"{st.message()}"
+            )
+        left = interval if deadline is None else max(0.0, deadline - time.monotonic()) + 0.05
+        time.sleep(min(interval, left))
         if max_poll is not None:
             interval = min(interval * 1.5, max_poll)
 
@@ -579,8 +644,10 @@ def log_paths(sub: Submission, st: JobStatus | None = None) -> list[str]:
 def logs(sub: Submission, transport: Transport) -> str:
     """The job's stdout and stderr files, each under a ``==> path <==`` header."""
     try:
-        st: JobStatus | None = status(sub, transport)
+        st: JobStatus | None = status(sub, transport, "logs")
     except JobError:
+        if not sub.workdir:  # no record (logs --site): only the scheduler can name the files
+            raise
         st = None
     paths = log_paths(sub, st)
     if not paths:
@@ -598,7 +665,7 @@ def _only_star(path: str) -> str:
 
 
 def cancel(sub: Submission, transport: Transport) -> None:
-    get_scheduler(sub.scheduler).cancel(transport, sub.job_id)
+    get_scheduler(sub.scheduler).cancel(_Hinted(transport, sub.site, "cancel"), sub.job_id)
 
 
 def transport_for(sub: Submission) -> Transport:
