@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hpcenv.choices import BuildFormat, SifSource
+from hpcenv.choices import BuildFormat, SifSource, TransportKind
 from hpcenv.cli.options import JsonOpt, PipOpt, RecipeOpt, RequirementsOpt, SetOpt, SiteOpt
 
 if TYPE_CHECKING:
+    from hpcenv.build import BuildPlan
+    from hpcenv.jobs.service import SshOptions
     from hpcenv.lock import Lock
     from hpcenv.recipe import Recipe
     from hpcenv.site import Site
@@ -257,6 +259,22 @@ def register(app: typer.Typer) -> None:
                 "--account", "-A", help="project in the site's image path ($HPCENV_PROJECT)"
             ),
         ] = None,
+        on_login: Annotated[
+            bool,
+            typer.Option(
+                "--on-login",
+                help="build on the site's login node over SSH with the site's own builder",
+            ),
+        ] = False,
+        transport: Annotated[
+            TransportKind,
+            typer.Option("--transport", help="with --on-login: ssh (default) or local"),
+        ] = TransportKind.ssh,
+        ssh_host: Annotated[str | None, typer.Option("--ssh-host")] = None,
+        ssh_port: Annotated[int | None, typer.Option("--ssh-port", min=1, max=65535)] = None,
+        ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
+        ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
+        known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Resolve, render, build and deliver the site's images to where its jobs look for them."""
@@ -284,6 +302,21 @@ def register(app: typer.Typer) -> None:
             p.recipe: plan_delivery(site_obj, p.recipe, p.tag, fmt, push, engine_name)
             for p in plans
         }
+        if on_login:
+            from hpcenv.jobs.service import SshOptions
+
+            _on_login(
+                site_obj,
+                plans,
+                fmt,
+                engine,
+                transport,
+                SshOptions(ssh_host, ssh_port, ssh_user, ssh_key, known_hosts),
+                dry_run=dry_run,
+                as_json=as_json,
+                push=push,
+            )
+            return
         if dry_run:
             summaries = [
                 p.summary(engine_name, fmt if sif_from == "oci" else "oci")
@@ -364,3 +397,85 @@ def register(app: typer.Typer) -> None:
             results.append(entry)
         if as_json:
             typer.echo(json.dumps(results, indent=2))
+
+
+def _on_login(
+    site: Site,
+    plans: list[BuildPlan],
+    fmt: str,
+    engine: str | None,
+    transport: TransportKind,
+    ssh: SshOptions,
+    *,
+    dry_run: bool,
+    as_json: bool,
+    push: str | None,
+) -> None:
+    """``build --on-login``: each plan built on the login node (:mod:`hpcenv.remote_build`)."""
+    from rich.console import Console
+
+    from hpcenv.cli.progress import StepProgress
+    from hpcenv.errors import ConfigError
+    from hpcenv.jobs.service import make_transport
+    from hpcenv.jobs.transport import ssh_spec
+    from hpcenv.remote_build import RemoteBuild, dry_run_summary
+
+    if push:
+        raise ConfigError("--push and --on-login: push from the login node after the build")
+    if dry_run:
+        if transport is TransportKind.ssh:
+            spec = ssh_spec(site, ssh.host, ssh.port, ssh.user, ssh.key, ssh.known_hosts, env={})
+            host = f"ssh://{spec.user or ''}@{spec.host}:{spec.port}"
+        else:
+            host = "local"
+        summaries = [
+            {"site": p.site.name, "recipe": p.recipe, "tag": p.tag}
+            | dry_run_summary(p, host, fmt, engine)
+            for p in plans
+        ]
+        if as_json:
+            typer.echo(json.dumps(summaries, indent=2))
+            return
+        for s in summaries:
+            typer.echo(f"plan: {s['recipe']} for {s['site']} -> {s['tag']} on the login node")
+            typer.echo(f"  login node: {s['host']}\n  folder: {s['folder']}")
+            typer.echo(f"  sends: {s['sends']}\n  builder: {s['builder']}")
+            for line in s["commands"]:  # type: ignore[attr-defined]
+                typer.echo(f"  run: {line}")
+        return
+    console = Console(stderr=True)
+    t = make_transport(site, transport, ssh)
+    results = []
+    try:
+        for plan in plans:
+            console.print(
+                f"[bold]build[/] {plan.recipe} for {site.name} -> {plan.tag} on {t.describe()}"
+            )
+            with StepProgress(console) as progress:
+                from hpcenv.build import build_log_path
+
+                progress.note(f"  log: {build_log_path(plan)}")
+                r = RemoteBuild(
+                    plan, t, fmt, engine, on_step=progress.step, note=progress.note
+                ).run()
+            console.print(
+                f"  image {r.image} ({r.image_id[:12]}) built on {r.host} in {r.seconds:.0f} s; "
+                f"log: {r.log_path}"
+            )
+            results.append(
+                {
+                    "recipe": plan.recipe,
+                    "tag": r.tag,
+                    "image": r.image,
+                    "image_id": r.image_id,
+                    "host": r.host,
+                    "folder": r.folder,
+                    "sent_files": r.sent_files,
+                    "seconds": round(r.seconds, 1),
+                    "log": str(r.log_path),
+                }
+            )
+    finally:
+        t.close()
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))

@@ -303,7 +303,10 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
     if not image and not req.no_container:
         if not req.recipe:
             raise ConfigError("give --recipe (default image), --image, or --no-container")
-        image = default_image(site, image_recipe or "")
+        from hpcenv.image_records import read_record
+
+        built = read_record(site.name, image_recipe or "")  # build --on-login: where it landed
+        image = built["image"] if built else default_image(site, image_recipe or "")
     try:
         return JobSpec(
             name=req.name or recipe or "hpcenv",
