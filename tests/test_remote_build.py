@@ -53,7 +53,7 @@ def test_dry_run_says_what_is_sent_where_and_how(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     out = res.stdout
-    assert "login node: ssh://@perlmutter.nersc.gov:22" in out
+    assert "login node: ssh://perlmutter.nersc.gov\n" in out
     assert "folder: ~/.cache/hpcenv/remote-builds/perlmutter-torch-gpu (0700)" in out
     assert "run: podman-hpc build --layers" in out
     assert "run: podman-hpc migrate localhost/hpcenv/torch-gpu:perlmutter" in out
@@ -145,7 +145,7 @@ def test_dropped_connection_then_retry_uses_cache(
 ) -> None:
     from hpcenv.build import make_plans
     from hpcenv.errors import JobError
-    from hpcenv.jobs.transport import SshTransport, TransportSpec
+    from hpcenv.jobs.transport import TransportSpec, make_transport
     from hpcenv.remote_build import RemoteBuild
     from hpcenv.site import load_site
 
@@ -161,7 +161,7 @@ def test_dropped_connection_then_retry_uses_cache(
         known_hosts=str(sshd.known_hosts),
     )
     with pytest.raises(JobError, match="lost while building .* run the same command again"):
-        RemoteBuild(plan, _Dropping(SshTransport(spec)), "oci").run()
+        RemoteBuild(plan, _Dropping(make_transport(spec)), "oci").run()
     log = FOLDER / "build.log"
     deadline = time.monotonic() + 600
     while "STEP 3/" not in log.read_text() and not (FOLDER / "build.rc").exists():

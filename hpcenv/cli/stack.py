@@ -425,7 +425,7 @@ def _on_login(
     if dry_run:
         if transport is TransportKind.ssh:
             spec = ssh_spec(site, ssh.host, ssh.port, ssh.user, ssh.key, ssh.known_hosts, env={})
-            host = f"ssh://{spec.user or ''}@{spec.host}:{spec.port}"
+            host = spec.describe()
         else:
             host = "local"
         summaries = [

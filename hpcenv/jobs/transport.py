@@ -100,6 +100,14 @@ class TransportSpec(BaseModel):
             raise ValueError(f"ssh user {value!r} is not a user name")
         return value
 
+    def describe(self) -> str:
+        """``local``, or ``ssh://[user@]host[:port]`` (user and port only where given: the
+        ssh config supplies the rest)."""
+        if self.kind == "local":
+            return "local"
+        user = f"{self.user}@" if self.user else ""
+        return f"ssh://{user}{self.host}" + (f":{self.port}" if self.port else "")
+
 
 HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}")
 USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -117,11 +125,7 @@ class Transport(ABC):
         """Run one shell command line; never raises on a non-zero exit."""
 
     def describe(self) -> str:
-        s = self.spec
-        if s.kind == "local":
-            return "local"
-        user = f"{s.user}@" if s.user else ""
-        return f"ssh://{user}{s.host}" + (f":{s.port}" if s.port else "")
+        return self.spec.describe()
 
     @abstractmethod
     def close(self) -> None:
