@@ -196,6 +196,30 @@ def test_torchrun_for_a_recipe_without_torch_is_refused() -> None:
     ]
 
 
+def test_torchrun_with_a_user_recipe_file(tmp_path: Path) -> None:
+    """A recipe file carries its own name: torchrun is checked on the file, not looked up by
+    that name among the built-ins (which failed with 'unknown recipe')."""
+    with_torch = tmp_path / "mine.yaml"
+    with_torch.write_text("name: mine\nextends: horovod-cpu\nuser:\n  pip: [six]\n")
+    without = tmp_path / "notorch.yaml"
+    without.write_text("name: notorch\nextends: daal4py\nuser:\n  pip: [six]\n")
+    args = ["--launcher", "torchrun", "--image", "localhost/x:1", "--dry-run"]
+    ok = _cli(
+        "submit", "--site", "local", "--recipe", str(with_torch), *args, "--", "python3", "t.py"
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "torchrun" in ok.stdout
+    proc = _cli(
+        "submit", "--site", "local", "--recipe", str(without), *args, "--", "python3", "t.py"
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert lines == [
+        "error: --launcher torchrun needs torch in the image; recipe 'notorch' has none "
+        "(use a torch recipe, or the site's launcher)"
+    ]
+
+
 def test_unknown_launcher_is_refused() -> None:
     proc = _cli(
         "submit",

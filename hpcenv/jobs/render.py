@@ -55,6 +55,7 @@ from hpcenv.safe import Lines, checked_lines, finalize
 from hpcenv.site import Site
 
 if TYPE_CHECKING:
+    from hpcenv.recipe import Recipe
     from hpcenv.tuning.model import MeasuredTuning
 
 
@@ -558,14 +559,22 @@ def _rank_launcher(site: Site, job: JobSpec) -> Launcher:
     if job.launch != "mpi":
         raise ConfigError("--launcher torchrun starts ranks on every node; not with --single")
     if job.image and job.recipe:
-        from hpcenv.recipe import load_recipe
+        from hpcenv.recipe import load_recipe, recipe_names
 
-        if not load_recipe(job.recipe).wants("torch"):
-            raise ConfigError(
-                f"--launcher torchrun needs torch in the image; recipe {job.recipe!r} has none "
-                "(use a torch recipe, or the site's launcher)"
-            )
+        # A built-in by name; a recipe file (the job carries its name:) is checked where it
+        # was loaded (hpcenv.jobs.service), with this function.
+        if job.recipe in recipe_names():
+            torchrun_needs_torch(load_recipe(job.recipe))
     return launcher
+
+
+def torchrun_needs_torch(recipe: Recipe) -> None:
+    """torchrun runs inside the image: a recipe without torch is refused, in one line."""
+    if not recipe.wants("torch"):
+        raise ConfigError(
+            f"--launcher torchrun needs torch in the image; recipe {recipe.name!r} has none "
+            "(use a torch recipe, or the site's launcher)"
+        )
 
 
 def prepare(

@@ -287,17 +287,19 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
         error=req.stderr,
     )
     image = req.image
-    from hpcenv.recipe import recipe_name
+    from hpcenv.recipe import is_path, load_recipe, recipe_name, with_additions
 
     recipe = recipe_name(req.recipe) if req.recipe else None  # a recipe file: its name
     image_recipe = recipe
     if req.requirements or req.pip:  # the short form: the image `build` made with the same options
         if not req.recipe:
             raise ConfigError("--requirements/--pip add to a recipe: give --recipe too")
-        from hpcenv.recipe import load_recipe, with_additions
-
         loaded = load_recipe(req.recipe)
         image_recipe = with_additions(loaded, list(req.requirements), list(req.pip)).name
+    if req.launcher == "torchrun" and req.recipe and is_path(req.recipe) and not req.no_container:
+        from hpcenv.jobs.render import torchrun_needs_torch
+
+        torchrun_needs_torch(load_recipe(req.recipe))
     if image and req.no_container:
         raise ConfigError("--image and --no-container exclude each other")
     if not image and not req.no_container:
