@@ -236,12 +236,15 @@ def build_image(
     *,
     engine_name: str | None = None,
     on_step: StepCallback | None = None,
+    site_mpi: bool = True,
 ) -> BuildResult:
-    """Build one plan for real; a failure names the step and its log (BuildError)."""
+    """Build one plan for real; a failure names the step and its log (BuildError).
+    ``site_mpi=False`` (site-build only): leave the host MPI unmounted, the control whose build
+    stops at the image's MPI check with its one line."""
     engine = get_engine(engine_name or plan.site.build.engine)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
-    build_args, volumes = host_expanded(plan)
+    build_args, volumes = host_expanded(plan) if site_mpi else ({}, [])
     with context_ready(plan) as context, build_secrets(plan.site) as secrets:
         return engine.build(
             context,
