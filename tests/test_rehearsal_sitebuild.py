@@ -243,3 +243,39 @@ def test_building_without_the_mount_stops_at_the_mpi_check(
     ), proc.stderr
     assert took < 120, took
     assert _podman("image", "inspect", "--format", "{{.Id}}", TAG).stdout.strip() == before
+
+
+# -- Horovod compiled against the site MPI (recipe horovod-cpu): opt-in, `make sitebuild-horovod`
+# It builds torch, Horovod 0.28.1 (CMake finds the site's mpicxx first) and mpi4py again against
+# the mounted Intel MPI: the cold build's cost is in the module docstring. Defined only when asked
+# for (HPCENV_SITEBUILD_HOROVOD=1), so a plain `make test` neither builds it nor skips it.
+if os.environ.get("HPCENV_SITEBUILD_HOROVOD") == "1":
+
+    @pytest.fixture(scope="session")
+    def horovod_site(request: pytest.FixtureRequest, site_mpi_prefix: Path) -> str:
+        name: str = request.param
+        _built("--site", "local-sitebuild", "--format", "oci", recipe="horovod-cpu")
+        if name == "local-sitebuild-sif":
+            request.getfixturevalue("site_apptainer")
+            _built("--site", name, recipe="horovod-cpu")
+        return name
+
+    @pytest.mark.timeout(2400)
+    @pytest.mark.parametrize("horovod_site", SITES, indirect=True)
+    def test_horovod_built_against_the_site_mpi_runs_on_it(
+        slurm: SlurmInfo, site_mpi_prefix: Path, horovod_site: str, wd: Path
+    ) -> None:
+        shutil.copy(DATA / "hvd_identity.py", wd)
+        code, log, out = _submit(
+            horovod_site, wd, PY, "{workdir}/hvd_identity.py", recipe="horovod-cpu"
+        )
+        assert code == 0, out + log
+        assert f"site MPI intel-mpi@2021.18.1 {SITE_LIB} (mpich ABI) is the one" in log
+        ranks = _rows(log, "hvd-identity")
+        assert [r["rank"] for r in ranks] == [0, 1], out + log
+        for r in ranks:
+            assert r["size"] == 2 and r["mpi_built"] and r["mpi_enabled"], r  # MPI ops
+            assert r["library"].startswith("Intel(R) MPI Library 2021.18"), r
+            assert _only_site_mpi(r["maps"], site_mpi_prefix), r
+            assert r["allreduce"] == {"torch.float32": 3.0, "torch.float64": 3.0}, r
+            assert r["allreduce_exact"], r
