@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcenv import naming
-from hpcenv.blocks import variables_in
+from hpcenv.blocks import HOST_MPI_ARG, variables_in
 from hpcenv.credentials import (
     APT_AUTH,
     PIP_CONF,
@@ -244,7 +244,9 @@ def build_image(
     engine = get_engine(engine_name or plan.site.build.engine)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
-    build_args, volumes = host_expanded(plan) if site_mpi else ({}, [])
+    build_args, volumes = host_expanded(plan)
+    if volumes and not site_mpi:
+        build_args, volumes = {**build_args, HOST_MPI_ARG: "not mounted"}, []
     with context_ready(plan) as context, build_secrets(plan.site) as secrets:
         return engine.build(
             context,
