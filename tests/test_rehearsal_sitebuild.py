@@ -13,9 +13,13 @@ names Intel MPI, the only MPI library mapped is the site's, and an allreduce is 
 that can fail: without the mount the build stops at the image's MPI check with hpcenv's one line,
 and a job without the bind cannot load MPI at all.
 
-The CI recipe is ``daal4py`` (mpi4py + daal4py): cold it adds ~1 min of build to ``make test``.
-``horovod-cpu`` (torch + Horovod compiled against the site MPI) costs ~6 more minutes cold, so its
-test runs when ``HPCENV_SITEBUILD_HOROVOD=1`` (``make bench`` sets it); see the last test.
+The CI recipe is ``daal4py`` (mpi4py + daal4py). Measured on this 2-core machine (2026-11-24),
+with the base and apt layers cached by local-bind's image: the cold image build 256 s (compiling
+mpi4py against the site MPI: 188 s of it), the SIF from it 74 s, each job 4-6 s, the control
+build 2 s; the whole file cold 4.5-5.5 min, warm well under a minute. ``horovod-cpu`` (torch +
+Horovod 0.28.1 compiled against the site MPI, and mpi4py again in its own layer) adds a Horovod
+compile of ~4 min (platform notes) on top, so its test is opt-in: ``make sitebuild-horovod``
+(``HPCENV_SITEBUILD_HOROVOD=1``); see the last test.
 """
 
 from __future__ import annotations
