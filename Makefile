@@ -54,7 +54,7 @@ bench: install             ## benchmarks: Markdown report, PNG plots and JSON un
 	$(HPCENV) build --site $(SITE) --recipe horovod-ccl --format oci  # section ccl; ~5 min cold
 	$(HPCENV) bench --site $(SITE) --out $(RESULTS)/bench
 
-sitebuild-horovod: install ## opt-in: the site-build rehearsal with Horovod compiled against the mounted site MPI (builds horovod-cpu for local-sitebuild and its SIF: a Horovod compile, ~4 min more than the CI rehearsal)
+sitebuild-horovod: install ## opt-in: the site-build rehearsal with Horovod compiled against the mounted site MPI (builds horovod-cpu for local-sitebuild and its SIF: ~10 min cold)
 	HPCENV_SITEBUILD_HOROVOD=1 $(PY) -m pytest -q tests/test_rehearsal_sitebuild.py -k horovod
 
 clean:
