@@ -224,6 +224,10 @@ def mpich_source(version: str, configure: str, jobs: int, reason: str = "") -> P
     )
 
 
+# A build argument the site-build MPI check sees: podman's layer cache ignores ``-v`` mounts.
+HOST_MPI_ARG = "HPCENV_HOST_MPI"
+
+
 @register("host-mpi-build")
 def host_mpi_build(spec: str, root: str) -> Parts:
     """site-build: no MPI of the image's own; the host's, mounted at its own path while the
@@ -234,6 +238,8 @@ def host_mpi_build(spec: str, root: str) -> Parts:
     "$MPI_ROOT")``; ``host_mpi_build("intel-mpi@2021.18.1", "/opt/site/intel-mpi")``.
     """
     args = [arg(name) for name in variables_in(root)]
+    # HOST_MPI_ARG is unset in a normal build; set (``build --no-site-mpi``), it changes the
+    # check's cache key, so the check runs again instead of passing from the layer cache.
     check = shell(
         f'test -x "{root}/bin/mpicc" || {{ echo "hpcenv: site-build: the host MPI {spec} is '
         f"not mounted at '{root}' (build with -v ROOT:ROOT"
@@ -244,6 +250,7 @@ def host_mpi_build(spec: str, root: str) -> Parts:
         build=[
             comment(f"MPI: none in the image; the host's {spec} at {root}, mounted for the build"),
             *args,
+            arg(HOST_MPI_ARG),
             check,
             env(
                 MPICC=f"{root}/bin/mpicc",

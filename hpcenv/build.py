@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcenv import naming, platforms
-from hpcenv.blocks import variables_in
+from hpcenv.blocks import HOST_MPI_ARG, variables_in
 from hpcenv.credentials import (
     APT_AUTH,
     PIP_CONF,
@@ -261,13 +261,18 @@ def build_image(
     *,
     engine_name: str | None = None,
     on_step: StepCallback | None = None,
+    site_mpi: bool = True,
 ) -> BuildResult:
-    """Build one plan for real; a failure names the step and its log (BuildError)."""
+    """Build one plan for real; a failure names the step and its log (BuildError).
+    ``site_mpi=False`` (site-build only): leave the host MPI unmounted, the control whose build
+    stops at the image's MPI check with its one line."""
     engine = get_engine(engine_name or plan.site.build.engine)
     platform = build_platform(plan)
     ensure_base(plan, on_step)
     log = build_log_path(plan)
     build_args, volumes = host_expanded(plan)
+    if volumes and not site_mpi:
+        build_args, volumes = {**build_args, HOST_MPI_ARG: "not mounted"}, []
     with context_ready(plan) as context, build_secrets(plan.site) as secrets:
         return engine.build(
             context,

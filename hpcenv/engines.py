@@ -206,7 +206,12 @@ def stream_command(
 
 
 def _failure_detail(tail: Sequence[str]) -> str:
-    """The most telling line of a failed build: the engine's ``Error:``, else the last line."""
+    """The most telling line of a failed build: a generated step's own ``hpcenv:`` message (the
+    site-build MPI check, :func:`hpcenv.blocks.host_mpi_build`), else the engine's ``Error:``,
+    else the last line."""
+    for line in reversed(tail):
+        if line.startswith("hpcenv: "):
+            return line
     for line in reversed(tail):
         if line.startswith(("Error:", "error:", "ERROR:", "ERROR ")):
             return line

@@ -114,12 +114,34 @@ def test_remote_build_is_what_the_next_job_runs(
         str(tmp_path / "job"),
         "--",
         "cat",
-        "/run/.containerenv",
+        "/opt/hpcenv/stack.lock.json",
         cache=cache,
     )
     assert res.returncode == 0, res.stderr
+    # the job ran the recorded image (its tag names the id the remote build made), in it
+    plan = _hpcenv(
+        "submit",
+        "-s",
+        "local",
+        "-r",
+        "mpi4py-os",
+        "--single",
+        "--dry-run",
+        "--json",
+        "--",
+        "true",
+        cache=cache,
+    )
+    assert json.loads(plan.stdout)["image"] == record["image"], plan.stderr
+    inspect = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Id}}", record["image"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert inspect.stdout.strip() == record["image_id"]
     out = "".join(p.read_text() for p in (tmp_path / "job").glob("*.out"))
-    assert f'imageid="{record["image_id"]}"' in out
+    assert '"recipe": "mpi4py-os"' in out or '"recipe":"mpi4py-os"' in out, out
 
 
 class _Dropping(Transport):

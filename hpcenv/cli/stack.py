@@ -275,6 +275,14 @@ def register(app: typer.Typer) -> None:
         ssh_user: Annotated[str | None, typer.Option("--ssh-user")] = None,
         ssh_key: Annotated[str | None, typer.Option("--ssh-key")] = None,
         known_hosts: Annotated[str | None, typer.Option("--known-hosts")] = None,
+        no_site_mpi: Annotated[
+            bool,
+            typer.Option(
+                "--no-site-mpi",
+                help="site-build: do not mount the host MPI (control: the build stops at its "
+                "MPI check)",
+            ),
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Resolve, render, build and deliver the site's images to where its jobs look for them."""
@@ -366,7 +374,9 @@ def register(app: typer.Typer) -> None:
             with StepProgress(console) as progress:
                 if fmt != "sif" or sif_from == "oci":
                     progress.note(f"  log: {build_log_path(plan)}")
-                    result = build_image(plan, engine_name=engine, on_step=progress.step)
+                    result = build_image(
+                        plan, engine_name=engine, on_step=progress.step, site_mpi=not no_site_mpi
+                    )
                     entry |= {"tag": result.tag, "seconds": round(result.seconds, 1)}
                     entry |= {"log": str(result.log_path)}
                 if fmt in ("sif", "both"):
