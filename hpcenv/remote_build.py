@@ -46,11 +46,15 @@ from hpcenv.jobs.shell import expanding, join, word
 from hpcenv.jobs.transport import Transport, TransportError
 
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
-_STATE = (
-    "if [ -f build.rc ]; then echo done $(cat build.rc); "
-    "elif [ -f build.pid ] && kill -0 $(cat build.pid) 2>/dev/null; then echo running $(cat build.pid); "
-    "elif [ -f build.pid ]; then echo stopped; else echo new; fi"
-)
+
+
+def _state_script() -> str:
+    """templates/remote/build-state.sh: the build's state, then its log from a line."""
+    from hpcenv.paths import templates_dir
+
+    return templates_dir().joinpath("remote", "build-state.sh").read_text(encoding="utf-8")
+
+
 SEND_TIMEOUT = 1800.0  # seconds for the context upload (a wheelhouse of a few hundred MB)
 POLL_TIMEOUT = 60.0
 
@@ -191,10 +195,10 @@ class RemoteBuild:
     def _build(self, started: float) -> RemoteResult:
         prepare = (
             f'umask 077; d="$HOME"/{self.folder}; mkdir -p "$d/context" && chmod 700 "$d" && '
-            f'cd "$d" && pwd && {{ {_STATE}; }} && cd context && '
+            'cd "$d" && pwd && sh -s && cd context && '
             "find . -type f -print0 | xargs -0 -r sha256sum"
         )
-        first, second, *rest = self._run(prepare).splitlines()
+        first, second, *rest = self._run(prepare, stdin=_state_script()).splitlines()
         if not first.startswith("/") or not _SAFE_PATH.fullmatch(first):
             raise JobError(f"the login node's build folder {first!r} is not a plain absolute path")
         self.root = first
@@ -284,7 +288,7 @@ class RemoteBuild:
             out.write(f"# hpcenv build --on-login: {self.t.describe()}:{self.root}/build.log\n")
             while True:
                 text = self._run(
-                    f"cd {join([self.root])} && {{ {_STATE}; }} && tail -n +{line_no} build.log"
+                    f"cd {join([self.root])} && sh -s -- {int(line_no)}", stdin=_state_script()
                 )
                 state, _, body = text.partition("\n")
                 lines = body.split("\n")[:-1]  # the last piece is a line still being written

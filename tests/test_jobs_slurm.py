@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -212,13 +213,16 @@ def test_training_chain_stage_in_train_stage_out(
         staged_log = logs(subs[1], transport)
         assert "stage-in[" in staged_log and "verified" in staged_log
         assert not list(results.parent.glob("*.hpcenv-tmp.*"))
-        # The training job staged into /tmp/hpcenv-local/<user>/<name>-<its job id> (the
-        # per-user folder hpcenv adds where the site path names no $USER), gone at its end.
-        mine = Path("/tmp/hpcenv-local") / getpass.getuser()
-        assert f"{mine}/{name}-{subs[1].job_id}/data" in staged_log
-        assert mine.is_dir() and not list(mine.glob(f"{name}-*"))
+        # The training job staged into /tmp/hpcenv-<user>-<name>-<its job id>-<nonce>: straight
+        # in the shared sticky /tmp under a name nobody could take first, gone at its end.
+        user = getpass.getuser()
+        made = re.search(
+            rf"/tmp/hpcenv-{user}-{name}-{subs[1].job_id}-[0-9a-f]{{16}}/data", staged_log
+        )
+        assert made, staged_log
+        assert not Path(made.group(0)).parent.exists()
     finally:
-        for left in (Path("/tmp/hpcenv-local") / getpass.getuser()).glob(f"{name}-*"):
+        for left in Path("/tmp").glob(f"hpcenv-{getpass.getuser()}-{name}-*"):
             shutil.rmtree(left, ignore_errors=True)
 
 

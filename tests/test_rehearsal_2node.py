@@ -86,7 +86,12 @@ def t(site: Site, two_node: TwoNodeInfo) -> LocalTransport:
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ}
     env.pop("SLURM_CONF", None)  # the site file names its own cluster
-    return subprocess.run([HPCENV, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    # submitted from a folder both nodes see (as on a cluster): the job runs where submit was
+    # called, and each rehearsal node has its own /tmp
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [HPCENV, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=SCRATCH
+    )
 
 
 def _lines(text: str, tag: str) -> list[dict[str, Any]]:

@@ -189,12 +189,14 @@ def test_stray_recipes_folders_do_not_hide_builtins(
                 "ssh",
                 "--ssh-host",
                 "h",
+                "--ssh-client",
+                "paramiko",  # the [ssh] extra's client; the default (system ssh) needs none
                 "--",
                 "true",
             ],
             "ssh",
         ),
-        (["sites", "init", "x", "--ssh-host", "h"], "ssh"),
+        (["sites", "init", "x", "--ssh-host", "h", "--ssh-client", "paramiko"], "ssh"),
     ],
 )
 def test_missing_extra_names_it(core_venv: tuple[Venv, dict], argv: list[str], extra: str) -> None:
