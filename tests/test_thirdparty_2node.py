@@ -164,6 +164,8 @@ def where(request: pytest.FixtureRequest, built: Built) -> list[str]:
 
 def _submit(project: Path, where: list[str], *args: str) -> str:
     """Submit from the project folder (no --chdir: the job runs there), wait, return the log."""
+    for old in project.glob("probe-*.json"):  # an earlier job's probes are not this one's
+        old.unlink()
     proc = _cli(
         "submit",
         *where,
@@ -187,8 +189,10 @@ def _submit(project: Path, where: list[str], *args: str) -> str:
     return log
 
 
-def _probes(log: str) -> list[dict[str, Any]]:
-    ranks = [json.loads(ln.split(" ", 1)[1]) for ln in log.splitlines() if ln.startswith("probe ")]
+def _probes(project: Path, log: str) -> list[dict[str, Any]]:
+    """Each rank's probe, from the file it wrote in the job's folder (whole, unlike its line in
+    the shared output file, where two ranks' long lines may interleave)."""
+    ranks = [json.loads(p.read_text()) for p in sorted(project.glob("probe-*.json"))]
     ranks.sort(key=lambda r: r["rank"])
     assert [(r["rank"], r["host"]) for r in ranks] == [(0, "node1"), (1, "node2")], log
     assert len({r["params_sha256"] for r in ranks}) == 1, ranks  # identical on every rank
@@ -204,7 +208,7 @@ def test_horovod_adasum_example_trains_on_both_nodes(
     # Rank 0's own line: x_max, op, learning rate, Horovod's size, steps taken.
     summary = [ln.split() for ln in log.splitlines() if ln.startswith("1.0 Average 0.1 ")]
     assert summary and summary[0][3] == "2", log
-    for r in _probes(log):
+    for r in _probes(project, log):
         losses = r["losses"]
         assert len(losses) >= 10, r
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -235,7 +239,7 @@ def test_pytorch_mingpt_ddp_example_trains_on_both_nodes(
         assert len(train) >= 3 and len(evals) == 3, losses
         assert train[-1] < 0.8 * train[0], train  # 4.1 (ln 58 classes) -> about 2.6
         assert evals[-1] < evals[0], evals
-    ranks = _probes(log)
+    ranks = _probes(project, log)
     assert all(r["model"] in ("GPT", "DistributedDataParallel") for r in ranks), ranks
     snaps = sorted(p.name for p in project.glob(snap.split("=")[1].split("$")[0] + "*.pt"))
     assert len(snaps) == 2, snaps  # saved by each rank in the folder submit was called from

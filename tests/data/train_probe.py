@@ -52,6 +52,12 @@ def _report() -> None:
         result["parameters"] = flat.numel()
         result["params_sha256"] = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
     print("probe " + json.dumps(result), flush=True)
+    # and whole, per rank, in the folder the job runs in: two ranks' long lines can interleave in
+    # the job's one output file (srun forwards each task's output in pieces)
+    tmp = f"probe-{result['rank']}.json.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(result, handle)
+    os.replace(tmp, f"probe-{result['rank']}.json")
 
 
 def main() -> None:
