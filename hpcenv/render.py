@@ -37,7 +37,7 @@ class Rendered:
 def docker_quoted(value: str) -> str:
     """A Dockerfile double-quoted word that ENV and LABEL keep as it is: ``\\`` before ``"``,
     ``\\`` and ``$`` (the Dockerfile parser expands ``$NAME`` in these instructions and knows
-    no other escapes; JSON's ``\\uXXXX`` would arrive as ``uXXXX``)."""
+    no other escapes; JSON's ``\\u00e9`` would arrive as ``u00e9``)."""
     return '"' + re.sub(r'(["\\$])', r"\\\1", value) + '"'
 
 
