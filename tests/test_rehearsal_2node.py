@@ -279,13 +279,15 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     assert [r["host"] for r in ranks] == ["node1", "node2"], log
     for r in ranks:
         assert r["container"] == ranks_in.container, r
-        assert r["data"].startswith(f"{two_node.node_local}/{getpass.getuser()}/{name}-"), r
+        # straight in the node's own sticky /tmp, under a name nobody could take first
+        user = getpass.getuser()
+        assert re.fullmatch(rf"/tmp/hpcenv-{user}-{name}-\d+-[0-9a-f]{{16}}/data", r["data"]), r
         assert "train-images-idx3-ubyte" in r["files"], r
     for node in two_node.nodes:  # each node's per-job copy is removed when the job ends
-        mine = f"{two_node.node_local}/{getpass.getuser()}"
-        left = _in_node(two_node, node, "sh", "-c", f"ls -d {mine}/{name}-* || true")
+        pattern = f"/tmp/hpcenv-{getpass.getuser()}-{name}-*"
+        left = _in_node(two_node, node, "sh", "-c", f"ls -d {pattern} || true")
         assert left.stdout.strip() == "", (node, left.stdout)
-    assert not list(Path(two_node.node_local).rglob(f"{name}*"))  # never on the host's /tmp
+    assert not list(Path("/tmp").glob(f"hpcenv-*-{name}-*"))  # never on the host's /tmp
     # Horovod trained across both: identical parameters on every rank.
     result = _lines(log, "mnist-result")[0]
     print(
