@@ -240,11 +240,22 @@ def test_submit_dry_run_summit_writes_olcfs_job(tmp_path: Path) -> None:
     assert run.endswith(
         '"$MEMBERWORK/$HPCENV_PROJECT/hpcenv/images/horovod-gpu-summit.sif" python train.py'
     )
-    # without a project: still the warning, then the one error line (bsub -P is required)
+    # the command, without a project: OLCF's job with PROJECT as bsub -P, and a note
     proc = subprocess.run(
         [str(HPCENV), *args, "--", "python", "train.py"], capture_output=True, text=True
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == SUMMIT_RETIRED + (
+        "note: dry run: no project given, so the job shows 'PROJECT' as its account; "
+        "submitting needs --account (bsub -P) ID\n"
+    )
+    assert "#BSUB -P PROJECT" in proc.stdout.splitlines()
+    # submitting it: still the warning, then the one error line (bsub -P is required)
+    args.remove("--dry-run")
+    proc = subprocess.run(
+        [str(HPCENV), *args, "--", "python", "train.py"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == SUMMIT_RETIRED + (
         "error: site summit needs a project to charge the job to: give --account (bsub -P) ID\n"
     )

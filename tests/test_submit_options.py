@@ -36,17 +36,35 @@ def dry(site: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def real(site: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``submit`` for real: the account is checked before anything is queued or written."""
+    return hpcenv("submit", "--site", site, "--recipe", "horovod-gpu", *args, "--", "python3", "x")
+
+
 @pytest.mark.parametrize("site", ["summit", "frontier", "perlmutter", "aurora"])
 def test_real_sites_refuse_a_missing_account_and_name_the_option(site: str) -> None:
-    proc = dry(site)
+    proc = real(site)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"site {site} needs a project" in proc.stderr and "--account" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("site", ["summit", "frontier", "perlmutter", "aurora"])
+def test_a_dry_run_without_account_shows_the_job_with_a_placeholder(site: str) -> None:
+    """Nothing is charged by a dry run: the job is shown with ``PROJECT`` as its account and a
+    note that says what submitting needs (the same script submitted as it is is refused)."""
+    proc = dry(site)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: dry run: no project given, so the job shows 'PROJECT' as its account; " in (
+        proc.stderr
+    )
+    assert "submitting needs --account" in proc.stderr
+    assert "export HPCENV_PROJECT=PROJECT" in proc.stdout.splitlines()
 
 
 @pytest.mark.parametrize("value", ["PROJ123", "m0000", "abc123", "CHANGEME"])
 def test_placeholder_accounts_are_refused(value: str) -> None:
-    proc = dry("frontier", "--account", value)
+    proc = real("frontier", "--account", value)
     assert proc.returncode == 2
     assert f"account {value!r} (given) is a placeholder" in proc.stderr
     assert "--account ID" in proc.stderr
@@ -60,9 +78,11 @@ def test_placeholder_in_a_site_file_is_refused(tmp_path: Path) -> None:
     site.write_text(
         site.read_text().replace("  kind: slurm\n", "  kind: slurm\n  account: PROJ123\n", 1)
     )
-    proc = hpcenv("submit", "--site", str(site), "--no-container", "--dry-run", "--", "true")
+    proc = hpcenv("submit", "--site", str(site), "--no-container", "--", "true")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "site mysite's scheduler.account" in proc.stderr and "--account" in proc.stderr
+    shown = hpcenv("submit", "--site", str(site), "--no-container", "--dry-run", "--", "true")
+    assert shown.returncode == 0 and "#SBATCH --account=PROJECT" in shown.stdout, shown.stderr
 
 
 def test_scheduler_options_reach_the_directives() -> None:

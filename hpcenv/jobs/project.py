@@ -18,13 +18,20 @@ from hpcenv.site import Site
 from hpcenv.site.words import is_placeholder
 
 PROJECT_VAR = "HPCENV_PROJECT"
+# What a dry run shows where the project is not given yet (itself a placeholder, so the same
+# script handed to the scheduler as it is would be refused by hpcenv and by the site).
+PREVIEW_ACCOUNT = "PROJECT"
 
 
-def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
+def account_for(
+    site: Site, given: str | None, *, strict: bool, preview: bool = False
+) -> str | None:
     """The account a job is charged to: ``given`` (``--account``), else the site file's.
 
     ``strict`` (submission): a placeholder, or no account where the site needs one, is a
-    ConfigError that names the option to give.
+    ConfigError that names the option to give. ``preview`` (a dry run, nothing is charged):
+    those two cases give :data:`PREVIEW_ACCOUNT` instead, and the caller says so
+    (:func:`preview_note`); a site file with other placeholders is still refused.
     """
     account = given or site.scheduler.account
     if not strict:
@@ -32,12 +39,15 @@ def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
     kind = SCHEDULERS.get(site.scheduler.kind)
     option = kind.account_option if kind else "--account"
     marked = site.provenance.placeholder
+    others = sorted(k for k in marked if k != "scheduler.account")
+    unset = not account or is_placeholder(account) or (not given and "scheduler.account" in marked)
+    if preview and not others and unset:
+        return PREVIEW_ACCOUNT if account or site.scheduler.account_required else None
     if not given and "scheduler.account" in marked:
         raise ConfigError(
             f"site {site.name}'s scheduler.account is marked as a placeholder "
             f"({marked['scheduler.account']}): give your project with {option} ID"
         )
-    others = sorted(k for k in marked if k != "scheduler.account")
     if others:
         raise ConfigError(
             f"site {site.name} still has placeholders: {', '.join(others)} "
@@ -53,6 +63,16 @@ def account_for(site: Site, given: str | None, *, strict: bool) -> str | None:
             f"site {site.name} needs a project to charge the job to: give {option} ID"
         )
     return account
+
+
+def preview_note(site: Site) -> str:
+    """The dry run's line for a job shown with :data:`PREVIEW_ACCOUNT`."""
+    kind = SCHEDULERS.get(site.scheduler.kind)
+    option = kind.account_option if kind else "--account"
+    return (
+        f"dry run: no project given, so the job shows {PREVIEW_ACCOUNT!r} as its account; "
+        f"submitting needs {option} ID"
+    )
 
 
 def uses_project(site: Site) -> bool:

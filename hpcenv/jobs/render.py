@@ -35,7 +35,7 @@ from hpcenv.jobs.plan import (
     StepFile,
     step_path,
 )
-from hpcenv.jobs.project import account_for, prelude
+from hpcenv.jobs.project import PREVIEW_ACCOUNT, account_for, prelude, preview_note
 from hpcenv.jobs.queues import route
 from hpcenv.jobs.rendezvous import CACHES_VAR, RANK_NAMES, RANK_STEP
 from hpcenv.jobs.rendezvous import environment as rendezvous_env
@@ -425,12 +425,14 @@ def plan_job(
     image: str | None = None,
     *,
     submitting: bool = False,
+    preview: bool = False,
     measured: MeasuredTuning | None = None,
 ) -> JobPlan:
     """The plan of ``job`` on ``site``; ``image`` overrides ``job.image`` (None: run on the host).
 
     ``submitting``: the script is about to be submitted (or shown as such), so a missing or
-    placeholder account is refused with the option to give. ``measured``: the tuning file in
+    placeholder account is refused with the option to give; ``preview`` (a dry run) shows it
+    with a placeholder account and a note instead. ``measured``: the tuning file in
     force for this image and layout (:func:`hpcenv.tuning.apply.lookup`); its environment comes
     after the site's, and its Open MPI rules file is a step file the job writes.
     """
@@ -443,7 +445,7 @@ def plan_job(
     job, routed = route(site, job)
     placement = job_placement(site, job)
     paths = _paths(site, job, used, image)
-    account = account_for(site, job.account, strict=submitting)
+    account = account_for(site, job.account, strict=submitting, preview=preview)
 
     env = _EnvLayers()
     env.add(placement.env, "placement")
@@ -451,6 +453,8 @@ def plan_job(
     env.add(site.tuning, "site-environment")
     env.add(*_cache_env(site))
     notes = [f"tuning: {r}" for r in placement.reasons] + ([routed] if routed else [])
+    if preview and account == PREVIEW_ACCOUNT:
+        notes.append(preview_note(site))
     files: list[StepFile] = []
     if measured is not None:
         from hpcenv.tuning.apply import OMPI_RULES_ENV, RULES_NAME, environment
@@ -583,10 +587,11 @@ def prepare(
     image: str | None = None,
     *,
     submitting: bool = False,
+    preview: bool = False,
     measured: MeasuredTuning | None = None,
 ) -> RenderedJob:
     """Plan ``job`` for ``site`` and print the plan (see :func:`plan_job`)."""
-    plan = plan_job(site, job, image, submitting=submitting, measured=measured)
+    plan = plan_job(site, job, image, submitting=submitting, preview=preview, measured=measured)
     scheduler = get_scheduler(site.scheduler.kind)
     return RenderedJob(plan, render_plan(plan), scheduler, scheduler.log_names(job))
 

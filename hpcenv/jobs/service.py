@@ -381,7 +381,7 @@ def submit_request(
     measured, warning = for_job(s, job, job.image)
     if warning:
         notify(f"warning: {warning}")
-    rendered = prepare(s, job, submitting=True, measured=measured)
+    rendered = prepare(s, job, submitting=True, preview=req.dry_run, measured=measured)
     if req.ntasks and req.nodes > 1 and req.ranks_per_node is None:
         notify(
             f"note: -n/--ntasks {req.ntasks} is the total, as in Slurm: "
@@ -389,7 +389,7 @@ def submit_request(
             "(for a count per node, give --ntasks-per-node)"
         )
     for note in rendered.notes:
-        if note.endswith("(scheduler.queue_limits)"):
+        if note.endswith("(scheduler.queue_limits)") or note.startswith("dry run:"):
             notify(f"note: {note}")
     if req.dry_run:
         return SubmitResult(s.name, rendered)

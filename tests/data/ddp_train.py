@@ -45,4 +45,9 @@ result = {
     "params_sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
 }
 print("ddp-result " + json.dumps(result), flush=True)
+# Every rank is done communicating before any tears its group down: without this barrier, 1 run
+# in 12 of the 2-node torchrun test had rank 0 abort inside torch's gloo teardown ("terminate
+# called without an active exception", SIGABRT) after its peer had already gone, so torchrun
+# reported the job failed after both ranks had printed identical results (measured 2026-11-24).
+dist.barrier()
 dist.destroy_process_group()
