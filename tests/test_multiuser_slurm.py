@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,9 +49,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The job: check the staged copy against its manifest where it is read, print what it holds,
 # then stay a while so the other user can try to read or change it.
+# The job checks its staged copy, prints it, then stays until the test has gone after its
+# folder ($2 appears; at most 120 s): the two jobs may run one after the other on the one node.
 JOB = (
     'cd "$1" && sed -E "s/^[0-9]+  //" .hpcenv-manifest | sha256sum --strict -c - '
-    '&& echo "content: $(cat x.bin)" && echo "folder: $1" && sleep 8'
+    '&& echo "content: $(cat x.bin)" && echo "folder: $1" '
+    '&& n=0 && while [ ! -e "$2" ] && [ "$n" -lt 600 ]; do sleep 0.2; n=$((n + 1)); done'
 )
 
 
@@ -212,6 +216,16 @@ def _attack_staged(attacker: str, victim: str, name: str, job: subprocess.Popen[
     return [a for a in attempts if _sh(attacker, a).returncode == 0]
 
 
+def _attack_then_release(
+    attacker: str, victim: str, name: str, job: subprocess.Popen[str], release: Path
+) -> list[str]:
+    """:func:`_attack_staged`, then let the victim's job end (whichever runs first)."""
+    try:
+        return _attack_staged(attacker, victim, name, job)
+    finally:
+        release.touch()
+
+
 def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: Path) -> None:
     need_root("the test makes two Unix users and submits a Slurm job as each")
     for tool in ("runuser", "useradd", "mkfifo"):
@@ -235,6 +249,10 @@ def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: 
     name = {u: f"mu-{u[-2:]}-{tag}" for u in (A, B)}
     planted: list[Path] = []
     procs: dict[str, subprocess.Popen[str]] = {}
+    gate = Path(f"/tmp/hpcenv-mu-release-{tag}")  # root's; every user may look into it
+    gate.mkdir(mode=0o755)
+    gate.chmod(0o755)
+    release = {u: gate / u for u in (A, B)}
     try:
         _plant(B, A, name[A], planted)
         _plant(A, B, name[B], planted)
@@ -261,6 +279,7 @@ def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: 
                 JOB,
                 "job",
                 "{data}",
+                str(release[user]),
             ]
             procs[user] = subprocess.Popen(
                 _as(user, prefix, *argv),
@@ -269,11 +288,16 @@ def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: 
                 text=True,
                 cwd="/",
             )
-        # meanwhile each user goes after the other's staged copy
-        won = {
-            B: _attack_staged(B, A, name[A], procs[A]),
-            A: _attack_staged(A, B, name[B], procs[B]),
-        }
+        # meanwhile each user goes after the other's staged copy, both at once: the one-node
+        # queue runs the jobs in either order, each job stays until its attack is over
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            attacks = {
+                other: pool.submit(
+                    _attack_then_release, other, user, name[user], procs[user], release[user]
+                )
+                for user, other in ((A, B), (B, A))
+            }
+            won = {attacker: attack.result() for attacker, attack in attacks.items()}
         results = {u: p.communicate(timeout=450) for u, p in procs.items()}
         for user, (_out, err) in results.items():
             assert procs[user].returncode == 0, f"{user}'s job: {err[-3000:]}"
@@ -309,6 +333,7 @@ def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: 
                 shutil.rmtree(path, ignore_errors=True)
         for user in (A, B):
             shutil.rmtree(src[user], ignore_errors=True)
+        shutil.rmtree(gate, ignore_errors=True)
 
 
 def _job_id(stdout: str) -> str:
