@@ -183,6 +183,56 @@ def test_startup_target_picks_the_faster_launch_by_measurement() -> None:
     assert nothing.met is None and nothing.note.startswith("Not measured: no image launch ran.")
 
 
+class StartupShell:
+    """The host and the long-lived container: every command succeeds at once."""
+
+    where = "fake"
+
+    def run(self, command: str, env: Any = None, timeout: float = 600) -> Result:
+        return Result(self.where, command, {}, 0, "", "", 0.0, None)
+
+
+def test_startup_section_survives_a_failing_candidate_and_names_the_runtimes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    import hpcenv.bench.comm as comm
+    import hpcenv.bench.shells as shells
+    from hpcenv.doctor import Check
+
+    calls: list[tuple[str, ...]] = []
+
+    def fake_podman(*args: str, check: bool = True, timeout: float = 600) -> Any:
+        calls.append(args)
+        if args[:1] == ("info",):
+            return subprocess.CompletedProcess(args, 0, "runc\n", "")
+        if "bash" in args:  # the per-launch candidate fails: reported, the section goes on
+            raise shells.BenchCommandError("podman run --rm img:x failed: boom")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    checks = {
+        "runc": Check("oci-runtime", "runc", "ok", "runc version 1.1.5"),
+        "crun": Check("oci-runtime", "crun", "broken", "crun refuses hybrid v1/v2 cgroup hosts"),
+    }
+    monkeypatch.setattr(shells, "podman", fake_podman)
+    monkeypatch.setattr(comm, "runtime_checks", lambda: checks)
+    ctx = _ctx(tmp_path, quick=True)
+    ctx.host = StartupShell()  # type: ignore[assignment]
+    ctx.container = StartupShell()  # type: ignore[assignment]
+    sec = comm.startup_section(ctx)
+    assert ("--runtime", "runc", "run", "--rm", "img:x", "true") in calls
+    assert not any("crun" in a for a in calls)  # doctor says broken: not run, not assumed
+    head = sec.headline[0]
+    assert head.goal == "<= 1.10" and "long-lived container + podman exec" in head.measure
+    assert "OCI runtime in use: runc (podman info)" in head.note
+    assert "crun (hpcenv doctor): broken, crun refuses hybrid" in head.note
+    table = sec.tables[0].markdown()
+    assert "`podman --runtime crun run --rm IMAGE true` (not measured: crun refuses" in table
+    assert "per launch) (failed: podman run --rm img:x failed: boom)" in table
+    assert sec.data["failed"] == {"per-launch": "podman run --rm img:x failed: boom"}
+
+
 def test_runtime_checks_come_from_doctor() -> None:
     from hpcenv.bench.comm import runtime_checks
     from hpcenv.doctor import Host, check_crun

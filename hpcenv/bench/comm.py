@@ -38,7 +38,7 @@ from hpcenv.bench.report import (
     ratio,
     sweep_ratios,
 )
-from hpcenv.bench.shells import Result
+from hpcenv.bench.shells import BenchCommandError, Result
 from hpcenv.plots import plot_sweeps
 from hpcenv.smoke._target import HOROVOD_OPS_ENV
 from hpcenv.tuning.apply import RULES_NAME
@@ -421,6 +421,17 @@ def startup_section(ctx: BenchContext) -> Section:
             times.append(time.perf_counter() - t0)
         return min(times)
 
+    failed: dict[str, str] = {}
+
+    def candidate(label: str, *args: str) -> float | None:
+        """Best of n of ``podman ARGS``; None (and why) when it fails: a candidate launch that
+        does not run is reported, it does not lose the section."""
+        try:
+            return best(lambda: podman(*args))
+        except BenchCommandError as err:
+            failed[label] = str(err)
+            return None
+
     info = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False)
     in_use = info.stdout.strip() if info.returncode == 0 else "unknown (podman info failed)"
     checks = runtime_checks()
@@ -428,9 +439,7 @@ def startup_section(ctx: BenchContext) -> Section:
     per_runtime: dict[str, float | None] = {}
     for name in RUNTIMES:
         if checks[name].status == "ok":
-            per_runtime[name] = best(
-                lambda name=name: podman("--runtime", name, "run", "--rm", ctx.image, "true")
-            )
+            per_runtime[name] = candidate(name, "--runtime", name, "run", "--rm", ctx.image, "true")
         else:
             per_runtime[name] = None
     host_true = best(lambda: ctx.host.run("true"))
@@ -438,11 +447,11 @@ def startup_section(ctx: BenchContext) -> Section:
     host_init = best(lambda: ctx.host.run(f"{NAIVE_MPIRUN} {_py()} {init}").require_ok())
     image_init = best(lambda: ctx.ctr().run(f"{NAIVE_MPIRUN} python3 {init}").require_ok())
     per_launch = f"cd /tmp && {NAIVE_MPIRUN} python3 {init}"
-    run_init = best(lambda: podman("run", "--rm", ctx.image, "bash", "-c", per_launch))
+    run_init = candidate("per-launch", "run", "--rm", ctx.image, "bash", "-c", per_launch)
     ctx.say(
         sec.key,
         f"podman run --rm true {run_s:.2f} s ({in_use}); mpirun+MPI_Init host {host_init:.2f} s,"
-        f" image (exec) {image_init:.2f} s, image (run per launch) {run_init:.2f} s",
+        f" image (exec) {image_init:.2f} s, image (run per launch) {fmt_num(run_init)} s",
     )
     sec.data = {
         "oci_runtime": in_use,
@@ -453,6 +462,7 @@ def startup_section(ctx: BenchContext) -> Section:
         "host_mpirun_init_s": host_init,
         "image_mpirun_init_s": image_init,
         "image_run_mpirun_init_s": run_init,
+        "failed": failed,
     }
     runtime_note = f"OCI runtime in use: {in_use} (podman info). " + " ".join(
         f"{k} (hpcenv doctor): {c.status}, {c.why}." for k, c in checks.items()
@@ -469,7 +479,11 @@ def startup_section(ctx: BenchContext) -> Section:
         rows.append(
             [
                 f"  `podman --runtime {name} run --rm IMAGE true`"
-                + ("" if secs is not None else f" (not measured: {checks[name].why})"),
+                + (
+                    ""
+                    if secs is not None
+                    else f" (not measured: {failed.get(name) or checks[name].why})"
+                ),
                 fmt_num(host_true),
                 fmt_num(secs),
                 fmt_ratio(ratio(secs, host_true), 0),
@@ -484,7 +498,8 @@ def startup_section(ctx: BenchContext) -> Section:
             fmt_ratio(ratio(image_init, host_init)),
         ],
         [
-            f"{mpi} (image: one `podman run --rm` per launch)",
+            f"{mpi} (image: one `podman run --rm` per launch)"
+            + (f" (failed: {failed['per-launch']})" if "per-launch" in failed else ""),
             fmt_num(host_init),
             fmt_num(run_init),
             fmt_ratio(ratio(run_init, host_init)),
