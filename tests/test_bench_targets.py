@@ -341,7 +341,7 @@ def test_targets_table_prints_not_measured_with_notes() -> None:
     table = targets_table(report)
     assert "| measured row | <= 60 | 1 | met |" in table
     assert (
-        "| Set-up time on a fresh machine: bare host to the first job's result, seconds [1] |"
+        "| Set-up time on a fresh machine: `make smoke-test` + `make test`, seconds [1] |"
         in (table)
     )
     assert table.count("| not measured |") == 2
