@@ -11,10 +11,14 @@ Sections (:mod:`hpcenv.bench.runner` runs them in this order, ``--section`` pick
   MPI coll_tuned allreduce algorithm and a per-size rules file made from them, Horovod knobs;
 * ``kmeans`` (:mod:`~hpcenv.bench.compute`): daal4py float32 SPMD and batch vs scikit-learn;
 * ``cli``: rendering every site x recipe, ``hpcenv --help``;
+* ``rebuild`` (:mod:`~hpcenv.bench.userbuild`): a user recipe rebuilt after a change to its
+  requirements;
 * ``build`` (:mod:`~hpcenv.bench.buildcost`): cold/warm build and size of the daal4py recipe as
   hpcenv renders it vs a naive single-stage Dockerfile vs an hpccm recipe
   (:mod:`~hpcenv.bench.hpccm_daal4py`); ``full-build`` (on request) the full image, kept as a
-  record the ``build`` section reports.
+  record the ``build`` section reports;
+* ``targets`` (:mod:`~hpcenv.bench.targets`): the goals one run cannot measure (the tuning floor
+  over three runs, from a history; set-up time; the public training benchmark), with why.
 
 :mod:`~hpcenv.bench.report` holds the pure part (ratio math, Markdown/JSON, plots); the
 scripts that run inside the image are in ``hpcenv/bench/scripts`` (mounted read-only).

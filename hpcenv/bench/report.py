@@ -129,7 +129,9 @@ class Headline:
     """One line of the headline table: what, the measured values, and the ratio that matters.
 
     With a ``goal`` (``">= 1.5"``, ``"<= 1.0"``, ``"< 4"``) and the ``value`` it applies to, the
-    line is also a target: the report's targets table says whether this run met it.
+    line is also a target: the report's targets table says whether this run met it. ``note``
+    says what a reader must know to judge the row (why a target is not measured, what it ran on);
+    the targets table prints it under the table.
     """
 
     measure: str
@@ -137,6 +139,7 @@ class Headline:
     ratio: str
     goal: str = ""
     value: float | None = None
+    note: str = ""
 
     @property
     def met(self) -> bool | None:
@@ -240,26 +243,34 @@ def better_direction(measure: str) -> str:
 
 
 def targets_table(report: BenchReport) -> str:
-    """Every headline with a goal: the goal, the value this run measured, met or missed."""
-    rows = []
+    """Every headline with a goal: the goal, the value this run measured, met or missed; the
+    rows' notes (numbered) below the table."""
+    rows, notes = [], []
     for h in report.headline:
         if not h.goal:
             continue
         met = h.met
+        mark = ""
+        if h.note:
+            notes.append(h.note)
+            mark = f" [{len(notes)}]"
         rows.append(
             [
-                h.measure,
+                h.measure + mark,
                 h.goal,
                 fmt_num(h.value),
                 "met" if met else "MISSED" if met is False else "not measured",
             ]
         )
-    return markdown_table(["target", "goal", "this run", "result"], rows) if rows else ""
+    if not rows:
+        return ""
+    table = markdown_table(["target", "goal", "this run", "result"], rows)
+    return table + "".join(f"\n[{i}] {note}\n" for i, note in enumerate(notes, 1))
 
 
 def headline_table(report: BenchReport) -> str:
     rows = [
-        [h.measure, h.values, h.ratio, better_direction(h.measure) if h.ratio else ""]
+        [h.measure, h.values or h.note, h.ratio, better_direction(h.measure) if h.ratio else ""]
         for h in report.headline
     ]
     return markdown_table(["measure", "measured (same run)", "ratio", "better"], rows)
@@ -288,7 +299,8 @@ def render_markdown(report: BenchReport) -> str:
             "",
             "## Targets",
             "",
-            "The goals of the benchmark rows (issue 12), checked against this run's numbers.",
+            "The goals of the benchmark rows (issues 12 and 21), checked against this run's "
+            "numbers.",
             "",
             targets.rstrip(),
         ]

@@ -1,9 +1,10 @@
 """``hpcenv bench``: run every section in one go and write report.md, report.json and plots.
 
 Order: start-up, memory copy, allreduce (container tax + flavours), tuning, MNIST, K-Means,
-two nodes (the local-2node rehearsal), CLI,
-build cost last (it loads the 2 cores for minutes, which would disturb the others). One
-container of the image serves every in-image measurement; it is always removed at the end.
+two nodes (the local-2node rehearsal), CLI, the user-recipe rebuild, then build cost (they load
+the 2 cores for minutes, which would disturb the others), and the targets one run cannot
+measure (:mod:`hpcenv.bench.targets`) last. One container of the image serves every in-image
+measurement; it is always removed at the end.
 """
 
 from __future__ import annotations
@@ -141,7 +142,9 @@ def _sections() -> dict[str, SectionFn]:
         tuning_section,
     )
     from hpcenv.bench.compute import kmeans_section
+    from hpcenv.bench.targets import targets_section
     from hpcenv.bench.twonode import two_node_section
+    from hpcenv.bench.userbuild import rebuild_section
 
     return {
         "startup": startup_section,
@@ -154,8 +157,10 @@ def _sections() -> dict[str, SectionFn]:
         "kmeans": kmeans_section,
         "two-node": two_node_section,
         "cli": cli_section,
+        "rebuild": rebuild_section,
         "build": build_section,
         "full-build": full_build_section,
+        "targets": targets_section,
     }
 
 
@@ -170,7 +175,9 @@ SECTION_NAMES = (
     "kmeans",
     "two-node",
     "cli",
+    "rebuild",
     "build",
+    "targets",
 )
 EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
 
@@ -328,7 +335,7 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     report = BenchReport(meta)
     fns = _sections()
     need_ctr = any(n in NEEDS_CONTAINER for n in names)
-    if need_ctr or "build" in names or "full-build" in names:
+    if need_ctr or {"build", "full-build", "rebuild"} & set(names):
         if podman("image", "exists", image, check=False).returncode != 0:
             raise EnvironmentProblem(
                 f"image {image} does not exist; build it (make build-local) or pass --image"
