@@ -822,7 +822,11 @@ class Blocks:
             out.append(env(HPCENV_MPICH_ABI_LIB=d4p.options["lib_dir"]))
         if checks:
             out.append(copy("checks", "/opt/hpcenv/checks"))
-        useradd = f"useradd --create-home --uid 1000 --shell /bin/bash {lock.build['user']}"
+        # hpcenv's own bases get uid 1000; a framework image's next free uid, because Ubuntu
+        # 24.04-based images already hold uid 1000 (user ``ubuntu``: jupyterhub/repo2docker#1346,
+        # read 2026-11-24), and a clash fails the build
+        uid = "--uid 1000 " if lock.build.get("base_from") != "framework" else ""
+        useradd = f"useradd --create-home {uid}--shell /bin/bash {lock.build['user']}"
         out += [
             shell(
                 *([useradd] if user else []),
