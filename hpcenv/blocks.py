@@ -431,12 +431,16 @@ class Blocks:
 
     def context(self) -> dict[str, str]:
         """The files the blocks add to the build context (relative path -> text)."""
+        if self.lock.build.get("base_from"):
+            return {}  # nothing of the stack is built on a prebuilt base
         return {rel: text for part in self.parts() for rel, text in part.context.items()}
 
     def stages(self, lock_json: str, checks: bool) -> list[Stage]:
         base = self.lock.build["base_image"]
         if self.lock.build.get("python_from") == "os":
             return [self.os_stage(base, lock_json, checks)]
+        if self.lock.build.get("base_from"):
+            return [self.prebuilt_stage(base, lock_json, checks)]
         parts = self.parts()
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
@@ -475,6 +479,29 @@ class Blocks:
                 *self.payload(lock_json, checks),
             ],
         )
+
+    def prebuilt_stage(self, base: str, lock_json: str, checks: bool) -> Stage:
+        """One stage on a prebuilt base (a recipe's ``user.base``, :mod:`hpcenv.prebuilt`):
+        nothing of the stack is installed again. A framework image gets the venv the user's
+        packages go into, seeing its own python packages (torch among them) and the user
+        ``hpc``; an image hpcenv built has both already."""
+        framework = self.lock.build["base_from"] == "framework"
+        first: list[Primitive] = [
+            generated_note(),
+            comment(f"on the prebuilt {base}: its stack as it is, the recipe's content on top"),
+            Primitive("user", text="root"),
+        ]
+        if framework:
+            first.append(shell(f"python3 -m venv --system-site-packages --without-pip {VENV}"))
+            # the base's own pip (seen through the system site) installs into the venv
+            first.append(
+                shell(
+                    f"printf '#!/bin/sh\\nexec {VENV}/bin/python -m pip \"$@\"\\n' > {PIP}",
+                    f"chmod 755 {PIP}",
+                    f"{PIP} --version",
+                )
+            )
+        return Stage("runtime", base, [*first, *self.payload(lock_json, checks, user=framework)])
 
     def trust(self) -> Parts:
         """Build-time CA bundle, pip configuration and wheelhouse: build stage only.
@@ -755,7 +782,7 @@ class Blocks:
             return Parts()
         return Parts(build=[comment("python packages"), *steps])
 
-    def payload(self, lock_json: str, checks: bool) -> list[Primitive]:
+    def payload(self, lock_json: str, checks: bool, user: bool = True) -> list[Primitive]:
         """Lock, labels, checks, environment and the non-root user of the runtime stage."""
         lock = self.lock
         labels = [
@@ -795,9 +822,14 @@ class Blocks:
             out.append(env(HPCENV_MPICH_ABI_LIB=d4p.options["lib_dir"]))
         if checks:
             out.append(copy("checks", "/opt/hpcenv/checks"))
+        # hpcenv's own bases get uid 1000; a framework image's next free uid, because Ubuntu
+        # 24.04-based images already hold uid 1000 (user ``ubuntu``: jupyterhub/repo2docker#1346,
+        # read 2026-11-24), and a clash fails the build
+        uid = "--uid 1000 " if lock.build.get("base_from") != "framework" else ""
+        useradd = f"useradd --create-home {uid}--shell /bin/bash {lock.build['user']}"
         out += [
             shell(
-                f"useradd --create-home --uid 1000 --shell /bin/bash {lock.build['user']}",
+                *([useradd] if user else []),
                 f"{VENV}/bin/python -c {shlex.quote(self.import_check())}",
             ),
             *self.user_layers(),
@@ -836,7 +868,7 @@ class Blocks:
             check = self.import_check()
             if torch:
                 check += (
-                    f"; assert torch.__version__.split('+')[0] == {torch.version!r}, "
+                    f"; assert torch.__version__.split('+')[0] == {torch.version.split('+')[0]!r}, "
                     "'torch changed: ' + torch.__version__"
                 )
             check += (

@@ -176,6 +176,11 @@ def companions(
                 f"{r.origin}: {dist} for torch {torch.version} comes from the same conda channel "
                 "as torch; a recipe's pip packages cannot add it"
             )
+        if torch.source == "base image":
+            raise ConfigError(
+                f"{r.origin}: {dist} for torch {torch.version} must come with the base image "
+                "that carries that torch; a recipe's pip packages cannot add it"
+            )
         where = torch_index(lock, site)
         if where is not None:
             index = where

@@ -853,7 +853,12 @@ class Resolver:
 
 
 def resolve(site: Site, recipe: Recipe, overrides: dict[str, str] | None = None) -> Lock:
-    lock = Resolver(site, recipe, overrides or {}).resolve()
+    if recipe.content.base:  # a prebuilt base image, where it provably fits (hpcenv.prebuilt)
+        from hpcenv.prebuilt import resolve_on_base
+
+        lock = resolve_on_base(site, recipe, overrides or {}, recipe.content.base)
+    else:
+        lock = Resolver(site, recipe, overrides or {}).resolve()
     if recipe.content:  # a user's additions, checked against the matched stack (issue 22)
         from hpcenv.matched import user_lock
 

@@ -46,6 +46,8 @@ APT_NAME = r"[a-z0-9][a-z0-9+.-]+(?:=[0-9][A-Za-z0-9.+~:-]*)?"
 IMAGE_PATH = r"/(?:[A-Za-z0-9_.@+=,-]+/?)*"
 REL_PATH = r"[A-Za-z0-9_.@+=,-][A-Za-z0-9_.@+=,/-]*"
 LABEL_KEY = r"[a-z0-9](?:[a-z0-9.-]{0,126}[a-z0-9])?"
+# An image reference (registry/name:tag or @digest): plain words, no shell or Dockerfile syntax.
+IMAGE_REF = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*"
 # Where hpcenv keeps its own things in the image; a user file there would replace them.
 RESERVED_DESTS = ("/opt/venv", "/opt/hpcenv", "/opt/hpcenv-build", "/opt/hpcenv-user")
 RESERVED_LABELS = (
@@ -102,6 +104,7 @@ ImagePath = Annotated[
 ]
 ImageDest = Annotated[ImagePath, AfterValidator(_image_dest)]
 LabelKey = Annotated[str, StringConstraints(pattern=_pattern(LABEL_KEY))]
+ImageRef = Annotated[str, StringConstraints(pattern=_pattern(IMAGE_REF), max_length=300)]
 
 
 class FileCopy(SafeModel):
@@ -124,6 +127,10 @@ class UserSection(SafeModel):
     env: dict[EnvName, str] = Field(default={}, description="environment variables")
     labels: dict[LabelKey, Annotated[str, StringConstraints(max_length=1000)]] = {}
     workdir: ImagePath | None = Field(default=None, description="the image's working directory")
+    base: ImageRef | None = Field(
+        default=None,
+        description="a prebuilt image to start from instead of hpcenv's stack (hpcenv.prebuilt)",
+    )
 
     @field_validator("env")
     @classmethod
@@ -170,6 +177,7 @@ class UserContent:
     env: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    base: str | None = None  # a prebuilt image the content goes on (hpcenv.prebuilt)
 
     def __bool__(self) -> bool:
         return bool(
@@ -185,6 +193,7 @@ class UserContent:
             env=self.env | later.env,
             labels=self.labels | later.labels,
             workdir=later.workdir or self.workdir,
+            base=later.base or self.base,
         )
 
 
@@ -278,4 +287,5 @@ def resolve_section(section: UserSection, folder: Path, label: str) -> UserConte
         env=dict(section.env),
         labels=dict(section.labels),
         workdir=section.workdir,
+        base=section.base,
     )

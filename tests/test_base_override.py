@@ -1,0 +1,188 @@
+"""A recipe's base-image override (``user.base``, issue 22): a prebuilt framework image or an
+image hpcenv built, used where hpcenv proves it fits, refused in one line where it does not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from requirements import need_image
+
+from hpcenv.errors import ConfigError
+from hpcenv.prebuilt import LOCK_LABEL, resolve_on_base
+from hpcenv.recipe import load_recipe
+from hpcenv.render import render
+from hpcenv.resolver import resolve
+from hpcenv.site import load_site
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+NGC = "nvcr.io/nvidia/pytorch:25.12-py3"
+ROCM = "docker.io/rocm/pytorch:rocm6.3_ubuntu22.04_py3.10_pytorch_release_2.4.0"
+LOCAL = "localhost/hpcenv/horovod-cpu:local"
+
+
+def recipe_file(folder: Path, base: str, extra: str = "", extends: str = "torch-gpu") -> Path:
+    path = folder / "proj.yaml"
+    comps = "components: {torch: required}\n" if extends == "torch-gpu" else ""
+    path.write_text(
+        f"name: proj\nextends: {extends}\n{comps}user:\n  base: {base}\n"
+        + textwrap.indent(extra, "  "),
+        encoding="utf-8",
+    )
+    return path
+
+
+def rocm63_site(folder: Path) -> Path:
+    """Frontier with ROCm 6.3 on its nodes (the extends form of docs/site-authoring.md)."""
+    path = folder / "frontier63.yaml"
+    path.write_text(
+        "extends: frontier\nname: frontier63\ngpu: {vendor: amd, rocm: '6.3.1'}\n"
+        "modules: [PrgEnv-gnu/8.7.0, cpe/26.03, rocm/6.3.1, craype-accel-amd-gfx90a, "
+        "cray-mpich-abi/9.1.0, rccl-net-plugin]\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HPCENV), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def test_ngc_base_on_perlmutter_takes_the_images_versions(tmp_path: Path) -> None:
+    site = load_site("perlmutter")
+    lock = resolve(site, load_recipe(str(recipe_file(tmp_path, NGC, "pip: [six]\n"))))
+    assert lock.components["torch"].version == "2.10.0a0+b4e4ee81d3"
+    assert lock.components["cuda"].version == "13.1"
+    assert lock.components["torch"].source == "base image"
+    assert "cuda-driver" in lock.rules and NGC in lock.rules["base-image"]
+    assert lock.user_content["constraints"]["torch"] == "2.10.0a0+b4e4ee81d3"
+    rendered = render(lock, site)
+    assert f"FROM {NGC} AS runtime" in rendered.dockerfile
+    assert "pip install --no-cache-dir torch" not in rendered.dockerfile
+    assert 'io.hpcenv.component.torch="2.10.0a0+b4e4ee81d3"' in rendered.dockerfile
+    assert "torch==2.10.0a0+b4e4ee81d3" in rendered.user_inputs["hpcenv-user/constraints.txt"]
+
+
+def test_rocm_base_on_a_rocm63_frontier(tmp_path: Path) -> None:
+    site = load_site(str(rocm63_site(tmp_path)))
+    lock = resolve(site, load_recipe(str(recipe_file(tmp_path, ROCM))))
+    assert lock.components["rocm"].version == "6.3"
+    assert lock.components["rccl"].version == "2.21.5"
+    assert lock.components["torch"].version == "2.4.0"
+    assert f"FROM {ROCM} AS runtime" in render(lock, site).dockerfile
+
+
+def test_hpcenv_built_base_uses_its_labelled_lock(tmp_path: Path) -> None:
+    site = load_site("local")
+    built = resolve(site, load_recipe("horovod-cpu"))
+    labels = {LOCK_LABEL: built.to_json()}
+    recipe = load_recipe(str(recipe_file(tmp_path, LOCAL, extends="horovod-cpu")))
+    lock = resolve_on_base(site, recipe, {}, LOCAL, inspect=lambda image: labels)
+    assert lock.components["torch"].version == built.components["torch"].version
+    assert lock.build["base_image"] == LOCAL and lock.recipe == "proj"
+    text = render(lock, site).dockerfile
+    assert f"FROM {LOCAL} AS runtime" in text and "useradd" not in text
+    with pytest.raises(ConfigError, match="built it for site local, not perlmutter"):
+        resolve_on_base(load_site("perlmutter"), recipe, {}, LOCAL, inspect=lambda i: labels)
+    with pytest.raises(ConfigError, match="cannot prove it fits"):
+        resolve_on_base(site, recipe, {}, LOCAL, inspect=lambda image: None)
+
+
+def test_the_data_names_a_source_for_every_image() -> None:
+    from hpcenv.prebuilt import known_bases
+
+    for image, facts in known_bases().items():
+        assert "read 2026-11-24" in facts["source"], image
+        assert facts["kind"] in ("cuda", "rocm") and facts["torch"] and facts["python"]
+
+
+@pytest.mark.parametrize(
+    ("site", "base", "args", "words"),
+    [
+        ("frontier", NGC, (), ("CUDA image", "amd GPUs")),
+        ("local", NGC, (), ("CUDA image", "no GPUs")),
+        ("perlmutter", ROCM, (), ("ROCM image", "nvidia GPUs")),
+        ("frontier", ROCM, (), ("ROCm 6.3", "ROCm 7.1")),
+        ("perlmutter", NGC, ("--set", "torch=2.2.0"), ("torch=2.2.0", "2.10.0a0+b4e4ee81d3")),
+        ("perlmutter", "docker.io/library/python:3.12", (), ("cannot prove it fits",)),
+    ],
+)
+def test_process_refusals(
+    tmp_path: Path, site: str, base: str, args: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    recipe_file(tmp_path, base)
+    proc = run("render", "-s", site, "-r", "./proj.yaml", "--format", "lock", *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    for w in words:
+        assert w in line, line
+
+
+def test_process_old_driver_is_refused(tmp_path: Path) -> None:
+    site = tmp_path / "oldperl.yaml"
+    site.write_text(
+        "extends: perlmutter\nname: oldperl\ngpu: {vendor: nvidia, driver: '535.54.03'}\n"
+    )
+    recipe_file(tmp_path, NGC)
+    proc = run("render", "-s", str(site), "-r", "./proj.yaml", "--format", "lock", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "CUDA 13.1 needs driver >= 580.65.06" in line and "535.54.03" in line
+
+
+def test_process_ngc_lock_carries_its_versions(tmp_path: Path) -> None:
+    recipe_file(tmp_path, NGC)
+    proc = run("render", "-s", "perlmutter", "-r", "./proj.yaml", "--format", "lock", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lock = json.loads(proc.stdout)
+    assert lock["components"]["torch"]["version"] == "2.10.0a0+b4e4ee81d3"
+    assert lock["build"]["base_image"] == NGC
+
+
+@pytest.mark.podman
+def test_podman_user_recipe_on_the_hpcenv_built_image(tmp_path: Path) -> None:
+    """A user recipe whose base is the local horovod-cpu image: only the user's layers are
+    built; torch is the base's and the user's package imports (the wheel from the site's
+    wheelhouse/pip config, as tests/test_recipe_user.py installs tabulate)."""
+    need_image(LOCAL, "a user recipe on the image hpcenv built")
+    from hpcenv.engines import engine_env
+
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    recipe_file(folder, LOCAL, "pip: ['tabulate==0.9.0']\n", extends="horovod-cpu")
+    tag = "localhost/hpcenv/proj:local"
+    proc = run("build", "--site", "local", "--recipe", "./proj.yaml", "--format", "oci", cwd=folder)
+    try:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        labels = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{json .Config.Labels}}", LOCAL],
+            capture_output=True,
+            text=True,
+            env=engine_env(),
+            check=True,
+        ).stdout
+        base_torch = json.loads(json.loads(labels)[LOCK_LABEL])["components"]["torch"]["version"]
+        out = subprocess.run(
+            [
+                "podman",
+                "run",
+                "--rm",
+                tag,
+                "python",
+                "-c",
+                "import tabulate, torch; print(tabulate.__version__, torch.__version__.split('+')[0])",
+            ],
+            capture_output=True,
+            text=True,
+            env=engine_env(),
+            check=True,
+        ).stdout.split()
+        assert out == ["0.9.0", base_torch.split("+")[0]]
+    finally:
+        subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, env=engine_env())
