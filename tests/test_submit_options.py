@@ -64,6 +64,8 @@ def test_a_dry_run_without_account_shows_the_job_with_a_placeholder(site: str) -
 
 @pytest.mark.parametrize("value", ["PROJ123", "m0000", "abc123", "CHANGEME"])
 def test_placeholder_accounts_are_refused(value: str) -> None:
+    shown = dry("frontier", "--account", value)  # a dry run too: the user gave it
+    assert shown.returncode == 2 and f"account {value!r} (given) is a placeholder" in shown.stderr
     proc = real("frontier", "--account", value)
     assert proc.returncode == 2
     assert f"account {value!r} (given) is a placeholder" in proc.stderr

@@ -214,11 +214,22 @@ def _injection_note(inj: SiteMpi) -> str:
     return f"bind model: host {inj.spec} from {inj.root} bound over the image's"
 
 
-def _self_injected(site: Site) -> list[str]:
+def _self_injected(site: Site, ctx: RunContext) -> list[str]:
     flags = [f for f in site.runtime.flags if f in _SELF_INJECTING.get(site.runtime.kind, ())]
+    if not ctx.inject_site_mpi:
+        return [f"{site.runtime.kind}: without {' '.join(flags)}: the image keeps its own MPI"]
     if flags and site.mpi.model in ("bind", "site-build"):
         return [f"bind model: {site.runtime.kind} {flags[0]} injects the site's {site.mpi.spec}"]
     return []
+
+
+def _runtime_flags(site: Site, ctx: RunContext) -> list[str]:
+    """The site's runtime flags; without the site-MPI modules where the job keeps the image's
+    own MPI (a control run, a framework image)."""
+    if ctx.inject_site_mpi:
+        return list(site.runtime.flags)
+    own = _SELF_INJECTING.get(site.runtime.kind, ())
+    return [f for f in site.runtime.flags if f not in own]
 
 
 @register_runtime
@@ -229,10 +240,10 @@ class PodmanHpc(ContainerRuntime):
     kind = "podman-hpc"
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
-        cmd = ["podman-hpc", "run", "--rm", *site.runtime.flags]
+        cmd = ["podman-hpc", "run", "--rm", *_runtime_flags(site, ctx)]
         extra = _oci_mpi_env(_injection(site, ctx))
         return ContainerLaunch(
-            prefix=_oci_run(cmd, site, image, ctx, extra), notes=_self_injected(site)
+            prefix=_oci_run(cmd, site, image, ctx, extra), notes=_self_injected(site, ctx)
         )
 
 
@@ -244,11 +255,11 @@ class Shifter(ContainerRuntime):
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
         ref = image if image.startswith(("docker:", "id:")) else f"docker:{image}"
-        argv = ["shifter", f"--image={ref}", *site.runtime.flags]
+        argv = ["shifter", f"--image={ref}", *_runtime_flags(site, ctx)]
         inj = _injection(site, ctx)
         for path in [*_binds(site, ctx), *(inj.libs if inj else ())]:
             argv.append(expanding(f"--volume={path}:{path}"))
-        return ContainerLaunch(prefix=[*argv, *_oci_mpi_env(inj)], notes=_self_injected(site))
+        return ContainerLaunch(prefix=[*argv, *_oci_mpi_env(inj)], notes=_self_injected(site, ctx))
 
 
 @register_runtime

@@ -40,8 +40,8 @@ def account_for(
     option = kind.account_option if kind else "--account"
     marked = site.provenance.placeholder
     others = sorted(k for k in marked if k != "scheduler.account")
-    unset = not account or is_placeholder(account) or (not given and "scheduler.account" in marked)
-    if preview and not others and unset:
+    unset = not account or is_placeholder(account) or "scheduler.account" in marked
+    if preview and not given and not others and unset:  # a given placeholder is still refused
         return PREVIEW_ACCOUNT if account or site.scheduler.account_required else None
     if not given and "scheduler.account" in marked:
         raise ConfigError(

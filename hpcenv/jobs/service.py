@@ -266,7 +266,7 @@ def check_chdir(chdir: str, command: tuple[str, ...]) -> None:
         )
 
 
-def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
+def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSpec:
     """The request's job, after the checks that need the options together."""
     from pydantic import ValidationError
 
@@ -300,6 +300,17 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
         from hpcenv.jobs.render import torchrun_needs_torch
 
         torchrun_needs_torch(load_recipe(req.recipe))
+    site_mpi = req.site_mpi
+    if site_mpi and req.recipe and is_path(req.recipe) and not req.no_container:
+        from hpcenv.prebuilt import known_bases
+
+        base = load_recipe(req.recipe).content.base
+        if base in known_bases():  # a framework image: its own MPI (or none), not the site's
+            site_mpi = False
+            notify(
+                f"note: {base} is a framework image with its own communication stack: the "
+                f"site's MPI is not bound into it (torch.distributed over NCCL/RCCL needs none)"
+            )
     if image and req.no_container:
         raise ConfigError("--image and --no-container exclude each other")
     if not image and not req.no_container:
@@ -342,7 +353,7 @@ def _job_spec(req: SubmitRequest, site: Site) -> JobSpec:
             ),
             array=ArraySpec(count=req.array) if req.array is not None else None,
             force=req.force,
-            site_mpi=req.site_mpi,
+            site_mpi=site_mpi,
         )
     except ValidationError as err:
         raise ConfigError(validation_message(err, "invalid job")) from None
@@ -377,7 +388,7 @@ def submit_request(
     retired = retirement_warning(s)
     if retired:
         notify(retired)
-    job = _job_spec(req, s)
+    job = _job_spec(req, s, notify)
     measured, warning = for_job(s, job, job.image)
     if warning:
         notify(f"warning: {warning}")
