@@ -76,7 +76,7 @@ def rebuild_headline(timing: dict[str, Any] | None, why_not: str = "") -> Headli
     )
 
 
-def _build(ctx: BenchContext, recipe: Path) -> dict[str, Any]:
+def build_user_recipe(ctx: BenchContext, recipe: Path) -> dict[str, Any]:
     exe = shutil.which("hpcenv") or str(Path(sys.executable).with_name("hpcenv"))
     argv = [exe, "build", "--site", ctx.site.name, "--recipe", str(recipe)]
     argv += ["--format", "oci", "--json"]
@@ -119,9 +119,9 @@ def rebuild_section(ctx: BenchContext) -> Section:
     tag = naming.image_tag(recipe=RECIPE_NAME, site=ctx.site.name)
     try:
         ctx.say(sec.key, f"first build ({', '.join(REQUIREMENTS_A)}) ...")
-        first = _build(ctx, user_recipe(folder, REQUIREMENTS_A))
+        first = build_user_recipe(ctx, user_recipe(folder, REQUIREMENTS_A))
         ctx.say(sec.key, f"first build {first['seconds']:.0f} s; rebuild with {ADDED} ...")
-        second = _build(ctx, user_recipe(folder, (*REQUIREMENTS_A, ADDED)))
+        second = build_user_recipe(ctx, user_recipe(folder, (*REQUIREMENTS_A, ADDED)))
         ctx.say(sec.key, f"rebuild {second['seconds']:.1f} s")
     finally:
         podman("rmi", "-f", tag, check=False)
