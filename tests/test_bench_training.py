@@ -3,7 +3,8 @@ from the trainer's stamped lines (line_times.py run for real on a stand-in train
 minGPT-DDP's lines), the project folder a user makes (the vendored code, its CPU patch applied
 for real), the launch lines, the target rows and the targets section dropping its "not measured"
 row. The build and the container are faked where the section runs; the real run is
-``hpcenv bench --site local --section training`` (test_bench_training_podman below).
+``hpcenv bench --site local --section training`` (test_bench_training_podman and, for the two
+rehearsal nodes, test_bench_training_two_nodes below).
 """
 
 from __future__ import annotations
@@ -182,20 +183,48 @@ def test_paired_ratios_are_per_round() -> None:
 
 
 def test_headline_rows_carry_the_goals() -> None:
-    rows = training.headlines(RUNS, NAMES, training.TWO_NODE_NOT_MEASURED)
-    naive, documented, two = rows
+    rows = training.headlines(RUNS, NAMES)
+    naive, documented = rows
     assert naive.goal == TRAINING_GOAL == ">= 1.2" and documented.goal == DOCUMENTED_GOAL
     assert naive.value == pytest.approx(1.3) and naive.met is True
     # per round 1.04, 0.92, 1.04: the median of the paired ratios, not a ratio of medians
     assert documented.value == pytest.approx(1.04) and documented.met is True
     assert "1,250 vs 1,000 samples/s (medians)" in naive.values
-    assert two.value is None and two.met is None and "not measured" in two.note
     slow = training.headlines(
-        [(n, v * (0.9 if n == "hpcenv default" else 1)) for n, v in RUNS],
-        NAMES,
-        training.TWO_NODE_NOT_MEASURED,
+        [(n, v * (0.9 if n == "hpcenv default" else 1)) for n, v in RUNS], NAMES
     )
     assert slow[1].met is False  # slower than torchrun: missed
+
+
+def test_two_node_row_measured_or_not_with_why() -> None:
+    hp, documented = training.TWO_NODE
+    row = training.two_node_headline(
+        [(hp, 110.0), (documented, 100.0), (hp, 90.0), (documented, 100.0)]
+    )
+    assert row.goal == DOCUMENTED_GOAL and row.value == pytest.approx(1.0) and row.met is True
+    assert "100 vs 100 samples/s (medians); rounds 1.10x, 0.90x" in row.values
+    missing = training.two_node_headline(None, "EnvironmentProblem: slurm-2node-up.sh: no")
+    assert missing.value is None and missing.met is None
+    assert (
+        missing.note == "Two-node training not measured: EnvironmentProblem: slurm-2node-up.sh: no"
+    )
+
+
+@pytest.mark.parametrize("launcher", [None, "torchrun"])
+def test_two_node_job_renders_for_the_rehearsal_site(tmp_path: Path, launcher: str | None) -> None:
+    """The job the two-node part submits, rendered (not submitted) for local-2node: 1 rank on
+    each of 2 nodes, the image built for that site, the site's launch or torchrun per node."""
+    from hpcenv.jobs import render_job
+
+    site = load_site("local-2node")
+    tag = image_tag(recipe=training.RECIPE_NAME, site="local-2node")
+    job = training.two_node_job(training.Shape(), tmp_path, tag, launcher)
+    assert job.nodes == 2 and job.ranks_per_node == 1 and job.workdir == str(tmp_path)
+    assert job.command[:3] == ["python3", "line_times.py", "main.py"]
+    assert "data_config.path=data/input.txt" in job.command
+    script = render_job(site, job)
+    assert tag in script and "line_times.py main.py" in script
+    assert ("torchrun" in script) == (launcher == "torchrun")
 
 
 def test_one_node_table_lists_each_run() -> None:
@@ -251,7 +280,7 @@ def test_training_section_with_faked_build_and_container(
     naive, documented, two = sec.headline
     assert naive.value == pytest.approx(1.3) and naive.met is True
     assert documented.value == pytest.approx(1.0) and documented.met is True
-    assert two.value is None
+    assert two.value is None and "--quick" in two.note  # --quick leaves the two nodes out
     assert ctx.shared["training"] is True
     json.dumps(sec.data)  # report.json keeps it
     assert (ctx.work / training.PROJECT / "rank-env.sh").is_file()
@@ -290,3 +319,48 @@ def test_bench_training_podman(tmp_path: Path) -> None:
     assert len(sec["data"]["runs"]) == 3
     assert all(r["samples_per_s"] > 0 for r in sec["data"]["runs"])
     assert [h["goal"] for h in sec["headline"]] == [TRAINING_GOAL, DOCUMENTED_GOAL, DOCUMENTED_GOAL]
+
+
+@pytest.mark.parametrize("cluster", ["down", "up"])
+def test_full_run_adds_the_two_node_row_or_says_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str
+) -> None:
+    need_tool("git", why="applies the vendored CPU patch (git apply)")
+    import hpcenv.bench.userbuild as userbuild
+    from hpcenv.errors import EnvironmentProblem
+
+    built = {"seconds": 12.0, "build_s": 10.0, "cached": 30, "steps": 32, "log": "x"}
+    monkeypatch.setattr(userbuild, "build_user_recipe", lambda *a: built)
+    monkeypatch.setattr(training, "Container", FakeContainer)
+    hp, documented = training.TWO_NODE
+
+    def two(ctx: BenchContext, shape: training.Shape, rounds: int) -> Any:
+        if cluster == "down":
+            raise EnvironmentProblem("slurm-2node-up.sh: cannot start slurmctld")
+        return [(hp, 1000.0), (documented, 950.0)] * rounds, {"runs": []}
+
+    monkeypatch.setattr(training, "two_node_runs", two)
+    FakeContainer.made.clear()
+    sec = training.training_section(_ctx(tmp_path))
+    assert len(FakeContainer.made[0].lines) == 3 * training.ROUNDS
+    row = sec.headline[-1]
+    if cluster == "down":
+        assert row.value is None and "cannot start slurmctld" in row.note
+        assert len(sec.tables) == 1 and "two_node_error" in sec.data
+    else:
+        assert row.value == pytest.approx(1000 / 950) and row.met is True
+        assert len(sec.tables) == 2 and "two rehearsal nodes" in sec.tables[1].title
+
+
+@pytest.mark.podman
+@pytest.mark.slurm
+@pytest.mark.timeout(1800)
+def test_bench_training_two_nodes(tmp_path: Path) -> None:
+    """The two-node part for real, one round of 2 epochs: the user recipe built for local-2node,
+    a job under the site's launch and one under torchrun per node, both parsed to samples/s."""
+    ctx = _ctx(tmp_path)
+    runs, data = training.two_node_runs(ctx, training.Shape(epochs=3), 1)
+    assert [name for name, _ in runs] == list(training.TWO_NODE)
+    assert all(v is not None and v > 0 for _, v in runs)
+    assert data["image"] == image_tag(recipe=training.RECIPE_NAME, site="local-2node")
+    assert all(r["epochs"] == 2 for r in data["runs"])

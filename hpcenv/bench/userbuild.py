@@ -76,9 +76,11 @@ def rebuild_headline(timing: dict[str, Any] | None, why_not: str = "") -> Headli
     )
 
 
-def build_user_recipe(ctx: BenchContext, recipe: Path) -> dict[str, Any]:
+def build_user_recipe(ctx: BenchContext, recipe: Path, site: str | None = None) -> dict[str, Any]:
+    """``hpcenv build --site SITE --recipe RECIPE --format oci`` as a process (SITE: the
+    bench's unless given); its times and layer-cache hits."""
     exe = shutil.which("hpcenv") or str(Path(sys.executable).with_name("hpcenv"))
-    argv = [exe, "build", "--site", ctx.site.name, "--recipe", str(recipe)]
+    argv = [exe, "build", "--site", site or ctx.site.name, "--recipe", str(recipe)]
     argv += ["--format", "oci", "--json"]
     t0 = time.perf_counter()
     proc = subprocess.run(
