@@ -10,6 +10,7 @@ rehearsal nodes, test_bench_training_two_nodes below).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -299,28 +300,6 @@ def test_section_is_registered_before_the_builds() -> None:
     assert SECTION_NAMES.index("training") < SECTION_NAMES.index("rebuild")
 
 
-@pytest.mark.podman
-@pytest.mark.timeout(1800)
-def test_bench_training_podman(tmp_path: Path) -> None:
-    """The real section, --quick: the user recipe built with `hpcenv build`, one round of the
-    three launches in its image; needs the local horovod-cpu image (make build-local)."""
-    out = tmp_path / "bench"
-    proc = subprocess.run(
-        [HPCENV, "bench", "--site", "local", "--out", str(out), "--quick", "--section", "training"],
-        capture_output=True,
-        text=True,
-        timeout=1700,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    doc = json.loads((out / "report.json").read_text())
-    (sec,) = [s for s in doc["sections"] if s["key"] == "training"]
-    assert sec["error"] is None, sec["error"]
-    assert len(sec["data"]["runs"]) == 3
-    assert all(r["samples_per_s"] > 0 for r in sec["data"]["runs"])
-    assert [h["goal"] for h in sec["headline"]] == [TRAINING_GOAL, DOCUMENTED_GOAL, DOCUMENTED_GOAL]
-
-
 @pytest.mark.parametrize("cluster", ["down", "up"])
 def test_full_run_adds_the_two_node_row_or_says_why_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str
@@ -352,15 +331,56 @@ def test_full_run_adds_the_two_node_row_or_says_why_not(
         assert len(sec.tables) == 2 and "two rehearsal nodes" in sec.tables[1].title
 
 
-@pytest.mark.podman
-@pytest.mark.slurm
-@pytest.mark.timeout(1800)
-def test_bench_training_two_nodes(tmp_path: Path) -> None:
-    """The two-node part for real, one round of 2 epochs: the user recipe built for local-2node,
-    a job under the site's launch and one under torchrun per node, both parsed to samples/s."""
-    ctx = _ctx(tmp_path)
-    runs, data = training.two_node_runs(ctx, training.Shape(epochs=3), 1)
-    assert [name for name, _ in runs] == list(training.TWO_NODE)
-    assert all(v is not None and v > 0 for _, v in runs)
-    assert data["image"] == image_tag(recipe=training.RECIPE_NAME, site="local-2node")
-    assert all(r["epochs"] == 2 for r in data["runs"])
+# -- The section for real: opt-in, `make bench-test` (HPCENV_BENCH_TESTS=1). Measured 2026-11-24:
+# both together 14.9 min (the user recipe built for local and local-2node, three launches in the
+# image, two Slurm jobs on the rehearsal nodes), so a plain `make test` neither runs nor skips them;
+# `make bench` runs the same code in full.
+if os.environ.get("HPCENV_BENCH_TESTS") == "1":
+
+    @pytest.mark.podman
+    @pytest.mark.timeout(1800)
+    def test_bench_training_podman(tmp_path: Path) -> None:
+        """The real section, --quick: the user recipe built with `hpcenv build`, one round of the
+        three launches in its image; needs the local horovod-cpu image (make build-local)."""
+        out = tmp_path / "bench"
+        proc = subprocess.run(
+            [
+                HPCENV,
+                "bench",
+                "--site",
+                "local",
+                "--out",
+                str(out),
+                "--quick",
+                "--section",
+                "training",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1700,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        doc = json.loads((out / "report.json").read_text())
+        (sec,) = [s for s in doc["sections"] if s["key"] == "training"]
+        assert sec["error"] is None, sec["error"]
+        assert len(sec["data"]["runs"]) == 3
+        assert all(r["samples_per_s"] > 0 for r in sec["data"]["runs"])
+        assert [h["goal"] for h in sec["headline"]] == [
+            TRAINING_GOAL,
+            DOCUMENTED_GOAL,
+            DOCUMENTED_GOAL,
+        ]
+
+    @pytest.mark.podman
+    @pytest.mark.slurm
+    @pytest.mark.timeout(1800)
+    def test_bench_training_two_nodes(tmp_path: Path) -> None:
+        """The two-node part for real, one round of 2 epochs: the user recipe built for local-2node,
+        a job under the site's launch and one under torchrun per node, both parsed to samples/s."""
+        ctx = _ctx(tmp_path)
+        runs, data = training.two_node_runs(ctx, training.Shape(epochs=3), 1)
+        assert [name for name, _ in runs] == list(training.TWO_NODE)
+        assert all(v is not None and v > 0 for _, v in runs)
+        assert data["image"] == image_tag(recipe=training.RECIPE_NAME, site="local-2node")
+        assert all(r["epochs"] == 2 for r in data["runs"])

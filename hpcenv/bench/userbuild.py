@@ -13,7 +13,6 @@ depend on the requirements. The throw-away tag is removed at the end.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -79,7 +78,7 @@ def rebuild_headline(timing: dict[str, Any] | None, why_not: str = "") -> Headli
 def build_user_recipe(ctx: BenchContext, recipe: Path, site: str | None = None) -> dict[str, Any]:
     """``hpcenv build --site SITE --recipe RECIPE --format oci`` as a process (SITE: the
     bench's unless given); its times and layer-cache hits."""
-    exe = shutil.which("hpcenv") or str(Path(sys.executable).with_name("hpcenv"))
+    exe = str(Path(sys.executable).with_name("hpcenv"))  # this install, not another on PATH
     argv = [exe, "build", "--site", site or ctx.site.name, "--recipe", str(recipe)]
     argv += ["--format", "oci", "--json"]
     t0 = time.perf_counter()
