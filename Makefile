@@ -6,7 +6,7 @@ HPCENV := $(VENV)/bin/hpcenv
 SITE  ?= local
 RESULTS ?= results
 
-.PHONY: install host venv images test unit lint golden smoke-test build-local bench sitebuild-horovod clean
+.PHONY: install host venv images test unit lint golden smoke-test build-local bench bench-test sitebuild-horovod clean
 
 install: host venv
 
@@ -56,6 +56,9 @@ smoke-test: images         ## build the local image (podman + SIF), measure its 
 bench: install             ## benchmarks: Markdown report, PNG plots and JSON under results/bench
 	$(HPCENV) build --site $(SITE) --recipe horovod-ccl --format oci  # section ccl; ~5 min cold
 	$(HPCENV) bench --site $(SITE) --out $(RESULTS)/bench
+
+bench-test: install        ## opt-in: the bench's training section for real (minGPT on local and the two rehearsal nodes: ~15 min)
+	HPCENV_BENCH_TESTS=1 $(PY) -m pytest -q tests/test_bench_training.py
 
 sitebuild-horovod: install ## opt-in: the site-build rehearsal with Horovod compiled against the mounted site MPI (builds horovod-cpu for local-sitebuild and its SIF: ~10 min cold)
 	HPCENV_SITEBUILD_HOROVOD=1 $(PY) -m pytest -q tests/test_rehearsal_sitebuild.py -k horovod

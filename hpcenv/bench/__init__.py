@@ -10,6 +10,9 @@ Sections (:mod:`hpcenv.bench.runner` runs them in this order, ``--section`` pick
   (:func:`hpcenv.jobs.placement.place` + the site's ``tuning:`` env) vs a naive launch, every Open
   MPI coll_tuned allreduce algorithm and a per-size rules file made from them, Horovod knobs;
 * ``kmeans`` (:mod:`~hpcenv.bench.compute`): daal4py float32 SPMD and batch vs scikit-learn;
+* ``training`` (:mod:`~hpcenv.bench.training`): a public training benchmark (pytorch/examples
+  minGPT-DDP) built through a user recipe, samples/s under hpcenv's default launch vs a naive
+  one vs the project's documented one, on one node and on the two rehearsal nodes;
 * ``cli``: rendering every site x recipe, ``hpcenv --help``;
 * ``rebuild`` (:mod:`~hpcenv.bench.userbuild`): a user recipe rebuilt after a change to its
   requirements;
@@ -18,7 +21,8 @@ Sections (:mod:`hpcenv.bench.runner` runs them in this order, ``--section`` pick
   (:mod:`~hpcenv.bench.hpccm_daal4py`); ``full-build`` (on request) the full image, kept as a
   record the ``build`` section reports;
 * ``targets`` (:mod:`~hpcenv.bench.targets`): the goals one run cannot measure (the tuning floor
-  over three runs, from a history; set-up time; the public training benchmark), with why.
+  over three runs, from a history; set-up time; the public training benchmark when ``training``
+  did not run), with why.
 
 :mod:`~hpcenv.bench.report` holds the pure part (ratio math, Markdown/JSON, plots); the
 scripts that run inside the image are in ``hpcenv/bench/scripts`` (mounted read-only).

@@ -1,7 +1,8 @@
 """``hpcenv bench``: run every section in one go and write report.md, report.json and plots.
 
 Order: start-up, memory copy, allreduce (container tax + flavours), tuning, MNIST, K-Means,
-two nodes (the local-2node rehearsal), CLI, the user-recipe rebuild, then build cost (they load
+two nodes (the local-2node rehearsal), the public training benchmark (its own image, built
+through a user recipe), CLI, the user-recipe rebuild, then build cost (they load
 the 2 cores for minutes, which would disturb the others), and the targets one run cannot
 measure (:mod:`hpcenv.bench.targets`) last. One container of the image serves every in-image
 measurement; it is always removed at the end.
@@ -143,6 +144,7 @@ def _sections() -> dict[str, SectionFn]:
     )
     from hpcenv.bench.compute import kmeans_section
     from hpcenv.bench.targets import targets_section
+    from hpcenv.bench.training import training_section
     from hpcenv.bench.twonode import two_node_section
     from hpcenv.bench.userbuild import rebuild_section
 
@@ -156,6 +158,7 @@ def _sections() -> dict[str, SectionFn]:
         "ccl": ccl_section,
         "kmeans": kmeans_section,
         "two-node": two_node_section,
+        "training": training_section,
         "cli": cli_section,
         "rebuild": rebuild_section,
         "build": build_section,
@@ -174,6 +177,7 @@ SECTION_NAMES = (
     "ccl",
     "kmeans",
     "two-node",
+    "training",
     "cli",
     "rebuild",
     "build",
@@ -335,7 +339,7 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     report = BenchReport(meta)
     fns = _sections()
     need_ctr = any(n in NEEDS_CONTAINER for n in names)
-    if need_ctr or {"build", "full-build", "rebuild"} & set(names):
+    if need_ctr or {"build", "full-build", "rebuild", "training"} & set(names):
         if podman("image", "exists", image, check=False).returncode != 0:
             raise EnvironmentProblem(
                 f"image {image} does not exist; build it (make build-local) or pass --image"

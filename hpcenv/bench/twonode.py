@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +44,14 @@ def _result(log: str) -> dict[str, Any]:
     raise EnvironmentProblem(f"no allreduce_mpi result in the job log: {log[-500:]}")
 
 
-def two_node_section(ctx: BenchContext) -> Section:
-    from hpcenv.jobs import JobSpec, LocalTransport, logs, submit, wait
-    from hpcenv.jobs.render import default_workdir
+@contextmanager
+def rehearsal_cluster() -> Iterator[tuple[Any, Any]]:
+    """The ``local-2node`` cluster up (scripts/slurm-2node-up.sh; stopped again afterwards if
+    this started it): its site and a transport to its Slurm."""
+    from hpcenv.jobs import LocalTransport
     from hpcenv.jobs.schedulers import client_env
     from hpcenv.site import load_site
 
-    sec = Section(
-        "two-node", "Two nodes (local-2node rehearsal): allreduce across vs within a node"
-    )
     scripts = _scripts()
     state = Path("/var/tmp/hpcenv-services/slurm-2node")
     was_up = (state / "slurmctld.pid").is_file()
@@ -60,13 +61,35 @@ def two_node_section(ctx: BenchContext) -> Section:
     if up.returncode != 0:
         raise EnvironmentProblem(f"slurm-2node-up.sh: {up.stderr.strip() or up.stdout.strip()}")
     site = load_site(SITE)
-    transport = LocalTransport(client_env(site))
-    top = 4 * MiB if ctx.quick else 64 * MiB
-    # On the cluster's shared scratch: each node has its own /tmp, where the bench output may be.
-    workdir = Path(os.path.expandvars(default_workdir(site))) / "bench-two-node"
-    workdir.mkdir(parents=True, exist_ok=True)
-    docs: dict[str, dict[str, Any]] = {}
     try:
+        yield site, LocalTransport(client_env(site))
+    finally:
+        if not was_up:
+            subprocess.run(
+                ["bash", str(scripts / "slurm-2node-down.sh")], capture_output=True, timeout=180
+            )
+
+
+def shared_folder(site: Any, name: str) -> Path:
+    """A folder on the cluster's shared scratch (each node has its own /tmp, where the bench
+    output may be)."""
+    from hpcenv.jobs.render import default_workdir
+
+    path = Path(os.path.expandvars(default_workdir(site))) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def two_node_section(ctx: BenchContext) -> Section:
+    from hpcenv.jobs import JobSpec, logs, submit, wait
+
+    sec = Section(
+        "two-node", "Two nodes (local-2node rehearsal): allreduce across vs within a node"
+    )
+    top = 4 * MiB if ctx.quick else 64 * MiB
+    docs: dict[str, dict[str, Any]] = {}
+    with rehearsal_cluster() as (site, transport):
+        workdir = shared_folder(site, "bench-two-node")
         for name, (nodes, rpn) in LAYOUTS.items():
             job = JobSpec(
                 name=f"bench-{name}",
@@ -90,11 +113,6 @@ def two_node_section(ctx: BenchContext) -> Section:
             docs[name] = _result(logs(sub, transport))
             hosts = sorted({d["platform"]["hostname"] for d in [docs[name]]})
             ctx.echo(f"[two-node] {name}: {nodes} node(s) x {rpn} ranks (rank 0 on {hosts[0]})")
-    finally:
-        if not was_up:
-            subprocess.run(
-                ["bash", str(scripts / "slurm-2node-down.sh")], capture_output=True, timeout=180
-            )
     across = {r["bytes"]: r for r in docs["across"]["sweep"]}
     within = {r["bytes"]: r for r in docs["within"]["sweep"]}
     rows = []

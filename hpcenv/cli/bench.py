@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--section",
                 help="run only these sections (repeatable): startup, memcopy, allreduce, tuning, "
-                "likeforlike, mnist, ccl, kmeans, two-node, cli, rebuild, build, targets; and "
-                "full-build (a 10+ min cold build of the full image, recorded for later reports)",
+                "likeforlike, mnist, ccl, kmeans, two-node, training, cli, rebuild, build, targets; "
+                "and full-build (a 10+ min cold build of the full image, recorded for later reports)",
             ),
         ] = None,
         as_json: Annotated[
