@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,20 @@ def load_json(path: Path, limit: int = MAX_BYTES, what: str = "a JSON file") -> 
     if too_deep(data):
         raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels")
     return data
+
+
+def json_lines(path: Path, keep: Callable[[Any], bool]) -> list[Any]:
+    """The records of a JSON-lines file hpcenv appends to (a history), oldest first: those
+    ``keep`` accepts; a torn line from an interrupted run is skipped, the rest kept; no file,
+    no records."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if keep(doc):
+            out.append(doc)
+    return out

@@ -27,6 +27,7 @@ from typing import Any
 
 from hpcenv.bench.context import BenchContext
 from hpcenv.bench.report import Headline, Section, fmt_bytes
+from hpcenv.reads import json_lines
 
 FLOOR_RUNS = 3
 FLOOR_GOAL = "<= 0"  # no size consistently slower in any of the three runs
@@ -46,17 +47,7 @@ def floor_history_path(site: str) -> Path:
 
 def read_history(path: Path) -> list[dict[str, Any]]:
     """The recorded runs, oldest first; unreadable lines are skipped (a torn write)."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("losses"), list):
-            out.append(doc)
-    return out
+    return json_lines(path, lambda d: isinstance(d, dict) and isinstance(d.get("losses"), list))
 
 
 def append_history(path: Path, entry: Mapping[str, Any]) -> None:

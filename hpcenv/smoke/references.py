@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcenv.reads import json_lines
 from hpcenv.smoke.report import TestResult
 
 HISTORY_KEEP = 10  # compare with the median of the last N runs
@@ -153,17 +154,8 @@ def history_path(results_dir: Path, slug: str) -> Path:
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue  # a torn line from an interrupted run: skip it, keep the rest
-        if isinstance(doc, dict) and isinstance(doc.get("figures"), dict):
-            out.append(doc)
-    return out[-HISTORY_KEEP:]
+    docs = json_lines(path, lambda d: isinstance(d, dict) and isinstance(d.get("figures"), dict))
+    return docs[-HISTORY_KEEP:]
 
 
 def append_history(path: Path, entry: Mapping[str, Any]) -> None:
