@@ -51,9 +51,11 @@ def _report() -> None:
         result["model"] = type(model).__name__
         result["parameters"] = flat.numel()
         result["params_sha256"] = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
-    print("probe " + json.dumps(result), flush=True)
-    # and whole, per rank, in the folder the job runs in: two ranks' long lines can interleave in
-    # the job's one output file (srun forwards each task's output in pieces)
+    # A short line for the job's output (the losses are counted, not listed: a long line is
+    # forwarded by srun in pieces that another rank's output can land between) ...
+    short = {k: v for k, v in result.items() if k != "losses"}
+    print("probe " + json.dumps({**short, "losses": len(losses)}), flush=True)
+    # ... and the whole result, per rank, in the folder the job runs in.
     tmp = f"probe-{result['rank']}.json.tmp"
     with open(tmp, "w") as handle:
         json.dump(result, handle)
