@@ -122,6 +122,8 @@ def load_yaml(path: Path) -> tuple[Any, dict[Loc, int]]:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if "nesting depth" in problem:  # libyaml's own limit (PyYAML 6.0.4's bundled libyaml)
+            raise ConfigError(f"{path}{where}: nested deeper than {MAX_DEPTH} levels") from None
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from err
     except RecursionError:
         raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None

@@ -102,8 +102,10 @@ CONF=$S/slurm.conf
   echo "# A job that loses a node ends NODE_FAIL (Slurm would otherwise requeue it, PENDING again)."
   echo "JobRequeue=0"
   echo "# A node whose slurmd stops answering is marked DOWN after this many seconds (fault tests)."
-  echo "SlurmdTimeout=10"
-  echo "MessageTimeout=5"
+  # (both nodes share this host's cores: a ping answered late under a training job must not
+  # count as a failed node, so neither is shorter than that load has been seen to delay one)
+  echo "SlurmdTimeout=20"
+  echo "MessageTimeout=10"
   echo "NodeName=node1 NodeAddr=$NET.11 NodeHostname=node1 $HW State=UNKNOWN"
   echo "NodeName=node2 NodeAddr=$NET.12 NodeHostname=node2 $HW State=UNKNOWN"
   echo "PartitionName=rehearsal Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
@@ -123,6 +125,7 @@ for _ in $(seq 1 150); do
   for node in "${NODES[@]}"; do
     state=$(sinfo -h -n "$node" -o '%T' 2>/dev/null || true)
     case "$state" in
+      *'*') ;; # not responding yet (sinfo marks it with '*')
       idle*|mixed*|allocated*|completing*) ok=$((ok + 1)) ;;
       down*|drain*) scontrol update NodeName="$node" State=RESUME 2>/dev/null || true ;;
     esac

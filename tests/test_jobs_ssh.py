@@ -145,7 +145,7 @@ def test_command_timeout_ends_a_hung_command(sshd: SshdInfo) -> None:
         started = time.monotonic()
         with pytest.raises(TransportError, match="timed out after 2 s"):
             t.run("echo partial; sleep 30", timeout=2)
-        assert time.monotonic() - started < 8
+        assert time.monotonic() - started < 20  # not the command's 30 s (a loaded host: slack)
         assert t.run("echo again").stdout.strip() == "again"  # reconnects after the timeout
     finally:
         t.close()
@@ -163,7 +163,7 @@ def test_connect_timeout_on_a_silent_server(sshd: SshdInfo) -> None:
         started = time.monotonic()
         with pytest.raises(TransportError, match="failed"):
             SshTransport(spec).run("true")
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # ended, not hung (a loaded host: slack)
     finally:
         server.close()
 

@@ -289,7 +289,9 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
         assert left.stdout.strip() == "", (node, left.stdout)
     assert not list(Path("/tmp").glob(f"hpcenv-*-{name}-*"))  # never on the host's /tmp
     # Horovod trained across both: identical parameters on every rank.
-    result = _lines(log, "mnist-result")[0]
+    # (read from the staged-out file: its log line is over 1 KiB, which slurmstepd forwards in
+    # pieces that the other rank's output could land between)
+    result = json.loads((results / "mnist.json").read_text())
     print(
         f"mnist across 2 nodes ({ranks_in.site}): train {result['train_seconds']:.1f} s, "
         f"accuracy {result['test_accuracy']:.3f}, job {sub['status'].get('raw', {}).get('RunTime')}"
@@ -300,7 +302,7 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
     assert result["test_accuracy"] > 0.5
     _assert_tcp_between_nodes(log)
     # Stage-out: atomic, verified, nothing left beside it.
-    assert json.loads((results / "mnist.json").read_text())["world_size"] == 2
+    assert "mnist-result " in log  # and rank 0 printed it
     assert (results / ".hpcenv-manifest").is_file()
     assert not list(results.parent.glob("*.hpcenv-tmp.*"))
 
@@ -360,7 +362,9 @@ def test_node_failure_mid_job_fails_it_and_keeps_the_previous_result(
         "--",
         "bash",
         "-c",
-        "echo started-on-$(hostname); echo partial > {output}/model.txt; sleep 45",
+        # long enough that only the node failure ends it (slurmstepd outlives a killed slurmd
+        # and could report a short job done first)
+        "echo started-on-$(hostname); echo partial > {output}/model.txt; sleep 600",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = json.loads(proc.stdout)["job_id"]
@@ -385,6 +389,7 @@ def test_node_failure_mid_job_fails_it_and_keeps_the_previous_result(
         assert _tree(results) == before  # the previous result is intact
         assert not list(results.parent.glob("results.hpcenv-*"))  # no partial stage-out
     finally:
+        _cli("cancel", job)  # if the node failure did not end it
         up = subprocess.run(
             ["bash", str(Path(__file__).parents[1] / "scripts" / "slurm-2node-up.sh")],
             capture_output=True,
@@ -563,13 +568,20 @@ def test_teardown_with_sif_ranks_running_leaves_nothing(
             timeout=180,
         )
         assert down.returncode == 0, down.stderr
-        left = subprocess.run(
-            ["podman", "ps", "-a", "-q", "--no-trunc"],
-            capture_output=True,
-            text=True,
-            env=engine_env(),
-            timeout=60,
-        ).stdout.split()
+        # a --rm container whose podman client was killed is removed by its cleanup process,
+        # which may finish a moment after the script returns: gone within 60 s is "nothing left"
+        end = time.monotonic() + 60
+        while True:
+            left = subprocess.run(
+                ["podman", "ps", "-a", "-q", "--no-trunc"],
+                capture_output=True,
+                text=True,
+                env=engine_env(),
+                timeout=60,
+            ).stdout.split()
+            if not set(ranks) & set(left) or time.monotonic() > end:
+                break
+            time.sleep(2)
         assert not set(ranks) & set(left), f"rank containers left behind: {set(ranks) & set(left)}"
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert not {"node1", "node2"} & set(netns.split()), netns

@@ -158,6 +158,7 @@ def _podman(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.timeout(1200)  # the first to use sitebuild_image: its cold build counts here
 def test_the_image_has_no_mpi_and_its_mpi4py_was_compiled_with_the_site_mpicc(
     site_mpi_prefix: Path, sitebuild_image: str
 ) -> None:

@@ -42,14 +42,22 @@ def test_readme_apptainer_exec_runs_allreduce() -> None:
 
 def test_native_definition_builds_and_runs(tmp_path: Path) -> None:
     """Singularity.def of the daal4py recipe built with Apptainer (no podman image involved);
-    its %test ran during the build; daal4py SPMD K-Means passes inside it."""
+    its %test ran during the build; daal4py SPMD K-Means passes inside it. A SIF built before
+    from exactly these inputs (the stamp beside it holds their digest) is reused, as
+    ``hpcenv build --format def`` does: on a fresh machine, or after any change to the
+    definition, its checks, the build inputs or the base, this builds it for real."""
     from hpcenv.apptainer import Apptainer
+    from hpcenv.build import write_context
     from hpcenv.datasets import prepare_mnist
-    from hpcenv.sif import build_sif
+    from hpcenv.engines import get_engine
+    from hpcenv.sif import build_sif, def_inputs_digest
     from hpcenv.smoke.runner import run_smoke
 
     (plan,) = make_plans(load_site("local"), ["daal4py"], {}, tmp_path / "ctx")
     sif = build_sif(plan, "def")
+    base_id = get_engine("podman").image_id(plan.lock.build["base_image"])
+    stamp = sif.with_name(sif.name + ".inputs").read_text().strip()
+    assert stamp == def_inputs_digest(write_context(plan), base_id)
     labels = Apptainer().exec(sif, ["cat", "/opt/hpcenv/stack.lock.json"])
     assert json.loads(labels.stdout)["recipe"] == "daal4py"
     report = run_smoke(

@@ -91,7 +91,8 @@ def test_bench_ended_by_sigterm_removes_its_container(tmp_path: Path) -> None:
         started = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-        assert time.monotonic() - started < 8, "the container was not removed at once"
+        # under podman's 10 s stop wait: removed at once (-t 0), not stopped politely
+        assert time.monotonic() - started < 9.5, "the container was not removed at once"
         assert not set(_bench_containers()) - before
     finally:
         if proc.poll() is None:

@@ -56,8 +56,10 @@ def test_real_smoke_suite(tmp_path: Path) -> None:
 
 def test_an_injected_2x_slowdown_fails_the_references(tmp_path: Path) -> None:
     """A real slowdown, set where a site would set it (its ``tuning:`` environment): a Horovod
-    cycle time of 40 ms (1 ms by default) makes every training step wait for the next cycle
-    (step / compute 4.4 here, reference 1.31 +/-30 %); the run exits 1 naming the figure.
+    cycle time of 80 ms (1 ms by default) makes every training step wait for the next cycle
+    (40 ms measured step / compute 4.4 here against the reference 1.15 +/-30 %; 80 ms keeps the
+    ratio above the bound even if a loaded machine made the compute step 5x slower); the run
+    exits 1 naming the figure.
     Open MPI's TCP transport instead of vader is no such injection: measured 2026-11-24 it took
     busbw_per_copy from 0.45 to 0.32 only (0.71x), inside the bounds, so it is not used here."""
     import os
@@ -72,7 +74,7 @@ def test_an_injected_2x_slowdown_fails_the_references(tmp_path: Path) -> None:
     sites.mkdir()
     slow = {
         "extends": str(local),
-        "tuning": {"HOROVOD_CYCLE_TIME": "40"},
+        "tuning": {"HOROVOD_CYCLE_TIME": "80"},
     }
     (sites / "local.yaml").write_text(yaml.safe_dump(slow))
     hpcenv = Path(sys.executable).with_name("hpcenv")

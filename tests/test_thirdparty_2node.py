@@ -200,6 +200,7 @@ def _probes(project: Path, log: str) -> list[dict[str, Any]]:
     return ranks
 
 
+@pytest.mark.timeout(1800)  # the first to use `built`: the user build and its SIF count here
 def test_horovod_adasum_example_trains_on_both_nodes(
     two_node: TwoNodeInfo, project: Path, where: list[str]
 ) -> None:

@@ -132,8 +132,10 @@ class Container:
 
         engine = get_engine("podman")
         t0 = time.perf_counter()
-        engine.run_detached(self.image, self.name, volumes=self.volumes)
+        # marked first: a signal that ends ``podman run -d`` midway leaves a container that
+        # stop() must remove (removing one that was never made is not an error)
         self.started = True
+        engine.run_detached(self.image, self.name, volumes=self.volumes)
         return time.perf_counter() - t0
 
     def stop(self) -> None:
