@@ -56,11 +56,12 @@ extends: horovod-cpu
 user:
   requirements: [requirements.txt]
 """
-# minGPT made small through its own hydra configuration: 1% of tiny Shakespeare, 2 layers of
-# width 64, 3 epochs, no AMP (CPU), no loader workers.
+# minGPT made small through its own hydra configuration: 0.5 % of tiny Shakespeare (about 40
+# steps per rank and epoch; 1 % took 90 s a job), 2 layers of width 64, 3 epochs, no AMP (CPU),
+# no loader workers.
 MINGPT_ARGS = [
     "data_config.path=data/input.txt",
-    "data_config.truncate=0.01",
+    "data_config.truncate=0.005",
     "data_config.block_size=32",
     "gpt_config.n_layer=2",
     "gpt_config.n_head=2",
@@ -239,7 +240,7 @@ def test_pytorch_mingpt_ddp_example_trains_on_both_nodes(
     for rank in (0, 1):
         train, evals = losses[(rank, "Train")], losses[(rank, "Eval")]
         assert len(train) >= 3 and len(evals) == 3, losses
-        assert train[-1] < 0.8 * train[0], train  # 4.1 (ln 58 classes) -> about 2.6
+        assert train[-1] < 0.8 * train[0], train  # 4.1 (ln 58 classes) -> about 2.9
         assert evals[-1] < evals[0], evals
     ranks = _probes(project, log)
     assert all(r["model"] in ("GPT", "DistributedDataParallel") for r in ranks), ranks
