@@ -34,45 +34,60 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
     layers, so each build of a definition runs every ``%post`` step again (about 2.5 min for
     daal4py here), and an unchanged definition would build the same image.
     """
-    from hpcenv.apptainer import Apptainer, register_image
+    from hpcenv.apptainer import register_image
 
-    engine = get_engine(plan.site.build.engine)
-    apptainer = Apptainer()
     sif = sif_path(plan, source)
     if source == "oci":
-        stamp = sif.with_name(sif.name + ".image-id")
-        image_id = engine.image_id(plan.tag)
-        if sif.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:
-            register_image(sif_name(plan, source), sif)
-            return sif  # converted from this very image before
-        archive = cache_dir() / "sif" / naming.sif_archive(recipe=plan.recipe, site=plan.site.name)
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        fmt = plan.site.build.archive  # docker-archive where the site documents it (Summit)
-        engine.save(plan.tag, archive, fmt)
-        try:
-            apptainer.build_from_oci_archive(archive, sif, fmt=fmt)
-        finally:
-            archive.unlink(missing_ok=True)
-        stamp.write_text(image_id + "\n")
+        _sif_from_image(plan, sif)
     else:
-        bootstrapped = bool(plan.lock.build.get("bootstrap_base"))
-        if bootstrapped:
-            ensure_base(plan)
-        base_id = engine.image_id(plan.lock.build["base_image"]) if bootstrapped else ""
-        stamp = sif.with_name(sif.name + ".inputs")
-        with context_ready(plan) as context, build_secrets(plan.site) as secrets:
-            digest = def_inputs_digest(context, base_id)
-            if sif.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-                register_image(sif_name(plan, source), sif)
-                return sif  # built from these very inputs before
-            stamp.unlink(missing_ok=True)  # a failed build below leaves no stale match
-            if bootstrapped:
-                engine.save(plan.lock.build["base_image"], context / BASE_ARCHIVE, "oci-archive")
-            folder = next(iter(secrets.values())).parent if secrets else None
-            apptainer.build_from_def(context / "Singularity.def", sif, context, secrets_dir=folder)
-            stamp.write_text(digest + "\n")
+        _sif_from_definition(plan, sif)
     register_image(sif_name(plan, source), sif)
     return sif
+
+
+def _already_built(sif: Path, stamp: Path, key: str) -> bool:
+    """True when ``sif`` exists and was made from the input ``key`` its stamp records."""
+    return sif.is_file() and stamp.is_file() and stamp.read_text().strip() == key
+
+
+def _sif_from_image(plan: BuildPlan, sif: Path) -> None:
+    from hpcenv.apptainer import Apptainer
+
+    engine = get_engine(plan.site.build.engine)
+    stamp = sif.with_name(sif.name + ".image-id")
+    image_id = engine.image_id(plan.tag)
+    if _already_built(sif, stamp, image_id):
+        return  # converted from this very image before
+    archive = cache_dir() / "sif" / naming.sif_archive(recipe=plan.recipe, site=plan.site.name)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fmt = plan.site.build.archive  # docker-archive where the site documents it (Summit)
+    engine.save(plan.tag, archive, fmt)
+    try:
+        Apptainer().build_from_oci_archive(archive, sif, fmt=fmt)
+    finally:
+        archive.unlink(missing_ok=True)
+    stamp.write_text(image_id + "\n")
+
+
+def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
+    from hpcenv.apptainer import Apptainer
+
+    engine = get_engine(plan.site.build.engine)
+    bootstrapped = bool(plan.lock.build.get("bootstrap_base"))
+    if bootstrapped:
+        ensure_base(plan)
+    base_id = engine.image_id(plan.lock.build["base_image"]) if bootstrapped else ""
+    stamp = sif.with_name(sif.name + ".inputs")
+    with context_ready(plan) as context, build_secrets(plan.site) as secrets:
+        digest = def_inputs_digest(context, base_id)
+        if _already_built(sif, stamp, digest):
+            return  # built from these very inputs before
+        stamp.unlink(missing_ok=True)  # a failed build below leaves no stale match
+        if bootstrapped:
+            engine.save(plan.lock.build["base_image"], context / BASE_ARCHIVE, "oci-archive")
+        folder = next(iter(secrets.values())).parent if secrets else None
+        Apptainer().build_from_def(context / "Singularity.def", sif, context, secrets_dir=folder)
+        stamp.write_text(digest + "\n")
 
 
 def def_inputs_digest(context: Path, base_id: str) -> str:
