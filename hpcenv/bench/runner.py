@@ -69,7 +69,9 @@ def cli_section(ctx: BenchContext) -> Section:
         t_total = res.seconds
         doc = res.require_doc()
         renders.append(doc | {"process_s": t_total})
-    exe = shutil.which("hpcenv") or str(Path(sys.executable).with_name("hpcenv"))
+    # this install's command (the one beside this python), not another hpcenv found on PATH
+    own = Path(sys.executable).with_name("hpcenv")
+    exe = str(own) if own.is_file() else shutil.which("hpcenv") or str(own)
     helps = []
     for _ in range(n):
         t0 = time.perf_counter()
