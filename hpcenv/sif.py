@@ -78,15 +78,17 @@ def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
         ensure_base(plan)
     base_id = engine.image_id(plan.lock.build["base_image"]) if bootstrapped else ""
     stamp = sif.with_name(sif.name + ".inputs")
-    with context_ready(plan) as context, build_secrets(plan.site) as secrets:
+    with context_ready(plan) as context:
         digest = def_inputs_digest(context, base_id)
         if _already_built(sif, stamp, digest):
-            return  # built from these very inputs before
+            return  # built from these very inputs before (no secrets written for it)
         stamp.unlink(missing_ok=True)  # a failed build below leaves no stale match
         if bootstrapped:
             engine.save(plan.lock.build["base_image"], context / BASE_ARCHIVE, "oci-archive")
-        folder = next(iter(secrets.values())).parent if secrets else None
-        Apptainer().build_from_def(context / "Singularity.def", sif, context, secrets_dir=folder)
+        with build_secrets(plan.site) as secrets:
+            folder = next(iter(secrets.values())).parent if secrets else None
+            definition = context / "Singularity.def"
+            Apptainer().build_from_def(definition, sif, context, secrets_dir=folder)
         stamp.write_text(digest + "\n")
 
 
