@@ -80,7 +80,7 @@ def sweep_flags(checks_dir: Path = HOST_CHECKS) -> dict[str, str]:
     return {"min": "--min", "max": "--max", "exact": "--n"}
 
 
-def _sweep_args(ctx: BenchContext, factor: int) -> str:
+def sweep_args(ctx: BenchContext, factor: int) -> str:
     flags = sweep_flags()
     hi = 1 * MiB if ctx.quick else 64 * MiB
     exact = f" {flags['exact']} 1000" if ctx.quick else ""
@@ -95,7 +95,9 @@ def _record(section: Section, name: str, res: Result, doc: dict[str, Any] | None
     runs[name] = entry
 
 
-def _sweep(ctx: BenchContext, section: Section, name: str, res: Result) -> list[dict[str, Any]]:
+def checked_sweep(
+    ctx: BenchContext, section: Section, name: str, res: Result
+) -> list[dict[str, Any]]:
     doc = res.require_doc()
     rows = doc["sweep"]
     bad = sum(int(r.get("mismatches", 0)) for r in rows) + sum(
@@ -164,11 +166,11 @@ def allreduce_section(ctx: BenchContext) -> Section:
     sec = Section("allreduce", "Container tax and allreduce flavours (2 ranks)")
     host_runs: list[list[dict[str, Any]]] = []
     image_runs: list[list[dict[str, Any]]] = []
-    args4 = _sweep_args(ctx, 4)
+    args4 = sweep_args(ctx, 4)
     rounds = 1 if ctx.quick else 2
     for i in range(rounds):  # interleaved: host, image, host, image
         host_runs.append(
-            _sweep(
+            checked_sweep(
                 ctx,
                 sec,
                 f"host mpi4py #{i + 1}",
@@ -176,7 +178,7 @@ def allreduce_section(ctx: BenchContext) -> Section:
             )
         )
         image_runs.append(
-            _sweep(
+            checked_sweep(
                 ctx,
                 sec,
                 f"image mpi4py #{i + 1}",
@@ -184,14 +186,14 @@ def allreduce_section(ctx: BenchContext) -> Section:
             )
         )
     host, image = best_sweep(*host_runs), best_sweep(*image_runs)
-    args16 = _sweep_args(ctx, 16)
-    hvd_mpi = _sweep(
+    args16 = sweep_args(ctx, 16)
+    hvd_mpi = checked_sweep(
         ctx,
         sec,
         "image horovod-mpi",
         ctx.in_image(NAIVE_MPIRUN, "allreduce_horovod.py", args16, HOROVOD_MPI_ENV),
     )
-    hvd_gloo = _sweep(
+    hvd_gloo = checked_sweep(
         ctx,
         sec,
         "image horovod-gloo",
@@ -202,7 +204,7 @@ def allreduce_section(ctx: BenchContext) -> Section:
             HOROVOD_GLOO_ENV,
         ),
     )
-    torch_gloo = _sweep(
+    torch_gloo = checked_sweep(
         ctx,
         sec,
         "image torch-gloo",
@@ -536,7 +538,7 @@ def _py() -> str:
 def tuning_section(ctx: BenchContext) -> Section:
     """hpcenv's default launch (placement + measured tuning) vs a naive launch, interleaved."""
     sec = Section("tuning", "Launch tuning: hpcenv's default launch vs a naive launch")
-    args = _sweep_args(ctx, 4)
+    args = sweep_args(ctx, 4)
     rounds = 1 if ctx.quick else TUNING_ROUNDS
     m = ctx.measured
     sec.text.append(
@@ -572,7 +574,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     runs: dict[str, list[list[dict[str, Any]]]] = {}
     for i in range(rounds):
         for name, launcher, env in variants[i % 3 :] + variants[: i % 3]:
-            swept = _sweep(
+            swept = checked_sweep(
                 ctx, sec, f"{name} #{i + 1}", ctx.in_image(launcher, "allreduce_mpi.py", args, env)
             )
             runs.setdefault(name, []).append(swept)

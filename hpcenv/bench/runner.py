@@ -1,6 +1,7 @@
 """``hpcenv bench``: run every section in one go and write report.md, report.json and plots.
 
-Order: start-up, memory copy, allreduce (container tax + flavours), tuning, MNIST, K-Means,
+Order: start-up, memory copy, allreduce (container tax + flavours), tuning, the MPI
+implementation as a candidate (PyPI's Open MPI and MPICH wheels), MNIST, K-Means,
 two nodes (the local-2node rehearsal), the public training benchmark (its own image, built
 through a user recipe), CLI, the user-recipe rebuild, then build cost (they load
 the 2 cores for minutes, which would disturb the others), and the targets one run cannot
@@ -39,7 +40,16 @@ from hpcenv.bench.shells import Container, podman
 from hpcenv.errors import ConfigError, EnvironmentProblem
 
 SectionFn = Callable[[BenchContext], Section]
-NEEDS_CONTAINER = {"startup", "memcopy", "allreduce", "tuning", "likeforlike", "mnist", "kmeans"}
+NEEDS_CONTAINER = {
+    "startup",
+    "memcopy",
+    "allreduce",
+    "tuning",
+    "mpi-impl",
+    "likeforlike",
+    "mnist",
+    "kmeans",
+}
 CHECK_SCRIPTS = (
     "allreduce_mpi.py",
     "allreduce_horovod.py",
@@ -49,7 +59,7 @@ CHECK_SCRIPTS = (
     "_bench.py",
     "_idx.py",
 )
-NEEDS_MEASURED = {"tuning", "mnist", "likeforlike"}
+NEEDS_MEASURED = {"tuning", "mpi-impl", "mnist", "likeforlike"}
 
 
 def cli_section(ctx: BenchContext) -> Section:
@@ -145,6 +155,7 @@ def _sections() -> dict[str, SectionFn]:
         tuning_section,
     )
     from hpcenv.bench.compute import kmeans_section
+    from hpcenv.bench.mpiimpl import mpi_impl_section
     from hpcenv.bench.targets import targets_section
     from hpcenv.bench.training import training_section
     from hpcenv.bench.twonode import two_node_section
@@ -155,6 +166,7 @@ def _sections() -> dict[str, SectionFn]:
         "memcopy": memcopy_section,
         "allreduce": allreduce_section,
         "tuning": tuning_section,
+        "mpi-impl": mpi_impl_section,
         "likeforlike": likeforlike_section,
         "mnist": mnist_section,
         "ccl": ccl_section,
@@ -174,6 +186,7 @@ SECTION_NAMES = (
     "memcopy",
     "allreduce",
     "tuning",
+    "mpi-impl",
     "likeforlike",
     "mnist",
     "ccl",
