@@ -34,6 +34,9 @@ from hpcenv.bench.targets import (
     floor_history_path,
     floor_over_runs,
     read_history,
+    read_setup_history,
+    setup_history_path,
+    setup_time_row,
     targets_section,
     unmeasured_rows,
 )
@@ -360,3 +363,79 @@ def test_new_sections_are_registered_and_targets_run_last() -> None:
     assert {"rebuild", "targets"} <= set(_sections())
     assert SECTION_NAMES[-1] == "targets"
     assert SECTION_NAMES.index("rebuild") < SECTION_NAMES.index("build")
+
+
+# -- set-up time: scripts/fresh-setup-time.sh's history -------------------------------------
+def _setup(**kw: Any) -> dict[str, Any]:
+    entry = {
+        "date": "2026-11-24 17:40 UTC",
+        "commit": "e150497",
+        "smoke_test_s": 1500,
+        "smoke_test_rc": 0,
+        "test_s": 2400,
+        "test_rc": 0,
+        "pytest": "2630 passed, 2 skipped in 2390.1s",
+    }
+    return entry | kw
+
+
+def test_setup_row_reports_the_latest_successful_record() -> None:
+    head = setup_time_row([_setup(test_s=9999), _setup()], "/c/setup.jsonl")
+    assert head.value == 3900.0 and head.met is False  # goal <= 2100 s
+    assert head.values == "smoke-test 25 min + test 40 min" and head.ratio == "3900 s"
+    assert "at commit e150497 (2630 passed, 2 skipped" in head.note
+    fast = setup_time_row([_setup(smoke_test_s=600, test_s=1200)], "f")
+    assert fast.met is True
+
+
+def test_setup_row_is_not_measured_without_a_record_or_after_a_failed_run() -> None:
+    none = setup_time_row([], "")
+    assert none.met is None and "scripts/fresh-setup-time.sh measures it" in none.note
+    failed = setup_time_row([_setup(), _setup(test_rc=1)], "/c/setup.jsonl")
+    assert failed.met is None and failed.value is None
+    assert "failed: make smoke-test exit 0, make test exit 1" in failed.note
+
+
+def test_setup_history_skips_bad_lines_and_keeps_text_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "setup.jsonl"
+    good = _setup(commit="e150497\n## injected", pytest="ok\u2028## injected")
+    lines = [
+        json.dumps(_setup(test_s="2400")),  # a string where a number belongs
+        json.dumps(_setup(smoke_test_s=-5)),
+        json.dumps({"date": "x"}),
+        "[1, 2]",
+        '{"torn": ',
+        json.dumps(good),
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    entries = read_setup_history(path)
+    assert entries == [json.loads(json.dumps(good))]
+    head = setup_time_row(entries, str(path))
+    assert "\n" not in head.note and "\u2028" not in head.note
+    assert "at commit ? (ok ## injected)" in head.note  # not a commit id: shown as '?'
+
+
+def test_targets_section_reads_the_setup_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
+    path = setup_history_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_setup()) + "\n", encoding="utf-8")
+    sec = targets_section(_ctx(tmp_path))
+    setup = [h for h in sec.headline if h.measure.startswith("Set-up time")]
+    assert len(setup) == 1 and setup[0].value == 3900.0
+    assert sum(h.measure.startswith("Public training") for h in sec.headline) == 1
+
+
+def test_fresh_setup_script_refuses_a_work_folder_it_would_wipe() -> None:
+    """The script removes its work folder first: / and the shared temporary folders are refused
+    before anything runs (exit 2, one line)."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "fresh-setup-time.sh"
+    for work in ("/", "/tmp", "/var/tmp"):
+        proc = subprocess.run(
+            ["bash", str(script), work], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert proc.returncode == 2 and proc.stderr == f"refusing WORKDIR {work}\n"

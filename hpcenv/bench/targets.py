@@ -9,7 +9,10 @@ vanishing.
   judges the last three of the same image tag, and says how many are recorded until there are
   three.
 * Set-up time on a fresh machine: not measurable in a run of this bench (it runs on a machine
-  already set up); the note says so.
+  already set up). ``scripts/fresh-setup-time.sh`` measures it (README's two commands on a fresh
+  clone with an empty podman storage and cache) and appends the result to
+  ``bench/setup-history.jsonl`` in hpcenv's cache; the row reports the latest record, or says
+  why there is none.
 * The public training benchmark: measured by the ``training`` section
   (:mod:`hpcenv.bench.training`); when it did not run in this bench run (or failed), its row
   stays here as "not measured".
@@ -20,14 +23,16 @@ The goals of the two unmeasured rows are issue 21's (one place to change each).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hpcenv.bench.context import BenchContext
-from hpcenv.bench.report import Headline, Section, fmt_bytes
+from hpcenv.bench.report import Headline, Section, fmt_bytes, fmt_num
 from hpcenv.reads import json_lines
+from hpcenv.safe import CONTROL
 
 FLOOR_RUNS = 3
 FLOOR_GOAL = "<= 0"  # no size consistently slower in any of the three runs
@@ -43,6 +48,38 @@ def floor_history_path(site: str) -> Path:
     from hpcenv.paths import cache_dir
 
     return cache_dir() / "bench" / f"floor-history-{site}.jsonl"
+
+
+def setup_history_path() -> Path:
+    """Where ``scripts/fresh-setup-time.sh`` appends its results."""
+    from hpcenv.paths import cache_dir
+
+    return cache_dir() / "bench" / "setup-history.jsonl"
+
+
+_SETUP_INTS = ("smoke_test_s", "smoke_test_rc", "test_s", "test_rc")
+_COMMIT = re.compile(r"[0-9a-f]{4,40}")
+
+
+def read_setup_history(path: Path) -> list[dict[str, Any]]:
+    """The script's records, oldest first; a line with a missing or non-integer time or exit
+    code, or a negative time, is skipped (a torn or hand-edited line), the rest kept."""
+
+    def keep(doc: Any) -> bool:
+        return (
+            isinstance(doc, dict)
+            and all(type(doc.get(k)) is int for k in _SETUP_INTS)
+            and doc["smoke_test_s"] >= 0
+            and doc["test_s"] >= 0
+        )
+
+    return json_lines(path, keep)
+
+
+def _plain(value: Any, limit: int = 120) -> str:
+    """A string from the history as one line of report text: no control characters, capped."""
+    text = str(value) if value is not None else "?"
+    return CONTROL.sub(" ", text)[:limit] or "?"
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
@@ -93,21 +130,58 @@ def floor_over_runs(entries: Sequence[Mapping[str, Any]], where: str) -> Headlin
     )
 
 
-def unmeasured_rows(training: bool = False) -> list[Headline]:
-    """Issue 21's targets this bench run did not measure, with why; ``training``: the training
-    section ran, and its rows replace the public training benchmark's."""
-    rows = [
-        Headline(
-            "Set-up time on a fresh machine: `make smoke-test` + `make test`, seconds",
+SETUP_MEASURE = "Set-up time on a fresh machine: `make smoke-test` + `make test`, seconds"
+
+
+def setup_time_row(entries: Sequence[Mapping[str, Any]], where: str) -> Headline:
+    """The set-up target from the latest record of ``scripts/fresh-setup-time.sh``; not measured
+    when there is none, or when that run failed (a failed run's time says nothing)."""
+    if not entries:
+        return Headline(
+            SETUP_MEASURE,
             "",
             "",
             SETUP_GOAL,
             None,
             "Set-up time not measured: it needs a fresh machine (no podman storage, no hpcenv "
-            "cache, no base image), and this bench runs on one already set up; its parts that "
-            "repeat are measured here and in the build section (cold build in a fresh podman "
-            "storage).",
-        ),
+            "cache, no base image), and this bench runs on one already set up; "
+            "scripts/fresh-setup-time.sh measures it (a fresh clone, an empty podman storage and "
+            "cache) and records it for this row.",
+        )
+    last = entries[-1]
+    commit = _plain(last.get("commit"), 40)
+    run = f"scripts/fresh-setup-time.sh on {_plain(last.get('date'), 40)} at commit " + (
+        commit if _COMMIT.fullmatch(commit) else "?"
+    )
+    if last["smoke_test_rc"] != 0 or last["test_rc"] != 0:
+        return Headline(
+            SETUP_MEASURE,
+            "",
+            "",
+            SETUP_GOAL,
+            None,
+            f"Set-up time not measured: the latest run ({run}, in {where}) failed: make "
+            f"smoke-test exit {last['smoke_test_rc']}, make test exit {last['test_rc']}; its "
+            "logs are in the script's work folder.",
+        )
+    smoke, test = last["smoke_test_s"], last["test_s"]
+    return Headline(
+        SETUP_MEASURE,
+        f"smoke-test {fmt_num(smoke / 60)} min + test {fmt_num(test / 60)} min",
+        f"{smoke + test} s",
+        SETUP_GOAL,
+        float(smoke + test),
+        f"Set-up time from {where}: {run} ({_plain(last.get('pytest'))}); a fresh clone, an "
+        "empty podman storage and cache; the system packages `make host` installs were already "
+        "there (their install is not counted).",
+    )
+
+
+def unmeasured_rows(training: bool = False) -> list[Headline]:
+    """Issue 21's targets this bench run did not measure, with why; ``training``: the training
+    section ran, and its rows replace the public training benchmark's."""
+    rows = [
+        setup_time_row([], ""),
         Headline(
             "Public training benchmark: samples/s, hpcenv default launch / naive launch",
             "",
@@ -140,7 +214,9 @@ def targets_section(ctx: BenchContext) -> Section:
     entries = [e for e in read_history(path) if e.get("image") == ctx.image]
     sec.data = {"floor_history": str(path), "floor_runs": entries[-FLOOR_RUNS:]}
     sec.headline.append(floor_over_runs(entries, str(path)))
-    sec.headline += unmeasured_rows(bool(ctx.shared.get("training")))
+    setup = setup_history_path()
+    sec.headline.append(setup_time_row(read_setup_history(setup), str(setup)))
+    sec.headline += unmeasured_rows(bool(ctx.shared.get("training")))[1:]
     sec.text.append(
         "Targets of issue 21 that need more than one run of this bench (the floor over three "
         "runs, kept in a history in hpcenv's cache) or something it does not do; their rows "
