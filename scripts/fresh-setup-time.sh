@@ -2,35 +2,50 @@
 # Issue 21's set-up time: README's two commands (`make smoke-test`, then `make test`, CI=true) on
 # a fresh clone, with a podman storage that holds no image and an empty cache (hpcenv's base
 # tarballs and MNIST, pip's wheels, the measured tuning), the nearest this machine comes to a
-# fresh one. Not fresh: the system packages `make host` installs (already present, so their
-# apt install, a few minutes on a new machine, is not counted) and the Slurm/munge/sshd
-# services' configuration.
+# fresh one. Not fresh, so not counted: what `make host` installs once per machine (system
+# packages, Intel MPI and Apptainer under /opt/site; a few minutes on a new machine), the
+# services' configuration, and what the tests do over the loopback sshd (its sessions start
+# with the machine's own podman storage and cache, where those layers are warm).
 #
 # Usage: scripts/fresh-setup-time.sh [WORKDIR]   (default /var/tmp/hpcenv-fresh; needs ~30 GB)
+# WORKDIR must not exist, or be one this script made (it holds .hpcenv-fresh-setup): it is
+# removed first, images, cache and clone.
 # Result: one JSON line appended to $CACHE/bench/setup-history.jsonl (CACHE: HPCENV_CACHE, else
 # XDG_CACHE_HOME/hpcenv, else ~/.cache/hpcenv, read before anything is overridden), which
 # `hpcenv bench`'s targets section reports; the logs stay in WORKDIR.
-# Run it alone: the podman storages share the machine's 2 cores, and a second build or test run
-# at the same time would be timed too. WORKDIR is removed first (images, cache, clone).
+# Run it alone: a second build or test run at the same time would share the 2 cores and be timed.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-work=${1:-/var/tmp/hpcenv-fresh}
-case "$work" in /|/var|/var/tmp|/tmp|"$HOME") echo "refusing WORKDIR $work" >&2; exit 2 ;; esac
-history_dir=${HPCENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcenv}/bench
+work=$(realpath -m -- "${1:-/var/tmp/hpcenv-fresh}")
+marker=.hpcenv-fresh-setup
+refuse() { echo "fresh-setup-time: refusing WORKDIR $work: $1" >&2; exit 2; }
+if [ -e "$work" ] && [ ! -f "$work/$marker" ]; then
+  refuse "it exists and this script did not make it (no $marker in it)"
+fi
+history_dir=${HPCENV_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/hpcenv}/bench
+case "$repo/" in "$work"/*) refuse "the checkout $repo is inside it" ;; esac
+case "$history_dir/" in "$work"/*) refuse "the history folder $history_dir is inside it" ;; esac
 commit=$(git -C "$repo" rev-parse --short HEAD)
 
-if [ -f "$work/storage.conf" ]; then  # an earlier run: its containers go before its files
-  CONTAINERS_STORAGE_CONF="$work/storage.conf" podman rm -af >/dev/null 2>&1 || true
-  CONTAINERS_STORAGE_CONF="$work/storage.conf" podman unmount -a >/dev/null 2>&1 || true
+if [ -f "$work/storage.conf" ]; then  # an earlier run: its containers and mounts go first
+  for what in "pod rm -af" "rm -af" "image unmount -a" "unmount -a"; do
+    # shellcheck disable=SC2086  # two words each
+    CONTAINERS_STORAGE_CONF="$work/storage.conf" podman $what >/dev/null 2>&1 || true
+  done
+  if findmnt -rn -o TARGET | grep -qF "$work/"; then
+    echo "fresh-setup-time: mounts remain under $work; unmount them first" >&2
+    exit 1
+  fi
 fi
-rm -rf "$work"
+rm -rf --one-file-system "$work"
 mkdir -p "$work"
-cat > "$work/storage.conf" <<EOF
+touch "$work/$marker"
+cat > "$work/storage.conf" <<EOF2
 [storage]
 driver = "overlay"
 graphroot = "$work/graph"
-runroot = "/run/hpcenv-fresh-storage"
-EOF
+runroot = "$work/run"
+EOF2
 export CONTAINERS_STORAGE_CONF="$work/storage.conf"
 export XDG_CACHE_HOME="$work/cache"
 unset HPCENV_CACHE HPCENV_TUNING_DIR
@@ -38,20 +53,15 @@ export CI=true
 git clone -q "$repo" "$work/clone"
 cd "$work/clone"
 
-step() {  # step NAME: time `make NAME` into $work/NAME.log; prints seconds and exit code
-  local t0 rc
-  t0=$(date +%s)
-  set +e
-  make "$1" >"$work/$1.log" 2>&1
-  rc=$?
-  set -e
-  echo "$(( $(date +%s) - t0 )) $rc"
-}
-read -r smoke_s smoke_rc < <(step smoke-test)
+smoke_s=0 smoke_rc=0 test_s=0 test_rc=-1  # -1: make test did not run
+t0=$SECONDS
+if make smoke-test >"$work/smoke-test.log" 2>&1; then smoke_rc=0; else smoke_rc=$?; fi
+smoke_s=$((SECONDS - t0))
 echo "fresh-setup-time: make smoke-test: ${smoke_s} s (exit ${smoke_rc})"
-test_s=0 test_rc=-1
 if [ "$smoke_rc" -eq 0 ]; then
-  read -r test_s test_rc < <(step test)
+  t0=$SECONDS
+  if make test >"$work/test.log" 2>&1; then test_rc=0; else test_rc=$?; fi
+  test_s=$((SECONDS - t0))
   echo "fresh-setup-time: make test: ${test_s} s (exit ${test_rc})"
 fi
 summary=$(tail -n 1 "$work/test.log" 2>/dev/null | tr -cd '[:alnum:] ,.:()=_/-' | cut -c1-200 || true)

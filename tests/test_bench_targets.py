@@ -394,6 +394,8 @@ def test_setup_row_is_not_measured_without_a_record_or_after_a_failed_run() -> N
     failed = setup_time_row([_setup(), _setup(test_rc=1)], "/c/setup.jsonl")
     assert failed.met is None and failed.value is None
     assert "failed: make smoke-test exit 0, make test exit 1" in failed.note
+    no_test = setup_time_row([_setup(smoke_test_rc=2, test_rc=-1)], "f")
+    assert "failed: make smoke-test exit 2, make test not run" in no_test.note
 
 
 def test_setup_history_skips_bad_lines_and_keeps_text_on_one_line(tmp_path: Path) -> None:
@@ -428,14 +430,74 @@ def test_targets_section_reads_the_setup_history(
     assert sum(h.measure.startswith("Public training") for h in sec.headline) == 1
 
 
-def test_fresh_setup_script_refuses_a_work_folder_it_would_wipe() -> None:
-    """The script removes its work folder first: / and the shared temporary folders are refused
-    before anything runs (exit 2, one line)."""
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fresh-setup-time.sh"
+
+
+def _stub_bin(tmp_path: Path) -> dict[str, str]:
+    """PATH with stand-ins for make (prints a pytest-like summary) and podman (records its
+    arguments): the script's own logic runs, nothing is built or tested."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(
+        '#!/bin/sh\necho "make $1"\n[ "$1" = test ] && echo "3 passed in 1.00s"\nexit 0\n'
+    )
+    (bin_dir / "podman").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/podman.args\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_fresh_setup_script_records_a_line_the_targets_row_reads(tmp_path: Path) -> None:
+    """The script with make and podman stubbed: its JSON line is the one read_setup_history
+    and setup_time_row read (one format, two languages, checked together); a second run
+    replaces the work folder it made."""
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "fresh-setup-time.sh"
-    for work in ("/", "/tmp", "/var/tmp"):
+    env = _stub_bin(tmp_path) | {"HPCENV_CACHE": str(tmp_path / "cache")}
+    work = tmp_path / "work"
+    for _ in range(2):
         proc = subprocess.run(
-            ["bash", str(script), work], capture_output=True, text=True, timeout=30, check=False
+            ["bash", str(SCRIPT), str(work)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
         )
-        assert proc.returncode == 2 and proc.stderr == f"refusing WORKDIR {work}\n"
+        assert proc.returncode == 0, proc.stderr
+    assert (work / ".hpcenv-fresh-setup").is_file() and (work / "clone" / "Makefile").is_file()
+    assert 'graphroot = "' + str(work / "graph") + '"' in (work / "storage.conf").read_text()
+    entries = read_setup_history(tmp_path / "cache" / "bench" / "setup-history.jsonl")
+    assert len(entries) == 2 and entries[-1]["pytest"] == "3 passed in 1.00s"
+    assert entries[-1]["smoke_test_rc"] == 0 and entries[-1]["test_rc"] == 0
+    head = setup_time_row(entries, "h")
+    assert head.met is True and "(3 passed in 1.00s)" in head.note
+    assert "rm -af" in (tmp_path / "podman.args").read_text()  # the second run cleaned up first
+
+
+def test_fresh_setup_script_refuses_a_work_folder_it_did_not_make(tmp_path: Path) -> None:
+    """The script removes its work folder first: a folder it did not make (no marker) is
+    refused before anything runs, exit 2 and one line, and keeps its files."""
+    import subprocess
+
+    env = _stub_bin(tmp_path)
+    mine = tmp_path / "someone-elses"
+    mine.mkdir()
+    (mine / "data.txt").write_text("keep me")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(mine / "sub" / "..")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"fresh-setup-time: refusing WORKDIR {mine}: it exists and this script did not make "
+        "it (no .hpcenv-fresh-setup in it)\n"
+    )
+    assert (mine / "data.txt").read_text() == "keep me"
+    assert not (tmp_path / "podman.args").exists()

