@@ -39,7 +39,6 @@ from hpcenv.bench.report import (
     fmt_bytes,
     fmt_num,
     fmt_ratio,
-    geomean,
 )
 from hpcenv.bench.targets import COLLECTIVES_GOAL
 from hpcenv.errors import ConfigError, EnvironmentProblem
@@ -51,7 +50,6 @@ from hpcenv.tuning.measure import (
     KEEP_WITHIN,
     TRANSPORT_GAIN,
     choose_transport,
-    consistently_slower,
     medians,
     paired_ratio_rounds,
     rounds_slower,
@@ -288,14 +286,12 @@ def mpi_impl_section(ctx: BenchContext) -> Section:
                 f"{rounds_slower(per_round[name].get(size, []))}/{len(per_round[name].get(size, []))})"
             )
         rows.append(row)
+    best_name, stats = choose_transport(per_round)  # per variant: geomean, slow sizes
     rows.append(
         ["geomean", ""]
         + [
-            f"{fmt_ratio(geomean(med[n].values()))}; consistently slower at "
-            + (
-                ", ".join(fmt_bytes(s) for s, r in per_round[n].items() if consistently_slower(r))
-                or "none"
-            )
+            f"{fmt_ratio(stats[n]['geomean'])}; consistently slower at "
+            + (", ".join(fmt_bytes(s) for s in stats[n].get("slow_sizes", [])) or "none")
             for n in others
         ]
     )
@@ -334,16 +330,14 @@ def mpi_impl_section(ctx: BenchContext) -> Section:
     if plot:
         sec.plots.append(plot.name)
     for name in others:
-        gm = geomean(med[name].values())
         sec.headline.append(
             Headline(
                 f"MPI candidates: {name}, geomean allreduce busbw over {len(sizes)} sizes / naive "
                 "(image MPI), medians of the rounds",
                 libraries.get(name, "?").split(",")[0],
-                fmt_ratio(gm),
+                fmt_ratio(stats[name]["geomean"]),
             )
         )
-    best_name, stats = choose_transport(per_round)
     chosen = best_name or NAIVE
     gm = stats[best_name]["geomean"] if best_name else 1.0
     judged = rounds >= 3

@@ -46,17 +46,19 @@ TRAINING_GOAL = ">= 1.2"  # hpcenv default / naive launch
 DOCUMENTED_GOAL = ">= 1.0"  # hpcenv default / the project's documented launch
 
 
-def floor_history_path(site: str) -> Path:
+def _history(name: str) -> Path:
     from hpcenv.paths import cache_dir
 
-    return cache_dir() / "bench" / f"floor-history-{site}.jsonl"
+    return cache_dir() / "bench" / name
+
+
+def floor_history_path(site: str) -> Path:
+    return _history(f"floor-history-{site}.jsonl")
 
 
 def setup_history_path() -> Path:
     """Where ``scripts/fresh-setup-time.sh`` appends its results."""
-    from hpcenv.paths import cache_dir
-
-    return cache_dir() / "bench" / "setup-history.jsonl"
+    return _history("setup-history.jsonl")
 
 
 _SETUP_INTS = ("smoke_test_s", "smoke_test_rc", "test_s", "test_rc")
@@ -180,24 +182,25 @@ def setup_time_row(entries: Sequence[Mapping[str, Any]], where: str) -> Headline
     )
 
 
+def training_not_measured() -> Headline:
+    """The public training benchmark's row when the ``training`` section did not run."""
+    return Headline(
+        "Public training benchmark: samples/s, hpcenv default launch / naive launch",
+        "",
+        "",
+        TRAINING_GOAL,
+        None,
+        "Public training benchmark not measured: the `training` section (pytorch/examples "
+        "minGPT-DDP through a user recipe) did not run in this bench run, or failed (see "
+        "its section); the MNIST step against its compute alone is a smoke reference "
+        "(mnist_horovod.step_per_compute in `hpcenv smoke`).",
+    )
+
+
 def unmeasured_rows(training: bool = False) -> list[Headline]:
     """Issue 21's targets this bench run did not measure, with why; ``training``: the training
     section ran, and its rows replace the public training benchmark's."""
-    rows = [
-        setup_time_row([], ""),
-        Headline(
-            "Public training benchmark: samples/s, hpcenv default launch / naive launch",
-            "",
-            "",
-            TRAINING_GOAL,
-            None,
-            "Public training benchmark not measured: the `training` section (pytorch/examples "
-            "minGPT-DDP through a user recipe) did not run in this bench run, or failed (see "
-            "its section); the MNIST step against its compute alone is a smoke reference "
-            "(mnist_horovod.step_per_compute in `hpcenv smoke`).",
-        ),
-    ]
-    return rows[:1] if training else rows
+    return [setup_time_row([], "")] + ([] if training else [training_not_measured()])
 
 
 def targets_section(ctx: BenchContext) -> Section:
@@ -219,11 +222,8 @@ def targets_section(ctx: BenchContext) -> Section:
     sec.headline.append(floor_over_runs(entries, str(path)))
     setup = setup_history_path()
     sec.headline.append(setup_time_row(read_setup_history(setup), str(setup)))
-    sec.headline += [
-        row
-        for row in unmeasured_rows(bool(ctx.shared.get("training")))
-        if row.measure != SETUP_MEASURE  # the history's row above replaces it
-    ]
+    if not ctx.shared.get("training"):
+        sec.headline.append(training_not_measured())
     sec.text.append(
         "Targets of issue 21 that need more than one run of this bench (the floor over three "
         "runs, kept in a history in hpcenv's cache) or something it does not do; their rows "
