@@ -12,7 +12,8 @@ for fd in "/proc/$$/fd"/*; do
   fd=${fd##*/}
   case $fd in 0|1|2|255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
 done
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# shellcheck source-path=SCRIPTDIR source=pidfile.sh
+. "$(dirname "$0")/pidfile.sh"  # alive
 mkdir -p "$M"
 chmod 755 "$STATE"
 chown munge:munge "$M"
@@ -30,7 +31,7 @@ if [ ! -s "$KEY" ]; then
   chown munge:munge "$KEY"; chmod 400 "$KEY"
 fi
 SOCK=$M/munge.socket.2
-if ! alive "$M/munged.pid"; then
+if ! alive "$M/munged.pid" munged; then
   rm -f "$SOCK" "$SOCK.lock"
   runuser -u munge -- munged --socket="$SOCK" --key-file="$KEY" --pid-file="$M/munged.pid" \
     --log-file="$M/munged.log" --seed-file="$M/munged.seed"

@@ -74,7 +74,7 @@ for node in "${NODES[@]}"; do
   ip -n "$node" link set lo up
   ip -n "$node" link set eth0 up
   # Holder: UTS + mount namespaces inside the node's network namespace.
-  if ! alive "$d/holder.pid"; then
+  if ! alive "$d/holder.pid" sleep; then
     rm -f "$d/ready"
     # shellcheck disable=SC2016  # the inner script's $1..$5 are its own arguments
     setsid nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private -- \
@@ -112,9 +112,9 @@ CONF=$S/slurm.conf
 } >"$CONF.new"
 slurm_install_conf "$S"
 
-if ! alive "$S/slurmctld.pid"; then slurmctld -f "$CONF"; fi
+if ! alive "$S/slurmctld.pid" slurmctld; then slurmctld -f "$CONF"; fi
 for node in "${NODES[@]}"; do
-  if ! alive "$S/$node/slurmd.pid"; then
+  if ! alive "$S/$node/slurmd.pid" slurmd; then
     nsenter -t "$(cat "$S/$node/holder.pid")" --net --uts --mount slurmd -f "$CONF" -N "$node"
   fi
 done

@@ -16,7 +16,8 @@ slurm_close_inherited_fds() {
   done
 }
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# shellcheck source-path=SCRIPTDIR source=pidfile.sh
+. "$(dirname "${BASH_SOURCE[0]}")/pidfile.sh"  # alive, pid_if_ours, stop_service
 
 # slurm_hardware FRACTION: this machine's node line from `slurmd -C` (without its NodeName and
 # UpTime), RealMemory scaled by FRACTION so a node never drains for "Low RealMemory".

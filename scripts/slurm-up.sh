@@ -51,8 +51,8 @@ CONF=$S/slurm.conf
 } >"$CONF.new"
 slurm_install_conf "$S"
 
-if ! alive "$S/slurmctld.pid"; then slurmctld -f "$CONF"; fi
-if ! alive "$S/slurmd.pid"; then slurmd -f "$CONF"; fi
+if ! alive "$S/slurmctld.pid" slurmctld; then slurmctld -f "$CONF"; fi
+if ! alive "$S/slurmd.pid" slurmd; then slurmd -f "$CONF"; fi
 
 # --- wait for the node to be usable ----------------------------------------------------------
 for _ in $(seq 1 150); do

@@ -7,6 +7,10 @@
 # Key authentication only. If scripts/slurm-up.sh made a slurm.conf, sessions get SLURM_CONF via
 # SetEnv so sbatch/scontrol work over SSH. Port: HPCENV_SSHD_PORT (default 2222). Idempotent.
 set -euo pipefail
+# Every failure says where (a silent exit left the tests with an empty message to go on).
+trap 'echo "sshd-up: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+# shellcheck source-path=SCRIPTDIR source=pidfile.sh
+. "$(dirname "$0")/pidfile.sh"
 
 STATE=${HPCENV_STATE:-/var/tmp/hpcenv-services}
 D=$STATE/sshd
@@ -48,19 +52,29 @@ CONF
 mkdir -p /run/sshd  # privilege-separation dir (runtime, not /etc)
 "$SSHD" -t -f "$D/sshd_config"
 
-alive() { [ -s "$D/sshd.pid" ] && kill -0 "$(cat "$D/sshd.pid")" 2>/dev/null; }
-if alive; then
-  kill -HUP "$(cat "$D/sshd.pid")"  # reload the (re)generated config
+# not_serving WHY: say so with the end of sshd's own log (sshd reports a failed bind there, and
+# still exits 0 when it daemonizes first), and fail.
+not_serving() {
+  echo "sshd-up: sshd is not serving 127.0.0.1:$PORT ($1); the end of $D/sshd.log:" >&2
+  tail -n 5 "$D/sshd.log" >&2 2>/dev/null || true
+  exit 1
+}
+if pid=$(pid_if_ours "$D/sshd.pid" sshd); then
+  kill -HUP "$pid"  # reload the (re)generated config
 else
-  "$SSHD" -f "$D/sshd_config" -E "$D/sshd.log"
+  rm -f "$D/sshd.pid"  # stale: its number may be any process's now
+  "$SSHD" -f "$D/sshd_config" -E "$D/sshd.log" || not_serving "sshd exited $?"
 fi
-for _ in $(seq 1 50); do
-  if ssh -q -o BatchMode=yes -o UserKnownHostsFile="$D/known_hosts" -o StrictHostKeyChecking=yes \
-       -o IdentitiesOnly=yes -i "$D/id_ed25519" -p "$PORT" root@127.0.0.1 true 2>/dev/null; then
+for i in $(seq 1 50); do
+  # ConnectTimeout: a port another program holds may accept and then never answer.
+  if ssh -q -o BatchMode=yes -o ConnectTimeout=2 -o UserKnownHostsFile="$D/known_hosts" \
+       -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -i "$D/id_ed25519" -p "$PORT" \
+       root@127.0.0.1 true 2>/dev/null; then
     echo "sshd-up: listening on 127.0.0.1:$PORT (key $D/id_ed25519, known_hosts $D/known_hosts)"
     exit 0
   fi
+  # sshd writes its pid file once it listens: none after a second means it never did.
+  if [ "$i" -ge 10 ] && ! alive "$D/sshd.pid" sshd; then not_serving "no sshd runs for it"; fi
   sleep 0.1
 done
-echo "sshd-up: sshd did not accept a key login on 127.0.0.1:$PORT; see $D/sshd.log" >&2
-exit 1
+not_serving "no key login accepted in 50 tries"

@@ -70,11 +70,15 @@ def _script(
 
 
 def _alive(pidfile: Path) -> bool:
+    """The service in ``pidfile`` runs: its pid is alive and has the program's name (the rule of
+    scripts/pidfile.sh; a stale file's number may belong to any process by now). ``holder.pid``
+    names a namespace holder, which is ``sleep``; every other file is named after its program."""
+    program = {"holder": "sleep"}.get(pidfile.stem, pidfile.stem)
     try:
-        os.kill(int(pidfile.read_text().strip()), 0)
+        pid = int(pidfile.read_text().strip())
+        return pid > 0 and Path(f"/proc/{pid}/comm").read_text().strip() == program
     except (OSError, ValueError):
         return False
-    return True
 
 
 def _need_root_and(*tools: str) -> None:
