@@ -130,6 +130,16 @@ def test_paired_ratios_take_the_median_round_so_one_lucky_default_run_does_not_v
     assert measure.choose_transport({"eager": rounds})[0] == "eager"
 
 
+def test_each_item_starts_one_round_in_turn_and_every_round_runs_them_all() -> None:
+    """The one rotation tune, bench comm and bench mpi-impl interleave with."""
+    items = ["naive", "default", "ompi5", "mpich5"]
+    orders = [measure.round_order(items, r) for r in range(5)]
+    assert [o[0] for o in orders] == ["naive", "default", "ompi5", "mpich5", "naive"]
+    assert all(sorted(o) == sorted(items) for o in orders)
+    assert orders[1] == ["default", "ompi5", "mpich5", "naive"]
+    assert measure.round_order([], 3) == []
+
+
 def test_a_transport_the_image_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:
     """An Open MPI image built without UCX: the UCX candidate's run fails; the sweep goes on
     with the others and says why UCX was not chosen (it used to abort the whole measure)."""

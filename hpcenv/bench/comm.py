@@ -49,6 +49,7 @@ from hpcenv.tuning.measure import (
     consistently_slower,
     medians,
     paired_ratio_rounds,
+    round_order,
     rounds_slower,
 )
 
@@ -573,7 +574,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     ]
     runs: dict[str, list[list[dict[str, Any]]]] = {}
     for i in range(rounds):
-        for name, launcher, env in variants[i % 3 :] + variants[: i % 3]:
+        for name, launcher, env in round_order(variants, i):
             swept = checked_sweep(
                 ctx, sec, f"{name} #{i + 1}", ctx.in_image(launcher, "allreduce_mpi.py", args, env)
             )

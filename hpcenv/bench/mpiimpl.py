@@ -52,6 +52,7 @@ from hpcenv.tuning.measure import (
     choose_transport,
     medians,
     paired_ratio_rounds,
+    round_order,
     rounds_slower,
 )
 
@@ -261,8 +262,7 @@ def mpi_impl_section(ctx: BenchContext) -> Section:
     runs: dict[str, list[list[dict[str, Any]]]] = {}
     libraries: dict[str, str] = {}
     for i in range(rounds):
-        k = i % len(variants)
-        for name, line, env, cand in variants[k:] + variants[:k]:
+        for name, line, env, cand in round_order(variants, i):
             res = ctx.in_image(line, "allreduce_mpi.py", args, env)
             doc = res.require_doc()
             wrong = cand.ran(doc) if cand is not None else None

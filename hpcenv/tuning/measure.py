@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -194,6 +194,17 @@ def to_rules(choice: Mapping[int, tuple[int, int]]) -> list[Rule]:
     if all(c == (0, 0) for c in choice.values()):
         return []
     return [Rule(min_bytes=s, algorithm=a, segsize=g) for s, (a, g) in sorted(choice.items())]
+
+
+T = TypeVar("T")
+
+
+def round_order(items: Sequence[T], r: int) -> list[T]:
+    """The order of round ``r`` in an interleaved comparison: the items rotated so round r starts
+    with item r (mod their number). None always runs first, so a machine that warms up (or slows
+    down) during a round does not favour one of them in every round."""
+    k = r % len(items) if items else 0
+    return [*items[k:], *items[:k]]
 
 
 def paired_ratio_rounds(
@@ -382,8 +393,7 @@ def measure_transport(
     for r in range(rounds):
         if r and sw.over_budget(f"transport rounds {r + 1}-{rounds}"):
             break  # the defaults alone would pair with nothing
-        # the order rotates: round r starts with label r (mod the labels); none always runs first
-        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+        for label in round_order(labels, r):
             if label in unavailable:
                 continue
             if label != labels[0] and sw.over_budget(f"round {r + 1} transport {label}"):
