@@ -30,7 +30,7 @@ images: install            ## build the local horovod-cpu image (podman) and its
 	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
 
 test: images               ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests); CI=true: nothing may skip
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests  # the 30 slowest: where the set-up time goes
 
 unit: venv                 ## fast tests only (no containers or services)
 	$(PY) -m pytest -q tests -m "not podman and not slurm and not ssh and not apptainer"
