@@ -4,8 +4,9 @@
 # tarballs and MNIST, pip's wheels, the measured tuning), the nearest this machine comes to a
 # fresh one. Not fresh, so not counted: what `make host` installs once per machine (system
 # packages, Intel MPI and Apptainer under /opt/site; a few minutes on a new machine), the
-# services' configuration, and what the tests do over the loopback sshd (its sessions start
-# with the machine's own podman storage and cache, where those layers are warm).
+# services' configuration. The loopback sshd's sessions get the same empty storage and cache
+# (scripts/sshd-up.sh passes CONTAINERS_STORAGE_CONF and XDG_CACHE_HOME on) when the tests start
+# it; one that was already running is reconfigured by them the same way.
 #
 # Usage: scripts/fresh-setup-time.sh [WORKDIR]   (default /var/tmp/hpcenv-fresh; needs ~30 GB)
 # WORKDIR must not exist, or be one this script made (it holds .hpcenv-fresh-setup): it is

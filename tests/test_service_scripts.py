@@ -79,8 +79,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(name: str, state: Path, port: int) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HPCENV_STATE": str(state), "HPCENV_SSHD_PORT": str(port)}
+def _run(name: str, state: Path, port: int, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HPCENV_STATE": str(state), "HPCENV_SSHD_PORT": str(port), **extra}
     return subprocess.run(
         ["bash", str(SCRIPTS / name)], capture_output=True, text=True, env=env, timeout=120
     )
@@ -140,6 +140,38 @@ def test_sshd_up_says_why_when_its_port_is_taken(
     assert proc.returncode == 1
     assert f"sshd-up: sshd is not serving 127.0.0.1:{port}" in proc.stderr
     assert "Bind to port" in proc.stderr or "Cannot bind" in proc.stderr, proc.stderr
+
+
+@pytest.mark.ssh
+def test_sessions_get_the_callers_podman_storage_and_cache(sshd_state: tuple[Path, int]) -> None:
+    """A fresh-machine run (scripts/fresh-setup-time.sh) sets both; what the tests run over SSH
+    must use the same empty storage and cache, not the machine's warm ones."""
+    state, port = sshd_state
+    storage, cache = "/var/tmp/fresh/storage.conf", "/var/tmp/fresh/cache"
+    up = _run("sshd-up.sh", state, port, CONTAINERS_STORAGE_CONF=storage, XDG_CACHE_HOME=cache)
+    assert up.returncode == 0, up.stderr
+    d = state / "sshd"
+    session = subprocess.run(
+        ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={d / 'known_hosts'}",
+         "-o", "IdentitiesOnly=yes", "-i", str(d / "id_ed25519"), "-p", str(port),
+         "root@127.0.0.1", "echo $CONTAINERS_STORAGE_CONF $XDG_CACHE_HOME"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert session.stdout.split() == [storage, cache], session.stderr
+
+
+@pytest.mark.parametrize(
+    "value", ["/a b", "/x\nPermitRootLogin yes", "relative/path", '/a"b'],
+    ids=["space", "newline", "relative", "quote"],
+)  # fmt: skip
+def test_a_session_variable_that_is_not_a_plain_path_is_refused(
+    sshd_state: tuple[Path, int], value: str
+) -> None:
+    state, port = sshd_state
+    proc = _run("sshd-up.sh", state, port, XDG_CACHE_HOME=value)
+    assert proc.returncode == 1
+    assert "sshd-up: refusing XDG_CACHE_HOME=" in proc.stderr
+    assert not (state / "sshd" / "sshd_config").exists()
 
 
 def test_a_failing_step_is_named_not_silent(tmp_path: Path) -> None:
