@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +37,15 @@ def test_service_script_passes_shellcheck(name: str) -> None:
 
 @pytest.fixture
 def stranger() -> Iterator[subprocess.Popen[bytes]]:
-    """A running process that is none of the services (a ``sleep``)."""
+    """A running process that is none of the services (a ``sleep``), once it has that name:
+    Popen can return while the kernel is still inside exec, with the child named ``python``
+    (seen under load in a full CI run)."""
     proc = subprocess.Popen(["sleep", "300"])
+    comm = Path(f"/proc/{proc.pid}/comm")
+    deadline = time.monotonic() + 10
+    while comm.read_text().strip() != "sleep" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert comm.read_text().strip() == "sleep"
     yield proc
     proc.kill()
     proc.wait()
