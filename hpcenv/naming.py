@@ -19,6 +19,9 @@ from typing import Literal
 
 ImageKind = Literal["oci", "sif"]
 SifSource = Literal["oci", "def"]
+# mksquashfs(1) compressors a site may name for its SIFs (build.sif_compression; gzip is
+# Apptainer's default).
+SquashfsCompressor = Literal["gzip", "lz4", "zstd"]
 
 #: Repository prefix of the images ``hpcenv build`` makes in local podman storage.
 IMAGE_REPO = "localhost/hpcenv"

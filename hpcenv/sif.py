@@ -27,7 +27,7 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
 
     ``oci``: save the podman image (built before) as the site's archive (``build.archive``:
     oci-archive, or docker-archive as OLCF's Summit recipe) and convert it; reused
-    while the image id it came from is unchanged.
+    while the image id it came from (and the site's ``build.sif_compression``) is unchanged.
     ``def``: build ``Singularity.def`` natively (``--fakeroot``) in the plan's context; a
     locally bootstrapped base is saved next to it as the definition's ``oci-archive`` source.
     Reused while its inputs are unchanged (:func:`def_inputs_digest`): Apptainer keeps no
@@ -55,18 +55,20 @@ def _sif_from_image(plan: BuildPlan, sif: Path) -> None:
 
     engine = get_engine(plan.site.build.engine)
     stamp = sif.with_name(sif.name + ".image-id")
+    compression = plan.site.build.sif_compression
     image_id = engine.image_id(plan.tag)
-    if _already_built(sif, stamp, image_id):
-        return  # converted from this very image before
+    key = image_id if compression is None else f"{image_id} {compression}"
+    if _already_built(sif, stamp, key):
+        return  # converted from this very image, with this compressor, before
     archive = cache_dir() / "sif" / naming.sif_archive(recipe=plan.recipe, site=plan.site.name)
     archive.parent.mkdir(parents=True, exist_ok=True)
     fmt = plan.site.build.archive  # docker-archive where the site documents it (Summit)
     engine.save(plan.tag, archive, fmt)
     try:
-        Apptainer().build_from_oci_archive(archive, sif, fmt=fmt)
+        Apptainer().build_from_oci_archive(archive, sif, fmt=fmt, compression=compression)
     finally:
         archive.unlink(missing_ok=True)
-    stamp.write_text(image_id + "\n")
+    stamp.write_text(key + "\n")
 
 
 def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
@@ -79,7 +81,10 @@ def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
     base_id = engine.image_id(plan.lock.build["base_image"]) if bootstrapped else ""
     stamp = sif.with_name(sif.name + ".inputs")
     with context_ready(plan) as context:
+        compression = plan.site.build.sif_compression
         digest = def_inputs_digest(context, base_id)
+        if compression is not None:
+            digest = f"{digest} {compression}"
         if _already_built(sif, stamp, digest):
             return  # built from these very inputs before (no secrets written for it)
         stamp.unlink(missing_ok=True)  # a failed build below leaves no stale match
@@ -88,7 +93,9 @@ def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
         with build_secrets(plan.site) as secrets:
             folder = next(iter(secrets.values())).parent if secrets else None
             definition = context / "Singularity.def"
-            Apptainer().build_from_def(definition, sif, context, secrets_dir=folder)
+            Apptainer().build_from_def(
+                definition, sif, context, secrets_dir=folder, compression=compression
+            )
         stamp.write_text(digest + "\n")
 
 

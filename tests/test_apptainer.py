@@ -164,6 +164,32 @@ def test_build_from_def_in_helper(
     ]
 
 
+def test_a_sites_squashfs_compressor_reaches_apptainer_build(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeBuild()
+    monkeypatch.setattr(appt, "stream_command", fake)
+    runner = Apptainer("/usr/bin/apptainer")
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"")
+    runner.build_from_oci_archive(archive, tmp_path / "a.sif", fmt="oci-archive", compression="lz4")
+    assert fake.argv[fake.argv.index("build") :][:4] == [
+        "build",
+        "--force",
+        "--mksquashfs-args",
+        "-comp lz4",
+    ]
+    runner.build_from_oci_archive(archive, tmp_path / "b.sif", fmt="oci-archive")
+    assert "--mksquashfs-args" not in fake.argv  # unset: Apptainer's own default
+
+
+def test_only_a_known_squashfs_compressor_becomes_an_argument() -> None:
+    assert appt.squashfs_args(None) == []
+    assert appt.squashfs_args("zstd") == ["--mksquashfs-args", "-comp zstd"]
+    with pytest.raises(ConfigError, match="unknown squashfs compressor"):
+        appt.squashfs_args("lz4 -e /etc")  # type: ignore[arg-type]
+
+
 def test_build_failure_raises_build_error_with_log(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -263,6 +289,29 @@ def base_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def base_sif(base_archive: Path) -> Path:
     return Apptainer().build_from_oci_archive(base_archive, base_archive.with_suffix(".sif"))
+
+
+def _squashfs_compressor(sif: Path) -> int:
+    """The compression id in the SIF's squashfs superblock (mksquashfs's squashfs_fs.h:
+    1 gzip, 2 lzma, 3 lzo, 4 xz, 5 lz4, 6 zstd): the u16 20 bytes after the ``hsqs`` magic."""
+    with sif.open("rb") as handle:
+        head = handle.read(64 << 20)
+    at = head.find(b"hsqs")
+    assert at >= 0, "no squashfs superblock in the SIF's first 64 MiB"
+    return int.from_bytes(head[at + 20 : at + 22], "little")
+
+
+@pytest.mark.apptainer
+@needs_runtime
+def test_an_lz4_sif_is_lz4_and_runs(base_archive: Path, base_sif: Path) -> None:
+    """build.sif_compression: lz4 (the local sites) makes an lz4 squashfs that this machine's
+    Apptainer runs; the default stays gzip."""
+    sif = Apptainer().build_from_oci_archive(
+        base_archive, base_archive.with_name("base-lz4.sif"), compression="lz4"
+    )
+    assert (_squashfs_compressor(sif), _squashfs_compressor(base_sif)) == (5, 1)
+    proc = Apptainer().exec(sif, ["sh", "-c", ". /etc/os-release; echo $VERSION_CODENAME"])
+    assert proc.returncode == 0 and proc.stdout.strip() == "bookworm", proc.stderr
 
 
 @pytest.mark.apptainer

@@ -160,18 +160,33 @@ def test_sessions_get_the_callers_podman_storage_and_cache(sshd_state: tuple[Pat
     assert up.returncode == 0, up.stderr
     d = state / "sshd"
     session = subprocess.run(
-        ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={d / 'known_hosts'}",
-         "-o", "IdentitiesOnly=yes", "-i", str(d / "id_ed25519"), "-p", str(port),
-         "root@127.0.0.1", "echo $CONTAINERS_STORAGE_CONF $XDG_CACHE_HOME"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={d / 'known_hosts'}",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-i",
+            str(d / "id_ed25519"),
+            "-p",
+            str(port),
+            "root@127.0.0.1",
+            "echo $CONTAINERS_STORAGE_CONF $XDG_CACHE_HOME",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert session.stdout.split() == [storage, cache], session.stderr
 
 
 @pytest.mark.parametrize(
-    "value", ["/a b", "/x\nPermitRootLogin yes", "relative/path", '/a"b'],
+    "value",
+    ["/a b", "/x\nPermitRootLogin yes", "relative/path", '/a"b'],
     ids=["space", "newline", "relative", "quote"],
-)  # fmt: skip
+)
 def test_a_session_variable_that_is_not_a_plain_path_is_refused(
     sshd_state: tuple[Path, int], value: str
 ) -> None:

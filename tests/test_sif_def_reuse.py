@@ -83,3 +83,36 @@ def test_build_sif_reuses_an_unchanged_definition_and_rebuilds_a_changed_one(
     out.unlink()  # a stamp without its SIF is not a build
     sifmod.build_sif(plan(), "def")
     assert _Apptainer.builds == 3
+
+
+class _OciApptainer:
+    builds: list[str | None] = []
+
+    def build_from_oci_archive(self, archive: Path, sif: Path, **kw: object) -> None:
+        type(self).builds.append(kw.get("compression"))  # type: ignore[arg-type]
+        sif.parent.mkdir(parents=True, exist_ok=True)
+        sif.write_bytes(b"SIF")
+
+
+def test_a_sif_from_the_image_is_converted_again_when_the_compressor_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hpcenv.apptainer
+
+    monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sifmod, "get_engine", lambda name: _Engine())
+    monkeypatch.setattr(hpcenv.apptainer, "Apptainer", _OciApptainer)
+    monkeypatch.setattr(hpcenv.apptainer, "register_image", lambda name, path: None)
+    _OciApptainer.builds = []
+    site = load_site("local")
+    assert site.build.sif_compression == "lz4"
+    (plan,) = make_plans(site, ["daal4py"], {}, tmp_path / "ctx")
+    sifmod.build_sif(plan, "oci")
+    sifmod.build_sif(plan, "oci")  # same image, same compressor: reused
+    assert _OciApptainer.builds == ["lz4"]
+    gzip = site.model_copy(
+        update={"build": site.build.model_copy(update={"sif_compression": None})}
+    )
+    (plan,) = make_plans(gzip, ["daal4py"], {}, tmp_path / "ctx2")
+    sifmod.build_sif(plan, "oci")
+    assert _OciApptainer.builds == ["lz4", None]

@@ -156,6 +156,7 @@ def _sections() -> dict[str, SectionFn]:
     )
     from hpcenv.bench.compute import kmeans_section
     from hpcenv.bench.mpiimpl import mpi_impl_section
+    from hpcenv.bench.sifbuild import sif_section
     from hpcenv.bench.targets import targets_section
     from hpcenv.bench.training import training_section
     from hpcenv.bench.twonode import two_node_section
@@ -175,6 +176,7 @@ def _sections() -> dict[str, SectionFn]:
         "training": training_section,
         "cli": cli_section,
         "rebuild": rebuild_section,
+        "sif": sif_section,
         "build": build_section,
         "full-build": full_build_section,
         "targets": targets_section,
@@ -195,6 +197,7 @@ SECTION_NAMES = (
     "training",
     "cli",
     "rebuild",
+    "sif",
     "build",
     "targets",
 )
@@ -354,7 +357,7 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
     report = BenchReport(meta)
     fns = _sections()
     need_ctr = any(n in NEEDS_CONTAINER for n in names)
-    if need_ctr or {"build", "full-build", "rebuild", "training"} & set(names):
+    if need_ctr or {"build", "full-build", "rebuild", "sif", "training"} & set(names):
         if podman("image", "exists", image, check=False).returncode != 0:
             raise EnvironmentProblem(
                 f"image {image} does not exist; build it (make build-local) or pass --image"

@@ -29,6 +29,7 @@ from pydantic import (
 
 from hpcenv.credentials import redact_url
 from hpcenv.errors import ConfigError
+from hpcenv.naming import SquashfsCompressor
 from hpcenv.safe import (
     Count,
     EnvName,
@@ -432,6 +433,12 @@ class Build(Strict):
     archive: Literal["oci-archive", "docker-archive"] = Field(
         default="oci-archive",
         description="the archive an image is saved as before apptainer build turns it into a SIF",
+    )
+    sif_compression: SquashfsCompressor | None = Field(
+        default=None,
+        description="the squashfs compressor of the SIFs built for this site (apptainer build "
+        "--mksquashfs-args '-comp X'); none: Apptainer's default (gzip). Name one only where "
+        "every Apptainer or Singularity that runs the site's SIFs is known to mount it",
     )
 
     @field_serializer("apt_mirror", "pip_index_url", "pip_extra_index_urls", when_used="json")
