@@ -8,7 +8,7 @@ from pathlib import Path
 from hpcenv import naming
 from hpcenv.build import BuildPlan, build_secrets, context_ready, ensure_base
 from hpcenv.engines import get_engine
-from hpcenv.naming import BASE_ARCHIVE, SifSource
+from hpcenv.naming import BASE_ARCHIVE, SifSource, SquashfsCompressor
 from hpcenv.paths import cache_dir
 
 
@@ -82,9 +82,7 @@ def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
     stamp = sif.with_name(sif.name + ".inputs")
     with context_ready(plan) as context:
         compression = plan.site.build.sif_compression
-        digest = def_inputs_digest(context, base_id)
-        if compression is not None:
-            digest = f"{digest} {compression}"
+        digest = def_inputs_digest(context, base_id, compression)
         if _already_built(sif, stamp, digest):
             return  # built from these very inputs before (no secrets written for it)
         stamp.unlink(missing_ok=True)  # a failed build below leaves no stale match
@@ -99,13 +97,18 @@ def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
         stamp.write_text(digest + "\n")
 
 
-def def_inputs_digest(context: Path, base_id: str) -> str:
+def def_inputs_digest(
+    context: Path, base_id: str, compression: SquashfsCompressor | None = None
+) -> str:
     """SHA-256 over what a native build reads: every file of the build context (the
     definition, the lock, the checks, the build-only CA bundle and wheelhouse; names and bytes,
     links followed) and the id of the bootstrapped base its archive is saved from (the archive
-    itself is left out: saving it is what a reused build skips). Build secrets are not part of
-    the context and not of the digest."""
+    itself is left out: saving it is what a reused build skips), and the site's squashfs
+    ``compression`` where it names one (unset: the digest of earlier versions, so their SIFs
+    stay reused). Build secrets are not part of the context and not of the digest."""
     digest = hashlib.sha256(f"base {base_id}\n".encode())
+    if compression is not None:
+        digest.update(f"compression {compression}\n".encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file()):
         rel = path.relative_to(context).as_posix()
         if rel == BASE_ARCHIVE:

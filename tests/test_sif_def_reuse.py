@@ -38,6 +38,9 @@ def test_digest_changes_with_the_definition_a_file_or_the_base(tmp_path: Path) -
     assert changed != before
     (ctx / "checks" / "extra.py").write_text("x = 1\n")
     assert sifmod.def_inputs_digest(ctx, "sha256:base") not in (before, changed)
+    assert sifmod.def_inputs_digest(ctx, "sha256:base", "lz4") != sifmod.def_inputs_digest(
+        ctx, "sha256:base"
+    )
 
 
 class _Engine:
