@@ -35,6 +35,7 @@ def test_kmeans_daal4py(
         iterations_batch=batch["iterations"],
         iterations_spmd=spmd["iterations"],
         rows=doc["rows"],
+        timed_rounds=len(batch.get("seconds_by_round", [batch["seconds"]])),
         spmd_ms_per_iteration=round(spmd["seconds"] / max(1, spmd["iterations"]) * 1e3, 3),
         batch_ms_per_iteration=round(batch["seconds"] / max(1, batch["iterations"]) * 1e3, 3),
         sklearn_ms_per_iteration=round(skl["seconds"] / max(1, skl["iterations"]) * 1e3, 3),
