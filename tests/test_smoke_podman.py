@@ -90,3 +90,9 @@ def test_an_injected_2x_slowdown_fails_the_references(tmp_path: Path) -> None:
     assert "mnist_horovod.step_per_compute" in named, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "results" / "report.json").read_text())
     assert doc["ok"] is True  # the checks themselves passed: only the references failed
+    # confirmed before it failed: the MNIST check ran again, beside the first results
+    assert "again to confirm (retry 1 of 1)" in proc.stderr
+    again = json.loads((tmp_path / "results-retry-1" / "report.json").read_text())
+    assert [t["nodeid"].rsplit("::", 1)[-1] for t in again["tests"]] == ["test_mnist_horovod"]
+    step = next(v for v in again["references"] if v["figure"] == "mnist_horovod.step_per_compute")
+    assert step["verdict"] == "regression"

@@ -139,6 +139,28 @@ def figures(tests: Iterable[TestResult]) -> dict[str, Figure]:
     return out
 
 
+# The smoke test behind each figure, by the figure's first name part (``kmeans.x`` -> kmeans).
+FIGURE_TESTS = {
+    "allreduce": "test_allreduce",
+    "mnist_horovod": "(test_mnist_horovod and not ccl)",
+    "mnist_horovod_ccl": "test_mnist_horovod_ccl",
+    "kmeans": "test_kmeans_daal4py",
+}
+
+
+def checks_behind(names: Iterable[str]) -> str:
+    """A pytest ``-k`` expression selecting the smoke tests that produce these figures."""
+    picked = sorted({FIGURE_TESTS[n.split(".", 1)[0]] for n in names})
+    if not picked:
+        raise ValueError("no figures named")
+    return " or ".join(picked)
+
+
+def regressed(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The verdicts (``Verdict.to_dict()``) that regress beyond their reference, by figure."""
+    return {v["figure"]: v for v in verdicts if v["verdict"] == "regression"}
+
+
 def judge(value: float, ref: float, lower: float, upper: float | None, better: str) -> str:
     """ReFrame's rule: inside ``[ref*(1+lower), ref*(1+upper)]`` passes; outside on the bad
     side is a regression, on the good side an improvement."""
