@@ -103,14 +103,20 @@ def sshd_state(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     _run("sshd-down.sh", state, port)
 
 
+def _stale_sshd_pidfile(state: Path, pid: int) -> Path:
+    """The pid file a dead sshd left in ``state``, its number now another process's."""
+    (state / "sshd").mkdir(parents=True)
+    pidfile = state / "sshd" / "sshd.pid"
+    pidfile.write_text(f"{pid}\n")
+    return pidfile
+
+
 @pytest.mark.ssh
 def test_sshd_up_replaces_a_stale_pid_file_and_never_signals_its_number(
     sshd_state: tuple[Path, int], stranger: subprocess.Popen[bytes]
 ) -> None:
     state, port = sshd_state
-    (state / "sshd").mkdir(parents=True)
-    pidfile = state / "sshd" / "sshd.pid"
-    pidfile.write_text(f"{stranger.pid}\n")  # the number a dead sshd left, now another's
+    pidfile = _stale_sshd_pidfile(state, stranger.pid)
     proc = _run("sshd-up.sh", state, port)
     assert proc.returncode == 0, proc.stderr
     assert stranger.poll() is None, "sshd-up.sh signalled a process that is not its sshd"
@@ -127,9 +133,7 @@ def test_sshd_down_leaves_a_stranger_named_by_a_stale_pid_file_alone(
     sshd_state: tuple[Path, int], stranger: subprocess.Popen[bytes]
 ) -> None:
     state, port = sshd_state
-    (state / "sshd").mkdir(parents=True)
-    pidfile = state / "sshd" / "sshd.pid"
-    pidfile.write_text(f"{stranger.pid}\n")
+    pidfile = _stale_sshd_pidfile(state, stranger.pid)
     down = _run("sshd-down.sh", state, port)
     assert down.returncode == 0 and down.stdout == ""
     assert stranger.poll() is None and not pidfile.exists()
