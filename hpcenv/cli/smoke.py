@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
 
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
-        from hpcenv.smoke.references import checks_behind, regressed
+        from hpcenv.smoke.references import run_confirmed
         from hpcenv.smoke.report import SmokeReport, references_table, summary_table
         from hpcenv.smoke.runner import require_image, run_smoke, runs_as
 
@@ -174,20 +174,10 @@ def register(app: typer.Typer) -> None:
                 pytest_args=["-k", selection] if selection else [],
             )
 
-        reports = [run(results, select)]
-        bad = regressed(reports[-1].references) if check_references else {}
-        for attempt in range(1, reference_retries + 1):
-            if not bad or not reports[-1].ok:
-                break
-            again = checks_behind(bad)
-            typer.echo(
-                f"note: {', '.join(bad)} regressed; running {again} again to confirm "
-                f"(retry {attempt} of {reference_retries})",
-                err=True,
-            )
-            retry_dir = results.with_name(f"{results.name}-retry-{attempt}")  # same history
-            reports.append(run(retry_dir, again))
-            bad = {k: v for k, v in regressed(reports[-1].references).items() if k in bad}
+        retries = reference_retries if check_references else 0
+        reports, bad = run_confirmed(
+            run, results, select, retries, lambda msg: typer.echo(f"note: {msg}", err=True)
+        )
         if as_json:
             import json
 
@@ -206,7 +196,7 @@ def register(app: typer.Typer) -> None:
                 console.print(f"results: {report.results_dir} ({files})")
         if not all(r.ok for r in reports):
             raise typer.Exit(1)
-        if bad:
+        if check_references and bad:
             for v in bad.values():
                 typer.echo(
                     f"regression: {v['figure']} = {v['value']:.4g} {v['unit']}, outside "

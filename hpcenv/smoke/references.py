@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcenv.reads import json_lines
-from hpcenv.smoke.report import TestResult
+from hpcenv.smoke.report import SmokeReport, TestResult
 
 HISTORY_KEEP = 10  # compare with the median of the last N runs
 # Without a reference, history verdicts use these bounds (fractions of the median).
@@ -159,6 +159,31 @@ def checks_behind(names: Iterable[str]) -> str:
 def regressed(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The verdicts (``Verdict.to_dict()``) that regress beyond their reference, by figure."""
     return {v["figure"]: v for v in verdicts if v["verdict"] == "regression"}
+
+
+def run_confirmed(
+    run: Callable[[Path, str | None], SmokeReport],
+    results: Path,
+    select: str | None,
+    retries: int,
+    note: Callable[[str], None],
+) -> tuple[list[SmokeReport], dict[str, Mapping[str, Any]]]:
+    """``run(results, select)``, then up to ``retries`` runs of only the checks behind its
+    regressed figures (ReFrame's ``--max-retries``), each beside ``results`` so that they share
+    its history. Returns every report and the figures that regressed in every run."""
+    reports = [run(results, select)]
+    bad = regressed(reports[-1].references)
+    for attempt in range(1, retries + 1):
+        if not bad or not reports[-1].ok:
+            break
+        again = checks_behind(bad)
+        note(
+            f"{', '.join(bad)} regressed; running {again} again to confirm "
+            f"(retry {attempt} of {retries})"
+        )
+        reports.append(run(results.with_name(f"{results.name}-retry-{attempt}"), again))
+        bad = {k: v for k, v in regressed(reports[-1].references).items() if k in bad}
+    return reports, bad
 
 
 def judge(value: float, ref: float, lower: float, upper: float | None, better: str) -> str:
