@@ -29,11 +29,23 @@ $(VENV)/.installed: pyproject.toml
 images: install            ## build the local horovod-cpu image (podman) and its SIF, and the base under them
 	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
 
-test: images               ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests); CI=true: nothing may skip
-	$(PY) -m pytest -q --durations=30 tests  # the 30 slowest: where the set-up time goes
+# The unit tests (no container or service) run first, on both cores (pytest-xdist), while the
+# images only the real tests use are built in the background (tests/image_builds.py; a cold
+# build leaves a core idle much of the time). The real tests then run one at a time on a quiet
+# machine: their fixtures find those images cached (a build that failed is built again there,
+# and its test says why). Both parts always run; make test fails when either does.
+UNIT := not podman and not slurm and not ssh and not apptainer
 
-unit: venv                 ## fast tests only (no containers or services)
-	$(PY) -m pytest -q tests -m "not podman and not slurm and not ssh and not apptainer"
+test: images               ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests); CI=true: nothing may skip
+	@mkdir -p $(RESULTS)
+	$(PY) tests/image_builds.py $(HPCENV) > $(RESULTS)/test-image-builds.log 2>&1 & builds=$$!; \
+	$(PY) -m pytest -q -n 2 -m "$(UNIT)" tests; unit=$$?; \
+	wait $$builds; cat $(RESULTS)/test-image-builds.log; \
+	$(PY) -m pytest -q -p no:xdist --durations=30 -m "not ($(UNIT))" tests; real=$$?; \
+	test $$unit -eq 0 && test $$real -eq 0  # the 30 slowest real tests: where the set-up time goes
+
+unit: venv                 ## fast tests only (no containers or services), on both cores
+	$(PY) -m pytest -q -n 2 -m "$(UNIT)" tests
 
 lint: venv                 ## one formatting policy (ruff format), ruff's checks and mypy; tests/test_style.py runs the same under make test
 	$(VENV)/bin/ruff format --check hpcenv tests

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from image_builds import BUILDS
 
 from hpcenv.engines import engine_env
 from hpcenv.naming import image_tag
@@ -29,7 +30,7 @@ TAG = image_tag(recipe=RECIPE, site="local")
 @pytest.fixture(scope="module")
 def image() -> str:
     proc = subprocess.run(
-        [str(HPCENV), "build", "--site", "local", "--recipe", RECIPE, "--format", "oci"],
+        [str(HPCENV), "build", *BUILDS["horovod-ccl"]],
         capture_output=True,
         text=True,
         timeout=3000,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from image_builds import BUILDS
 from requirements import need_file
 
 if TYPE_CHECKING:
@@ -224,9 +225,9 @@ BIND_SITES = [
 IMAGE_LIB = "/usr/lib/x86_64-linux-gnu/libmpi.so.12"  # Debian's MPICH under its ABI name
 
 
-def _build(*args: str) -> None:
+def _build(name: str) -> None:
     proc = subprocess.run(
-        [HPCENV, "build", "--recipe", "horovod-cpu", *args],
+        [HPCENV, "build", *BUILDS[name]],
         env=REAL_ENV,
         capture_output=True,
         text=True,
@@ -238,7 +239,7 @@ def _build(*args: str) -> None:
 @pytest.fixture(scope="session")
 def bind_image() -> str:
     """localhost/hpcenv/horovod-cpu:local-bind, built (or found cached) by hpcenv itself."""
-    _build("--site", "local-bind", "--format", "oci")
+    _build("bind")
     return "localhost/hpcenv/horovod-cpu:local-bind"
 
 
@@ -246,7 +247,7 @@ def bind_image() -> str:
 def bind_sif(bind_image: str, site_apptainer: Path) -> None:
     """The SIF that `hpcenv build --site local-bind-sif` (its default format: sif) converts from
     the same build stage and delivers to the site's image path."""
-    _build("--site", "local-bind-sif")
+    _build("bind-sif")
 
 
 @pytest.fixture

@@ -1,0 +1,55 @@
+"""The images the real tests build beyond `make images`' local one, in one place.
+
+Each entry is the ``hpcenv build`` argument list a test fixture runs (the fixtures take it from
+here). `make test` runs this file first, in the background, while the unit tests run: the cold
+builds spend much of their time off the CPU (downloads, layer commits) or on one core (dpkg
+under qemu, mksquashfs' tail), and the unit tests fill the rest. The builds run one at a time
+(they share podman's storage). When the real tests start, their fixtures run the same builds and
+find them cached; a build that failed here is simply built again there, and its test says why.
+
+Usage: python tests/image_builds.py HPCENV   (exit 1 when a build failed; each build's time and
+outcome on one line)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+# name -> the arguments after ``hpcenv build``; the order is the order they are built in.
+BUILDS: dict[str, tuple[str, ...]] = {
+    # test_aarch64_podman.py: the arm64 base and image under qemu (mostly one core)
+    "arm64": ("--site", "local-arm64", "--recipe", "mpi4py-os"),
+    # test_horovod_ccl_podman.py: Horovod compiled on oneCCL
+    "horovod-ccl": ("--site", "local", "--recipe", "horovod-ccl", "--format", "oci"),
+    # test_rehearsal_bind.py: Horovod on Debian's MPICH for the bind model, then its SIF
+    "bind": ("--recipe", "horovod-cpu", "--site", "local-bind", "--format", "oci"),
+    "bind-sif": ("--recipe", "horovod-cpu", "--site", "local-bind-sif"),
+    # test_rehearsal_sitebuild.py: mpi4py compiled against the mounted site MPI, then its SIF
+    "sitebuild": ("--recipe", "daal4py", "--site", "local-sitebuild", "--format", "oci"),
+    "sitebuild-sif": ("--recipe", "daal4py", "--site", "local-sitebuild-sif"),
+}
+
+
+def build_all(hpcenv: str) -> int:
+    failed = 0
+    for name, args in BUILDS.items():
+        start = time.monotonic()
+        proc = subprocess.run(
+            [hpcenv, "build", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        took = time.monotonic() - start
+        verdict = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+        print(f"image_builds: {name}: hpcenv build {' '.join(args)}: {verdict} in {took:.0f} s")
+        if proc.returncode != 0:
+            failed += 1
+            print(proc.stdout[-3000:])
+        sys.stdout.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/image_builds.py HPCENV")
+    sys.exit(build_all(sys.argv[1]))
