@@ -190,8 +190,11 @@ class StartupShell:
     """The host and the long-lived container: every command succeeds at once."""
 
     where = "fake"
+    direct = None  # no runtime exec: the section measures podman exec alone
 
-    def run(self, command: str, env: Any = None, timeout: float = 600) -> Result:
+    def run(
+        self, command: str, env: Any = None, timeout: float = 600, *, via_podman: bool = False
+    ) -> Result:
         return Result(self.where, command, {}, 0, "", "", 0.0, None)
 
 

@@ -11,7 +11,7 @@ extending ``horovod-cpu``, built with ``hpcenv build --site SITE --recipe recipe
 oci`` (the user layers are late, the matched stack's come from the layer cache, so a rerun is
 fast; the image is kept). The run is made small with the project's own hydra overrides.
 
-Launches, :data:`NP` ranks on one node, each a ``podman exec`` into one container of that
+Launches, :data:`NP` ranks on one node, each an exec into one container of that
 image, interleaved (hpcenv, naive, documented; again), :data:`ROUNDS` rounds, medians:
 
 - hpcenv default: ``mpirun`` with hpcenv's placement and launch environment (the bench's

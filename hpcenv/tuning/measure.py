@@ -1,13 +1,14 @@
 """The sweep behind ``hpcenv tune --measure``: run each collective choice the image offers and
 keep what beats the library's own default, per message size.
 
-Runs in one container of the site's image (``podman exec``), with the image's ``mpirun`` and the
-placement's binding (``hpcenv tune``'s launcher flags for the layout), the same way ``smoke`` and
-``bench`` launch. What it sweeps comes from :file:`collectives.yaml` and the image's own lock
-(``/opt/hpcenv/stack.lock.json``): Open MPI coll_tuned allreduce algorithms and segment sizes
-(per message size, 8 B..64 MiB), then Horovod's fusion threshold and cycle time with the chosen
-rules in force. Choices for libraries the image lacks (MPICH/Intel MPI CVARs, NCCL without a GPU)
-are written down as "rendered only" with the reason.
+Runs in one container of the site's image (one exec per launch, :mod:`hpcenv.bench.shells`),
+with the image's ``mpirun`` and the placement's binding (``hpcenv tune``'s launcher flags for
+the layout), the same way ``smoke`` and ``bench`` launch. What it sweeps comes from
+:file:`collectives.yaml` and the image's own lock (``/opt/hpcenv/stack.lock.json``): Open MPI
+coll_tuned allreduce algorithms and segment sizes (per message size, 8 B..64 MiB), then Horovod's
+fusion threshold and cycle time with the chosen rules in force. Choices for libraries the
+image lacks (MPICH/Intel MPI CVARs, NCCL without a GPU) are written down as "rendered only" with
+the reason.
 
 Noise control (the machine may be shared): every candidate runs in ``rounds`` interleaved
 rounds and keeps its best per size; a candidate replaces the default at a size only when it is
