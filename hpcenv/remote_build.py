@@ -55,6 +55,14 @@ def _state_script() -> str:
     return templates_dir().joinpath("remote", "build-state.sh").read_text(encoding="utf-8")
 
 
+class _BuildStopped(JobError):
+    """The build on the login node ended without writing its exit status (killed)."""
+
+
+class _FollowedBuildStopped(_BuildStopped):
+    """... and it was an earlier run's build that this one followed."""
+
+
 SEND_TIMEOUT = 1800.0  # seconds for the context upload (a wheelhouse of a few hundred MB)
 POLL_TIMEOUT = 60.0
 
@@ -188,7 +196,14 @@ class RemoteBuild:
     def run(self) -> RemoteResult:
         started = time.monotonic()
         try:
-            return self._build(started)
+            try:
+                return self._build(started)
+            except _FollowedBuildStopped:
+                # The build it followed was an earlier one that was ending (its session killed,
+                # its podman still cleaning up): the state is now "stopped", so this starts it
+                # again, as the lost-connection message promises; the built layers are reused.
+                self.note("  the build it followed stopped without finishing; starting it again")
+                return self._build(started)
         except TransportError as err:
             raise self._lost(err) from None
 
@@ -240,7 +255,10 @@ class RemoteBuild:
                 "(setsid nohup bash -c 'bash build.sh > build.log 2>&1; echo $? > build.rc' "
                 "</dev/null >/dev/null 2>&1 & echo $! > build.pid)"
             )
-        rc, step = self._follow(log)
+        try:
+            rc, step = self._follow(log)
+        except _BuildStopped as err:
+            raise (_FollowedBuildStopped(str(err)) if reattached else JobError(str(err))) from None
         if rc != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
             raise BuildError(
@@ -303,7 +321,7 @@ class RemoteBuild:
                     current = tracker._current  # the step running when the build ended
                     return rc, current[2] if current else ""
                 if words[:1] != ["running"]:
-                    raise JobError(
+                    raise _BuildStopped(
                         f"the build on {self.t.describe()} stopped without finishing (killed?); "
                         f"{self.root} keeps the context and build.log; run the same command "
                         "again: the layers already built are reused (Using cache)"

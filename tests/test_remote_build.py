@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -196,3 +197,32 @@ def test_dropped_connection_then_retry_uses_cache(
     assert res.returncode == 0, res.stderr
     text = next((cache / "logs").iterdir()).read_text()
     assert "STEP 2/" in text and "Using cache" in text
+
+
+@pytest.mark.ssh
+@pytest.mark.podman
+@pytest.mark.timeout(1800)
+def test_a_followed_build_that_stops_is_started_again(sshd: SshdInfo, tmp_path: Path) -> None:
+    """Run again while the killed build is still ending (its podman cleaning up): the rerun
+    follows it, sees it stop without an exit status, and starts the build again (once), so the
+    same command succeeds instead of asking for a third run."""
+    cache = tmp_path / "cache"
+    first = _hpcenv(
+        "build", "-s", "local", "-r", "mpi4py-os", "--on-login", *_ssh(sshd), cache=cache
+    )
+    assert first.returncode == 0, first.stderr
+    ending = subprocess.Popen(["sleep", "3"])  # stands for the earlier build, still ending
+    reaper = threading.Thread(target=ending.wait)  # reaped when it ends: no zombie "running"
+    reaper.start()
+    try:
+        (FOLDER / "build.rc").unlink()
+        (FOLDER / "build.pid").write_text(f"{ending.pid}\n")
+        res = _hpcenv(
+            "build", "-s", "local", "-r", "mpi4py-os", "--on-login", *_ssh(sshd), cache=cache
+        )
+    finally:
+        reaper.join()
+    assert res.returncode == 0, res.stderr
+    assert f"following the build already running on the login node (pid {ending.pid})" in res.stderr
+    assert "the build it followed stopped without finishing; starting it again" in res.stderr
+    assert (FOLDER / "build.rc").read_text().strip() == "0"
