@@ -29,20 +29,23 @@ $(VENV)/.installed: pyproject.toml
 images: install            ## build the local horovod-cpu image (podman) and its SIF, and the base under them
 	$(HPCENV) build --site $(SITE) --recipe horovod-cpu --format both
 
-# The unit tests (no container or service) run first, on both cores (pytest-xdist), while the
-# images only the real tests use are built in the background (tests/image_builds.py; a cold
-# build leaves a core idle much of the time). The real tests then run one at a time on a quiet
-# machine: their fixtures find those images cached (a build that failed is built again there,
-# and its test says why). Both parts always run; make test fails when either does.
+# The images only the real tests use are built in the background (tests/image_builds.py; a cold
+# build leaves a core idle much of the time) while, in turn: the unit tests (no container or
+# service) run on both cores (pytest-xdist); then the real tests marked `alongside` (they build
+# nothing, need none of those images and time nothing: Slurm, sshd, jobs) one at a time. The
+# other real tests then run one at a time on a quiet machine: their fixtures find those images
+# cached (a build that failed is built again there, and its test says why). Every part always
+# runs; make test fails when any does.
 UNIT := not podman and not slurm and not ssh and not apptainer
 
 test: images               ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests); CI=true: nothing may skip
 	@mkdir -p $(RESULTS)
 	$(PY) tests/image_builds.py $(HPCENV) > $(RESULTS)/test-image-builds.log 2>&1 & builds=$$!; \
 	$(PY) -m pytest -q -n 2 -m "$(UNIT)" tests; unit=$$?; \
+	$(PY) -m pytest -q -p no:xdist --durations=10 -m "alongside" tests; along=$$?; \
 	wait $$builds; cat $(RESULTS)/test-image-builds.log; \
-	$(PY) -m pytest -q -p no:xdist --durations=30 -m "not ($(UNIT))" tests; real=$$?; \
-	test $$unit -eq 0 && test $$real -eq 0  # the 30 slowest real tests: where the set-up time goes
+	$(PY) -m pytest -q -p no:xdist --durations=30 -m "not ($(UNIT)) and not alongside" tests; real=$$?; \
+	test $$unit -eq 0 && test $$along -eq 0 && test $$real -eq 0  # the slowest real tests: where the set-up time goes
 
 unit: venv                 ## fast tests only (no containers or services), on both cores
 	$(PY) -m pytest -q -n 2 -m "$(UNIT)" tests

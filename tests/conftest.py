@@ -26,6 +26,24 @@ os.environ["HPCENV_TUNING_DIR"] = _TUNING_DIR
 atexit.register(shutil.rmtree, _TUNING_DIR, ignore_errors=True)
 
 
+REAL_MARKS = ("podman", "slurm", "ssh", "apptainer")  # the Makefile's UNIT set is none of these
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``alongside`` is for real tests only: on a unit test it would run it twice in `make
+    test` (with the unit tests, and again beside the background builds)."""
+    wrong = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("alongside")
+        and not any(item.get_closest_marker(m) for m in REAL_MARKS)
+    ]
+    if wrong:
+        raise pytest.UsageError(
+            f"marked alongside but none of {', '.join(REAL_MARKS)}: {', '.join(wrong)}"
+        )
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -7,15 +7,20 @@ under qemu, mksquashfs' tail), and the unit tests fill the rest. The builds run 
 (they share podman's storage). When the real tests start, their fixtures run the same builds and
 find them cached; a build that failed here is simply built again there, and its test says why.
 
+The real tests that need none of these images, build nothing and time nothing are marked
+``alongside``: `make test` runs them once the unit tests are done, while these builds go on.
+
 Usage: python tests/image_builds.py HPCENV   (exit 1 when a build failed; each build's time and
 outcome on one line)
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 # name -> the arguments after ``hpcenv build``; the order is the order they are built in.
 BUILDS: dict[str, tuple[str, ...]] = {
@@ -32,13 +37,35 @@ BUILDS: dict[str, tuple[str, ...]] = {
 }
 
 
+HPCENV = str(Path(sys.executable).with_name("hpcenv"))  # the installed command of this venv
+# Taken when the tests are collected, before any fixture points HPCENV_CACHE at a private cache:
+# these builds use the real cache (layers, SIF stamp), as the background pass did.
+REAL_ENV = dict(os.environ)
+
+
+def build(name: str, hpcenv: str = HPCENV) -> subprocess.CompletedProcess[str]:
+    """``hpcenv build`` with the arguments of ``BUILDS[name]``, its output captured (merged)."""
+    return subprocess.run(
+        [hpcenv, "build", *BUILDS[name]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=REAL_ENV,
+        timeout=3000,
+    )
+
+
+def built(name: str) -> None:
+    """For a fixture: the build done (or found cached), else a failure with its output's tail."""
+    proc = build(name)
+    assert proc.returncode == 0, f"hpcenv build {' '.join(BUILDS[name])}: {proc.stdout[-4000:]}"
+
+
 def build_all(hpcenv: str) -> int:
     failed = 0
     for name, args in BUILDS.items():
         start = time.monotonic()
-        proc = subprocess.run(
-            [hpcenv, "build", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        proc = build(name, hpcenv)
         took = time.monotonic() - start
         verdict = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
         print(f"image_builds: {name}: hpcenv build {' '.join(args)}: {verdict} in {took:.0f} s")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from image_builds import BUILDS
+from image_builds import built
 from requirements import need, need_tool
 
 from hpcenv import platforms
@@ -47,8 +47,7 @@ def arm64_image() -> str:
     need_tool("podman", why="the arm64 image is built with podman")
     if platforms.host_arch() != ARM and platforms.emulator(ARM) is None:
         need("the qemu-aarch64 binfmt handler", "arm64 binaries run under it", "make host")
-    proc = hpcenv("build", *BUILDS["arm64"])
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    built("arm64")
     return IMAGE
 
 

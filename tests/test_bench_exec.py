@@ -66,6 +66,7 @@ def test_no_runtime_on_path_means_podman_exec(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_both_ways_run_the_same_process_spec() -> None:
     image = need_image("localhost/hpcenv/horovod-cpu:local", "the launches run in it")
     probe = "id; pwd; grep -E '^(Cap(Prm|Eff|Bnd)|Seccomp):' /proc/self/status; echo $X"

@@ -115,6 +115,7 @@ def test_smoke_checks_the_image_before_staging_data(tmp_path: Path) -> None:
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_smoke_missing_image_names_the_build_command(tmp_path: Path) -> None:
     import os
 

@@ -26,6 +26,7 @@ def _by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_real_host_reports_podman_ok():
     checks = _by_name(doctor.run_checks())
     podman = checks["podman"]
@@ -93,6 +94,7 @@ def test_cli_json_with_faked_path(tmp_path, monkeypatch):
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_cli_table_on_real_host():
     result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.stdout

@@ -133,6 +133,7 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_failing_smoke_exits_1(tmp_path: Path) -> None:
     """The smoke suite against the bare base image (no venv, no MPI) fails, and says so by exit code."""
     from hpcenv.baseimage import default_tag

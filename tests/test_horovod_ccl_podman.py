@@ -11,31 +11,23 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from image_builds import BUILDS
+from image_builds import built
 
 from hpcenv.engines import engine_env
 from hpcenv.naming import image_tag
 
 pytestmark = pytest.mark.podman
 
-HPCENV = Path(sys.executable).with_name("hpcenv")
 RECIPE = "horovod-ccl"
 TAG = image_tag(recipe=RECIPE, site="local")
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    proc = subprocess.run(
-        [str(HPCENV), "build", *BUILDS["horovod-ccl"]],
-        capture_output=True,
-        text=True,
-        timeout=3000,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    built("horovod-ccl")
     return TAG
 
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from services import SlurmInfo, SshdInfo
 
 pytest_plugins = ["services"]  # the slurm and sshd fixtures
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300), pytest.mark.alongside]
 
 needs_mpi4py = pytest.mark.usefixtures("mpi4py_installed")
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from services import SlurmInfo, SshdInfo
 
 pytest_plugins = ["services"]  # the slurm and sshd fixtures
-pytestmark = [pytest.mark.ssh, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.ssh, pytest.mark.timeout(120), pytest.mark.alongside]
 
 
 def _spec(info: SshdInfo, known_hosts: Path) -> TransportSpec:

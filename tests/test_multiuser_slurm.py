@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from services import SlurmInfo
 
 pytest_plugins = ["services"]
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600), pytest.mark.alongside]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from services import TwoNodeInfo
 
 pytest_plugins = ["services"]
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600), pytest.mark.alongside]
 
 HPCENV = str(Path(sys.executable).with_name("hpcenv"))
 DATA = Path(__file__).parent / "data"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from image_builds import BUILDS
+from image_builds import built
 from requirements import need_file
 
 if TYPE_CHECKING:
@@ -225,21 +225,10 @@ BIND_SITES = [
 IMAGE_LIB = "/usr/lib/x86_64-linux-gnu/libmpi.so.12"  # Debian's MPICH under its ABI name
 
 
-def _build(name: str) -> None:
-    proc = subprocess.run(
-        [HPCENV, "build", *BUILDS[name]],
-        env=REAL_ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
 @pytest.fixture(scope="session")
 def bind_image() -> str:
     """localhost/hpcenv/horovod-cpu:local-bind, built (or found cached) by hpcenv itself."""
-    _build("bind")
+    built("bind")
     return "localhost/hpcenv/horovod-cpu:local-bind"
 
 
@@ -247,7 +236,7 @@ def bind_image() -> str:
 def bind_sif(bind_image: str, site_apptainer: Path) -> None:
     """The SIF that `hpcenv build --site local-bind-sif` (its default format: sif) converts from
     the same build stage and delivers to the site's image path."""
-    _build("bind-sif")
+    built("bind-sif")
 
 
 @pytest.fixture

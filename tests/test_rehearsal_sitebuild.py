@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from image_builds import BUILDS
+from image_builds import built
 
 if TYPE_CHECKING:
     from services import SlurmInfo
@@ -84,16 +84,10 @@ def _built(*args: str, recipe: str = RECIPE) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def _built_as(name: str) -> None:
-    """One of the builds `make test` starts early (tests/image_builds.py), by its name."""
-    proc = _cli("build", *BUILDS[name], timeout=1800, env=REAL_ENV)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
 @pytest.fixture(scope="session")
 def sitebuild_image(site_mpi_prefix: Path) -> str:
     """The site's image, built (or found cached) by hpcenv with the site MPI mounted."""
-    _built_as("sitebuild")
+    built("sitebuild")
     return TAG
 
 
@@ -101,7 +95,7 @@ def sitebuild_image(site_mpi_prefix: Path) -> str:
 def sitebuild_sif(sitebuild_image: str, site_apptainer: Path) -> None:
     """The SIF `hpcenv build --site local-sitebuild-sif` converts from the same build (its
     default format: sif) and delivers to the site's image path."""
-    _built_as("sitebuild-sif")
+    built("sitebuild-sif")
 
 
 @pytest.fixture

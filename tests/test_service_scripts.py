@@ -112,6 +112,7 @@ def _stale_sshd_pidfile(state: Path, pid: int) -> Path:
 
 
 @pytest.mark.ssh
+@pytest.mark.alongside
 def test_sshd_up_replaces_a_stale_pid_file_and_never_signals_its_number(
     sshd_state: tuple[Path, int], stranger: subprocess.Popen[bytes]
 ) -> None:
@@ -129,6 +130,7 @@ def test_sshd_up_replaces_a_stale_pid_file_and_never_signals_its_number(
 
 
 @pytest.mark.ssh
+@pytest.mark.alongside
 def test_sshd_down_leaves_a_stranger_named_by_a_stale_pid_file_alone(
     sshd_state: tuple[Path, int], stranger: subprocess.Popen[bytes]
 ) -> None:
@@ -140,6 +142,7 @@ def test_sshd_down_leaves_a_stranger_named_by_a_stale_pid_file_alone(
 
 
 @pytest.mark.ssh
+@pytest.mark.alongside
 def test_sshd_up_says_why_when_its_port_is_taken(
     sshd_state: tuple[Path, int], tmp_path: Path
 ) -> None:
@@ -155,6 +158,7 @@ def test_sshd_up_says_why_when_its_port_is_taken(
 
 
 @pytest.mark.ssh
+@pytest.mark.alongside
 def test_sessions_get_the_callers_podman_storage_and_cache(sshd_state: tuple[Path, int]) -> None:
     """A fresh-machine run (scripts/fresh-setup-time.sh) sets both; what the tests run over SSH
     must use the same empty storage and cache, not the machine's warm ones."""

@@ -29,6 +29,7 @@ def test_transport_host_runs_the_same_commands_as_local() -> None:
 
 
 @pytest.mark.ssh
+@pytest.mark.alongside
 @pytest.mark.timeout(180)
 def test_init_over_ssh_writes_a_valid_site(sshd: SshdInfo, tmp_path: Path) -> None:
     out = tmp_path / "login.yaml"

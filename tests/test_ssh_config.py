@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from services import SlurmInfo, SshdInfo
 
 pytest_plugins = ["services"]
-pytestmark = [pytest.mark.ssh, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.ssh, pytest.mark.timeout(180), pytest.mark.alongside]
 
 HPCENV = str(Path(sys.executable).with_name("hpcenv"))
 
