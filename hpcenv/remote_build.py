@@ -55,14 +55,6 @@ def _state_script() -> str:
     return templates_dir().joinpath("remote", "build-state.sh").read_text(encoding="utf-8")
 
 
-class _BuildStopped(JobError):
-    """The build on the login node ended without writing its exit status (killed)."""
-
-
-class _FollowedBuildStopped(_BuildStopped):
-    """... and it was an earlier run's build that this one followed."""
-
-
 SEND_TIMEOUT = 1800.0  # seconds for the context upload (a wheelhouse of a few hundred MB)
 POLL_TIMEOUT = 60.0
 
@@ -196,18 +188,29 @@ class RemoteBuild:
     def run(self) -> RemoteResult:
         started = time.monotonic()
         try:
-            try:
-                return self._build(started)
-            except _FollowedBuildStopped:
+            result = self._build(started)
+            if result is None:
                 # The build it followed was an earlier one that was ending (its session killed,
                 # its podman still cleaning up): the state is now "stopped", so this starts it
                 # again, as the lost-connection message promises; the built layers are reused.
                 self.note("  the build it followed stopped without finishing; starting it again")
-                return self._build(started)
+                result = self._build(started)
+            if result is None:  # followed again, and that one stopped too
+                raise JobError(self._stopped())
+            return result
         except TransportError as err:
             raise self._lost(err) from None
 
-    def _build(self, started: float) -> RemoteResult:
+    def _stopped(self) -> str:
+        return (
+            f"the build on {self.t.describe()} stopped without finishing (killed?); "
+            f"{self.root} keeps the context and build.log; run the same command "
+            "again: the layers already built are reused (Using cache)"
+        )
+
+    def _build(self, started: float) -> RemoteResult | None:
+        """The build done here, or followed when one is running there; None when the build it
+        followed stopped without finishing (then :meth:`run` starts it again)."""
         prepare = (
             f'umask 077; d="$HOME"/{self.folder}; mkdir -p "$d/context" && chmod 700 "$d" && '
             'cd "$d" && pwd && sh -s && cd context && '
@@ -255,10 +258,11 @@ class RemoteBuild:
                 "(setsid nohup bash -c 'bash build.sh > build.log 2>&1; echo $? > build.rc' "
                 "</dev/null >/dev/null 2>&1 & echo $! > build.pid)"
             )
-        try:
-            rc, step = self._follow(log)
-        except _BuildStopped as err:
-            raise (_FollowedBuildStopped(str(err)) if reattached else JobError(str(err))) from None
+        rc, step = self._follow(log)
+        if rc is None:
+            if reattached:
+                return None
+            raise JobError(self._stopped())
         if rc != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
             raise BuildError(
@@ -297,8 +301,9 @@ class RemoteBuild:
         )
         return result
 
-    def _follow(self, log: Path) -> tuple[int, str]:
-        """Copy ``build.log`` here as it grows until ``build.rc`` appears; its exit status."""
+    def _follow(self, log: Path) -> tuple[int | None, str]:
+        """Copy ``build.log`` here as it grows until ``build.rc`` appears: its exit status and
+        the step then running; None for a build that stopped without writing it (killed)."""
         tracker = StepTracker(self.on_step)
         log.parent.mkdir(parents=True, exist_ok=True)
         line_no = 1
@@ -321,11 +326,7 @@ class RemoteBuild:
                     current = tracker._current  # the step running when the build ended
                     return rc, current[2] if current else ""
                 if words[:1] != ["running"]:
-                    raise _BuildStopped(
-                        f"the build on {self.t.describe()} stopped without finishing (killed?); "
-                        f"{self.root} keeps the context and build.log; run the same command "
-                        "again: the layers already built are reused (Using cache)"
-                    )
+                    return None, ""
                 time.sleep(self.interval)
 
 
