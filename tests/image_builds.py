@@ -8,7 +8,8 @@ under qemu, mksquashfs' tail), and the unit tests fill the rest. The builds run 
 find them cached; a build that failed here is simply built again there, and its test says why.
 
 The real tests that need none of these images, build nothing and time nothing are marked
-``alongside``: `make test` runs them once the unit tests are done, while these builds go on.
+``alongside``: `make test` runs them once the unit tests are done, while these builds go on
+(the Apptainer helper their SIF runs use is made current first, here).
 
 Usage: python tests/image_builds.py HPCENV   (exit 1 when a build failed; each build's time and
 outcome on one line)
@@ -61,8 +62,24 @@ def built(name: str) -> None:
     assert proc.returncode == 0, f"hpcenv build {' '.join(BUILDS[name])}: {proc.stdout[-4000:]}"
 
 
+def helper_ready() -> str:
+    """The Apptainer helper image, built first when its Containerfile changed: the alongside
+    tests' ``site_apptainer`` fixture then finds it current (or waits on its lock) and builds
+    nothing beside these builds. Empty when it is ready; else why not."""
+    from hpcenv.apptainer import Apptainer
+
+    try:
+        Apptainer().ensure_helper()
+    except Exception as err:  # its fixture builds it again and says why
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
 def build_all(hpcenv: str) -> int:
-    failed = 0
+    start = time.monotonic()
+    why = helper_ready()
+    print(f"image_builds: apptainer helper: {why or 'ok'} in {time.monotonic() - start:.0f} s")
+    failed = 1 if why else 0
     for name, args in BUILDS.items():
         start = time.monotonic()
         proc = build(name, hpcenv)

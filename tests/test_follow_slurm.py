@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from services import SlurmInfo
 
 pytest_plugins = ["services"]
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240), pytest.mark.alongside]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 HPCENV = str(Path(sys.executable).with_name("hpcenv"))
 

@@ -43,7 +43,9 @@ class LoginNode(Transport):
 @pytest.fixture
 def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
-    (plan,) = make_plans(load_site("local"), ["mpi4py-os"], {}, tmp_path / "ctx")
+    site = load_site("local")  # without its wheelhouse (a 183 MB torch wheel): a small context
+    site = site.model_copy(update={"build": site.build.model_copy(update={"pip_find_links": []})})
+    (plan,) = make_plans(site, ["mpi4py-os"], {}, tmp_path / "ctx")
     notes: list[str] = []
 
     def make(node: LoginNode) -> RemoteBuild:
