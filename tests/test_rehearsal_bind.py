@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from image_builds import built
+from image_builds import REAL_ENV, built  # REAL_ENV: the real cache (layers, SIF stamp)
 from requirements import need_file
 
 if TYPE_CHECKING:
@@ -217,7 +217,6 @@ def test_site_mpi_replaces_the_image_mpi_in_sif_ranks(site_mpi_prefix: Path, wd:
 # ranks run `apptainer exec` (the site's apptainer, scripts/site-apptainer). Each job runs under
 # the real Slurm, submitted by `hpcenv submit --wait` as a process; the same programs with
 # --no-site-mpi show the image's MPICH, so every check here can fail.
-REAL_ENV = dict(os.environ)  # builds use the real cache (layers, SIF stamp), not the test's own
 BIND_SITES = [
     pytest.param("local-bind", id="podman"),
     pytest.param("local-bind-sif", id="sif", marks=pytest.mark.apptainer),

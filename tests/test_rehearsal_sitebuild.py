@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from image_builds import built
+from image_builds import REAL_ENV, built  # REAL_ENV: the real cache (layers, SIF stamp)
 
 if TYPE_CHECKING:
     from services import SlurmInfo
@@ -49,7 +49,6 @@ PY = "/opt/venv/bin/python3"
 RECIPE = "daal4py"  # mpi4py (compiled against the site MPI) + daal4py SPMD: the CI rehearsal
 TAG = f"localhost/hpcenv/{RECIPE}:local-sitebuild"
 SITE_LIB = "/opt/site/intel-mpi/lib/libmpi.so.12"
-REAL_ENV = dict(os.environ)  # builds use the real cache (layers, SIF stamp), not the test's own
 SITES = [
     pytest.param("local-sitebuild", id="podman"),
     pytest.param("local-sitebuild-sif", id="sif", marks=pytest.mark.apptainer),
