@@ -57,6 +57,9 @@ class Primitive:
     # build-context folders (source, target) there for this step only (shell only): a bind
     # mount in a Dockerfile; in a definition copied by %files and removed after the step
     mounts: tuple[tuple[str, str], ...] = ()
+    # build caches (id, target) the engine keeps between builds, there for this step only (shell
+    # only): ``RUN --mount=type=cache`` in a Dockerfile; a definition has none (see ``only``)
+    caches: tuple[tuple[str, str], ...] = ()
     only: Literal["docker", "singularity"] | None = None  # one format's way to do a step
     # env only: names whose ``$NAME`` in a value the image's environment expands (a prebuilt
     # base's own PATH); every other ``$`` stays literal
@@ -67,6 +70,7 @@ class Primitive:
         for value in (
             *self.commands,
             *(x for pair in self.mounts for x in pair),
+            *(x for pair in self.caches for x in pair),
             *(x for pair in self.pairs for x in pair),
             self.src,
             self.dst,
@@ -426,14 +430,16 @@ class Blocks:
         return [
             self.trust(),
             self.build_tools(),
+            # the venv and torch first: the largest install, the same for every MPI, so the
+            # images of one site (and of sites that differ only in their MPI) share its layer
+            self.python(),
+            self.torch(),
             self.fabric(),
             self.mpi(),
             self.daal4py_mpi(),
             self.gpu_runtime(),
             self.nccl(),
             self.network_plugin(),
-            self.python(),
-            self.torch(),
             self.oneccl(),
             self.horovod(),
             self.pip_packages(),
@@ -535,7 +541,19 @@ class Blocks:
         )
 
     def build_tools(self) -> Parts:
-        return Parts(build=[self.install(list(self.os_packages["build_tools"]))])
+        tools = list(self.os_packages["build_tools"])
+        cache = self.compiler_cache()
+        if cache:
+            tools.append(cache["package"])
+        return Parts(build=[self.install(tools)])
+
+    def compiler_cache(self) -> dict[str, str] | None:
+        """The compiler cache a compiling step uses (knowledge ``install.compiler_cache``):
+        for a stack that compiles Horovod, on a base whose package manager has one."""
+        if "horovod" not in self.lock.components:
+            return None
+        caches: dict[str, dict[str, str]] = kb()["install"]["compiler_cache"]["by_package_manager"]
+        return caches.get(self.package_manager)
 
     def mpi(self) -> Parts:
         mpi = self.lock.components["mpi"]
@@ -752,20 +770,40 @@ class Blocks:
                 f"{src}/CMakeLists.txt {src}/horovod/torch/CMakeLists.txt"
             )
             cmds.append(f"grep -q 'CMAKE_CXX_STANDARD 17' {src}/horovod/torch/CMakeLists.txt")
-        cmds += [
-            f"MAKEFLAGS=-j{self.lock.build['jobs']} {env_words} "
-            f"{PIP} install --no-cache-dir --no-build-isolation {src}",
+        build = f"{PIP} install --no-cache-dir --no-build-isolation {src}"
+        make = f"MAKEFLAGS=-j{self.lock.build['jobs']} {env_words}"
+        after = [
             f"rm -rf {src} /tmp/horovod-{hvd.version}.tar.gz",
             f"{VENV}/bin/horovodrun --check-build",
         ]
         if flags.get("HOROVOD_CPU_OPERATIONS") == "CCL":
-            cmds.append(
+            after.append(
                 f"{VENV}/bin/python -c "
                 + shlex.quote("import horovod.torch as h; assert h.ccl_built(), 'no CCL'")
             )
-        return Parts(
-            build=[comment(f"Horovod {hvd.version}: {hvd.reason}"), shell(*cmds)],
+        steps = [comment(f"Horovod {hvd.version}: {hvd.reason}")]
+        cache = self.compiler_cache()
+        if not cache:
+            return Parts(build=[*steps, shell(*cmds, f"{make} {build}", *after)])
+        # A Dockerfile keeps the compiler cache between builds (an engine cache mount, never in
+        # a layer): the images that differ only in their MPI or CPU operations compile most of
+        # Horovod (gloo, the torch adapter) once. A definition builds without it.
+        cache_env = f"CCACHE_DIR={cache['dir']}"
+        launchers = " ".join(f"{name}={cache['launcher']}" for name in cache["cmake_env"].split())
+        cached = Primitive(
+            "shell",
+            commands=(
+                *cmds,
+                f"{cache_env} {cache['launcher']} --zero-stats",
+                f"{make} {cache_env} {launchers} {build}",
+                f"{cache_env} {cache['launcher']} --show-stats",
+                *after,
+            ),
+            caches=((cache["id"], cache["dir"]),),
+            only="docker",
         )
+        plain = replace(shell(*cmds, f"{make} {build}", *after), only="singularity")
+        return Parts(build=[*steps, cached, plain])
 
     def pip_packages(self) -> Parts:
         reqs: list[str] = []

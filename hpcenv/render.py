@@ -82,6 +82,9 @@ def _environment() -> jinja2.Environment:
     env.filters["bind_mounts"] = lambda pairs: "".join(
         f"--mount=type=bind,source={src},target={dst} " for src, dst in pairs
     )
+    env.filters["cache_mounts"] = lambda pairs: "".join(
+        f"--mount=type=cache,id={cache_id},target={dst} " for cache_id, dst in pairs
+    )
     env.filters["lines"] = lambda items, sep: checked_lines(items, sep)
     return env
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 21's set-up time: README's two commands (`make smoke-test`, then `make test`, CI=true) on
-# a fresh clone, with a podman storage that holds no image and an empty cache (hpcenv's base
+# a fresh clone, with a podman storage that holds no image, no Horovod compiler cache and an empty cache (hpcenv's base
 # tarballs and MNIST, pip's wheels, the measured tuning), the nearest this machine comes to a
 # fresh one. Not fresh, so not counted: what `make host` installs once per machine (system
 # packages, Intel MPI and Apptainer under /opt/site; a few minutes on a new machine), the
@@ -39,6 +39,10 @@ if [ -f "$work/storage.conf" ]; then  # an earlier run: its containers and mount
   fi
 fi
 rm -rf --one-file-system "$work"
+# The Horovod compiler cache is an engine cache mount (id hpcenv-ccache), kept by podman under
+# ${TMPDIR:-/var/tmp}/buildah-cache (-UID when rootless) whatever the storage: a fresh machine
+# has none, so it goes too (the next build on this machine fills it again).
+rm -rf "${TMPDIR:-/var/tmp}/buildah-cache/hpcenv-ccache" "${TMPDIR:-/var/tmp}/buildah-cache-$(id -u)/hpcenv-ccache"
 mkdir -p "$work"
 touch "$work/$marker"
 cat > "$work/storage.conf" <<EOF2

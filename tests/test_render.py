@@ -289,3 +289,41 @@ def test_env_expands_only_the_build_arguments_its_stage_declared() -> None:
     site, lock = load_site("summit"), resolve(load_site("summit"), load_recipe("horovod-gpu"))
     dockerfile = render(lock, site).dockerfile
     assert "ARG MPI_ROOT\n" in dockerfile and 'MPICC="$MPI_ROOT/bin/mpicc"' in dockerfile
+
+
+def test_horovod_compiles_through_the_engine_kept_compiler_cache() -> None:
+    """A Dockerfile compiles Horovod with ccache (CMake's launcher variables) in an engine cache
+    mount, so local, local-bind and horovod-ccl compile the unchanged sources once; the cache
+    is never a layer and the definition (Apptainer has no cache mounts) builds without it."""
+    docker = FILES["local__horovod-cpu/Dockerfile"]
+    run = next(step for step in docker.split("\nRUN ") if "horovod==" in step)
+    assert run.startswith("--mount=type=cache,id=hpcenv-ccache,target=/var/cache/hpcenv-ccache ")
+    build = next(line for line in run.splitlines() if "--no-build-isolation" in line)
+    for word in (
+        "CCACHE_DIR=/var/cache/hpcenv-ccache",
+        "CMAKE_C_COMPILER_LAUNCHER=ccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER=ccache",
+    ):
+        assert word in build.split(), word
+    assert "ccache --show-stats" in run  # each build's hits in its log
+    assert "ccache" in docker.split("\nRUN ")[1]  # installed with the build tools
+    assert "/var/cache/hpcenv-ccache" not in docker.split("AS runtime", 1)[1]
+    definition = FILES["local__horovod-cpu/Singularity.def"]
+    assert "--no-build-isolation" in definition and "CCACHE_DIR" not in definition
+    # no Horovod, no cache: nothing else compiles through it
+    assert "hpcenv-ccache" not in FILES["local__daal4py/Dockerfile"]
+
+
+def test_torch_comes_before_the_mpi_so_images_that_differ_in_mpi_share_it() -> None:
+    """local and local-bind differ in their MPI (Open MPI, MPICH) only after the torch layer:
+    every instruction up to torch's is the same text, so one image's layers serve the other."""
+    local = FILES["local__horovod-cpu/Dockerfile"].split("\nFROM ", 1)[1]
+    bind = load_site("local-bind")
+    other = render(resolve(bind, load_recipe("horovod-cpu")), bind).dockerfile.split("\nFROM ", 1)[
+        1
+    ]
+    upto = local.index("torch==")
+    head = local[: local.index("\n", upto)]
+    head = re.sub(r"# torch .*\n", "", head)  # the comment names the site
+    assert re.sub(r"# torch .*\n", "", other).startswith(head)
+    assert local.index("torch==") < local.index("libopenmpi-dev")
