@@ -541,15 +541,12 @@ class Blocks:
         )
 
     def build_tools(self) -> Parts:
-        tools = list(self.os_packages["build_tools"])
-        cache = self.compiler_cache()
-        if cache:
-            tools.append(cache["package"])
-        return Parts(build=[self.install(tools)])
+        return Parts(build=[self.install(list(self.os_packages["build_tools"]))])
 
     def compiler_cache(self) -> dict[str, str] | None:
-        """The compiler cache a compiling step uses (knowledge ``install.compiler_cache``):
-        for a stack that compiles Horovod, on a base whose package manager has one."""
+        """The compiler cache a compiling step uses (knowledge ``install.compiler_cache``; its
+        launcher is one of the build tools): for a stack that compiles Horovod, on a base whose
+        package manager has one."""
         if "horovod" not in self.lock.components:
             return None
         caches: dict[str, dict[str, str]] = kb()["install"]["compiler_cache"]["by_package_manager"]

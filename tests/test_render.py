@@ -306,7 +306,9 @@ def test_horovod_compiles_through_the_engine_kept_compiler_cache() -> None:
     ):
         assert word in build.split(), word
     assert "ccache --show-stats" in run  # each build's hits in its log
-    assert "ccache" in docker.split("\nRUN ")[1]  # installed with the build tools
+    tools = docker.split("\nRUN ")[1]
+    assert " ccache " in tools  # installed with the build tools, the same for every recipe
+    assert FILES["local__daal4py/Dockerfile"].split("\nRUN ")[1] == tools
     assert "/var/cache/hpcenv-ccache" not in docker.split("AS runtime", 1)[1]
     definition = FILES["local__horovod-cpu/Singularity.def"]
     assert "--no-build-isolation" in definition and "CCACHE_DIR" not in definition
