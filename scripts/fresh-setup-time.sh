@@ -34,7 +34,7 @@ if [ -f "$work/storage.conf" ]; then  # an earlier run: its containers and mount
     CONTAINERS_STORAGE_CONF="$work/storage.conf" podman $what >/dev/null 2>&1 || true
   done
   # overlay mounts an earlier run's containers left behind (deepest first), then check
-  findmnt -rn -o TARGET | grep -F "$work/graph/" | sort -r | while read -r target; do
+  { findmnt -rn -o TARGET | grep -F "$work/graph/" || true; } | sort -r | while read -r target; do
     umount "$target" 2>/dev/null || true
   done
   if findmnt -rn -o TARGET | grep -qF "$work/"; then
