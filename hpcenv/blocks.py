@@ -33,6 +33,7 @@ from hpcenv.site import Site
 from hpcenv.versions import major_minor
 
 VENV = "/opt/venv"
+CACHE_WORD = re.compile(r"[A-Za-z0-9._/-]+")  # a build cache mount's id or target
 BUILD_DIR = "/opt/hpcenv-build"  # build stage only: CA bundle, pip.conf, wheelhouse
 PIP = f"{VENV}/bin/pip"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -78,6 +79,15 @@ class Primitive:
             self.text,
         ):
             one_line(value, f"{self.kind} instruction")
+        for cache_id, target in self.caches:  # the Dockerfile's mount flag takes them as they are
+            if not (self.kind == "shell" and self.only == "docker"):
+                raise ConfigError(
+                    f"{self.kind} instruction: a build cache mount is a Dockerfile's own "
+                    "(a shell step with only='docker'); a definition has none"
+                )
+            for word in (cache_id, target):
+                if not CACHE_WORD.fullmatch(word):
+                    raise ConfigError(f"build cache mount {word!r}: letters, digits, '._/-' only")
 
 
 def comment(text: str) -> Primitive:

@@ -85,6 +85,9 @@ _PODMAN_STEP = re.compile(
     r"^(?:\[(?P<stage>\d+)/(?P<stages>\d+)\] )?STEP (?P<i>\d+)/(?P<n>\d+): (?P<text>.*)$"
 )
 _DOCKER_STEP = re.compile(r"^Step (?P<i>\d+)/(?P<n>\d+) : (?P<text>.*)$")
+# A RUN's mount flags (secrets, build inputs, the compiler cache) say nothing about what the step
+# does: a step's text goes without them, so a progress line shows the command.
+_RUN_MOUNTS = re.compile(r"^RUN (?:--mount=\S+\s+)+")
 _BUILDKIT_STEP = re.compile(
     r"^#(?P<id>\d+) \[(?:[^\]\s]+ )?\s*(?P<i>\d+)/(?P<n>\d+)\] (?P<text>.*)$"
 )
@@ -125,6 +128,7 @@ class StepTracker:
             self._start(("1", "1"), int(m["i"]), int(m["n"]), m["text"])
 
     def _start(self, stage: tuple[str, str], i: int, n: int, text: str) -> None:
+        text = _RUN_MOUNTS.sub("RUN ", text)
         if stage != self._stage_key:
             if self._stage_key is not None:
                 self._offset += self._stage_total

@@ -386,3 +386,34 @@ def test_targets_table_says_met_or_missed_per_goal() -> None:
     assert "| geomean (goal >= 1.2) | >= 1.2 | 1.16 | MISSED |" in targets
     assert "| first step (goal < 4 s) | < 4 | 3.1 | met |" in targets
     assert "no goal" not in targets
+
+
+def test_a_cold_build_gets_the_isolated_storage_tmpdir_so_no_compiler_cache_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """podman keeps RUN --mount=type=cache folders (the Horovod ccache) under TMPDIR, not in
+    the storage: a cold build in an isolated storage runs with a TMPDIR of that storage's own."""
+    import hpcenv.engines
+    from hpcenv.bench.buildcost import IsolatedStorage, podman_build
+
+    seen: dict[str, object] = {}
+
+    def fake_stream(argv: list[str], log: Path, **kw: object) -> tuple[int, list[str]]:
+        seen.update(argv=argv, env=kw.get("env"))
+        return 1, ["stopped here"]
+
+    monkeypatch.setattr(hpcenv.engines, "stream_command", fake_stream)
+    store = IsolatedStorage(tmp_path / "store", tmp_path / "base.tar")
+    timing = podman_build(
+        "hpcenv",
+        tmp_path,
+        tmp_path / "Dockerfile",
+        "t",
+        tmp_path / "log",
+        cold=True,
+        storage=store.args,
+        env=store.env,
+    )
+    assert not timing.ok and timing.error == "stopped here"
+    assert seen["env"] == {"TMPDIR": str(tmp_path / "store" / "tmp")}
+    assert seen["argv"][:3] == ["podman", "--root", str(tmp_path / "store" / "root")]

@@ -442,3 +442,17 @@ def test_host_mpi_build_check_without_the_mount(mounted: bool, tmp_path: Path) -
             f"hpcenv: site-build: the host MPI spectrum-mpi@10.4 is not mounted at '{root}' "
             "(build with -v ROOT:ROOT --build-arg MPI_ROOT=ROOT)\n"
         )
+
+
+def test_a_build_cache_mount_is_a_dockerfile_shell_steps_only() -> None:
+    """The definition template has no cache mounts: a step with one must be Dockerfile-only, and
+    its id and target go into the mount flag as they are (no comma, no second option)."""
+    from hpcenv.blocks import Primitive
+    from hpcenv.errors import ConfigError
+
+    ok = Primitive("shell", commands=("true",), caches=(("c", "/var/cache/c"),), only="docker")
+    assert "--mount=type=cache,id=c,target=/var/cache/c true" in dockerfile(Parts(build=[ok]))
+    with pytest.raises(ConfigError, match="Dockerfile's own"):
+        Primitive("shell", commands=("true",), caches=(("c", "/var/cache/c"),))
+    with pytest.raises(ConfigError, match="letters, digits"):
+        Primitive("shell", commands=("true",), caches=(("c,uid=0", "/x"),), only="docker")

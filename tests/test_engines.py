@@ -96,6 +96,17 @@ def test_tracker_numbers_steps_across_stages():
     assert all(s.seconds == 2.0 for s in tracker.steps)
 
 
+def test_a_step_is_named_by_its_command_not_its_mount_flags():
+    seen: list[str] = []
+    tracker = engines.StepTracker(on_step=lambda _i, _n, t, _s: seen.append(t))
+    tracker.feed(
+        "[1/2] STEP 12/13: RUN --mount=type=cache,id=hpcenv-ccache,target=/var/cache/hpcenv-ccache "
+        "--mount=type=secret,id=hpcenv-pip.conf,target=/run/secrets/x /opt/venv/bin/pip install a"
+    )
+    tracker.feed("[1/2] STEP 13/13: RUN --mount-less-flag true")
+    assert seen == ["RUN /opt/venv/bin/pip install a", "RUN --mount-less-flag true"]
+
+
 def test_tracker_reads_docker_legacy_and_buildkit_output():
     seen: list[tuple[int, int, str]] = []
     tracker = engines.StepTracker(on_step=lambda i, n, t, _s: seen.append((i, n, t)))

@@ -149,8 +149,10 @@ def podman_build(
     cold: bool,
     volumes: tuple[str, ...] = (),
     storage: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> BuildTiming:
-    """``podman [STORAGE] build --layers [--no-cache]``; wall time, cached steps, size, slowest."""
+    """``podman [STORAGE] build --layers [--no-cache]``; wall time, cached steps, size, slowest.
+    ``env``: added to the engine's environment (an isolated storage's own ``TMPDIR``)."""
     from hpcenv.engines import StepTracker, stream_command
 
     argv = ["podman", *storage, "build", "--layers"]
@@ -168,7 +170,7 @@ def podman_build(
             cached += 1
 
     t0 = time.perf_counter()
-    rc, tail = stream_command(argv, log, tracker=tracker, on_line=on_line)
+    rc, tail = stream_command(argv, log, tracker=tracker, on_line=on_line, env=env)
     seconds = time.perf_counter() - t0
     timing = BuildTiming(
         name, tag, seconds, rc == 0, steps=len(tracker.steps), cached_steps=cached, log=str(log)
@@ -193,11 +195,13 @@ def image_size_layers(tag: str, storage: tuple[str, ...] = ()) -> tuple[int, int
 
 
 class IsolatedStorage:
-    """A throw-away podman storage holding only the base image: an empty layer cache.
+    """A throw-away podman storage holding only the base image: an empty layer cache, and no
+    build cache mount (the Horovod compiler cache): podman keeps those under ``TMPDIR``, which
+    builds in this storage get a fresh one of (``env``).
 
     Cold builds run in a fresh one (no layer of any other build can be reused, also not by
     accident through identical steps of other recipes), the warm rebuild in the same one right
-    after (it can only hit its own layers), then it is deleted.
+    after (it can only hit its own layers and cache), then it is deleted.
     """
 
     def __init__(self, root: Path, base_archive: Path) -> None:
@@ -208,11 +212,16 @@ class IsolatedStorage:
     def args(self) -> tuple[str, ...]:
         return ("--root", str(self.root / "root"), "--runroot", str(self.root / "run"))
 
+    @property
+    def env(self) -> dict[str, str]:
+        return {"TMPDIR": str(self.root / "tmp")}
+
     def __enter__(self) -> IsolatedStorage:
         from hpcenv.bench.shells import podman
 
         self.remove()
         self.root.mkdir(parents=True)
+        (self.root / "tmp").mkdir()
         podman(*self.args, "load", "-q", "-i", str(self.base_archive), timeout=300)
         return self
 
@@ -469,6 +478,7 @@ def build_section(ctx: BenchContext) -> Section:
                     cold=True,
                     volumes=volumes[name],
                     storage=store.args,
+                    env=store.env,
                 )
                 cold[name] = t
                 ctx.say(
@@ -488,6 +498,7 @@ def build_section(ctx: BenchContext) -> Section:
                     cold=False,
                     volumes=volumes[name],
                     storage=store.args,
+                    env=store.env,
                 )
                 warm[name] = w
                 ctx.say(
@@ -722,6 +733,7 @@ def full_build_section(ctx: BenchContext) -> Section:
             ctx.work / "build-full-cold.log",
             cold=True,
             storage=store.args,
+            env=store.env,
         )
         ctx.say(sec.key, f"cold: {cold.seconds:.0f} s, {fmt_mb(cold.size_bytes)}, ok={cold.ok}")
         if not cold.ok:
@@ -738,6 +750,7 @@ def full_build_section(ctx: BenchContext) -> Section:
             ctx.work / "build-full-warm.log",
             cold=False,
             storage=store.args,
+            env=store.env,
         )
         ctx.say(sec.key, f"warm rebuild: {warm.seconds:.1f} s")
     archive.unlink(missing_ok=True)
