@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 21's set-up time: README's two commands (`make smoke-test`, then `make test`, CI=true) on
-# a fresh clone, with a podman storage that holds no image, no Horovod compiler cache and an empty cache (hpcenv's base
-# tarballs and MNIST, pip's wheels, the measured tuning), the nearest this machine comes to a
-# fresh one. Not fresh, so not counted: what `make host` installs once per machine (system
-# packages, Intel MPI and Apptainer under /opt/site; a few minutes on a new machine), the
-# services' configuration. The loopback sshd's sessions get the same empty storage and cache
-# (scripts/sshd-up.sh passes CONTAINERS_STORAGE_CONF and XDG_CACHE_HOME on) when the tests start
-# it; one that was already running is reconfigured by them the same way.
+# a fresh clone, with a podman storage that holds no image, no Horovod compiler cache and an
+# empty cache (hpcenv's base tarballs and MNIST, pip's wheels, the measured tuning), the nearest
+# this machine comes to a fresh one. Not fresh, so not counted: what `make host` installs once
+# per machine (system packages, Intel MPI and Apptainer under /opt/site; a few minutes on a new
+# machine), the services' configuration. The loopback sshd's sessions get the same empty
+# storage and cache (scripts/sshd-up.sh passes CONTAINERS_STORAGE_CONF and XDG_CACHE_HOME on)
+# when the tests start it; one that was already running is reconfigured by them the same way.
 #
 # Usage: scripts/fresh-setup-time.sh [WORKDIR]   (default /var/tmp/hpcenv-fresh; needs ~30 GB)
 # WORKDIR must not exist, or be one this script made (it holds .hpcenv-fresh-setup): it is
@@ -34,7 +34,7 @@ if [ -f "$work/storage.conf" ]; then  # an earlier run: its containers and mount
     CONTAINERS_STORAGE_CONF="$work/storage.conf" podman $what >/dev/null 2>&1 || true
   done
   # overlay mounts an earlier run's containers left behind (deepest first), then check
-  { findmnt -rn -o TARGET | grep -F "$work/graph/" || true; } | sort -r | while read -r target; do
+  { findmnt -rn -o TARGET | grep -F "$work/" || true; } | sort -r | while read -r target; do
     umount "$target" 2>/dev/null || true
   done
   if findmnt -rn -o TARGET | grep -qF "$work/"; then
@@ -43,10 +43,13 @@ if [ -f "$work/storage.conf" ]; then  # an earlier run: its containers and mount
   fi
 fi
 rm -rf --one-file-system "$work"
-# The Horovod compiler cache is an engine cache mount (id hpcenv-ccache), kept by podman under
-# ${TMPDIR:-/var/tmp}/buildah-cache (-UID when rootless) whatever the storage: a fresh machine
-# has none, so it goes too (the next build on this machine fills it again).
-rm -rf "${TMPDIR:-/var/tmp}/buildah-cache/hpcenv-ccache" "${TMPDIR:-/var/tmp}/buildah-cache-$(id -u)/hpcenv-ccache"
+# The Horovod compiler cache is an engine cache mount (id hpcenv-ccache) that podman keeps
+# outside its storage, under ${TMPDIR:-/var/tmp}/buildah-cache (podman 4.3, buildah 1.28; a
+# -UID suffix when rootless): a fresh machine has none, so it goes too (the next build on this
+# machine fills it again). HPCENV_FRESH_BUILD_CACHE names another folder (the script's tests).
+suffix=""
+[ "$(id -u)" = 0 ] || suffix="-$(id -u)"
+rm -rf -- "${HPCENV_FRESH_BUILD_CACHE:-${TMPDIR:-/var/tmp}/buildah-cache$suffix/hpcenv-ccache}"
 mkdir -p "$work"
 touch "$work/$marker"
 cat > "$work/storage.conf" <<EOF2

@@ -458,8 +458,15 @@ def test_fresh_setup_script_records_a_line_the_targets_row_reads(tmp_path: Path)
     replaces the work folder it made."""
     import subprocess
 
-    env = _stub_bin(tmp_path) | {"HPCENV_CACHE": str(tmp_path / "cache")}
+    build_cache = tmp_path / "buildah-cache" / "hpcenv-ccache"
+    env = _stub_bin(tmp_path) | {
+        "HPCENV_CACHE": str(tmp_path / "cache"),
+        # never the real compiler cache of this machine: the script removes the one it names
+        "HPCENV_FRESH_BUILD_CACHE": str(build_cache),
+    }
     work = tmp_path / "work"
+    build_cache.mkdir(parents=True)
+    (build_cache / "a.o").write_text("object")
     for _ in range(2):
         proc = subprocess.run(
             ["bash", str(SCRIPT), str(work)],
@@ -478,6 +485,7 @@ def test_fresh_setup_script_records_a_line_the_targets_row_reads(tmp_path: Path)
     head = setup_time_row(entries, "h")
     assert head.met is True and "(3 passed in 1.00s)" in head.note
     assert "rm -af" in (tmp_path / "podman.args").read_text()  # the second run cleaned up first
+    assert not build_cache.exists() and build_cache.parent.is_dir()  # a fresh compiler cache
 
 
 def test_fresh_setup_script_refuses_a_work_folder_it_did_not_make(tmp_path: Path) -> None:
