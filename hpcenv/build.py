@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from hpcenv.engines import BuildResult, StepCallback, get_engine
 from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
 from hpcenv.output import output_lock, publish_dir
-from hpcenv.paths import cache_dir
+from hpcenv.paths import cache_dir, file_lock
 from hpcenv.recipe import Recipe, load_recipe, with_additions
 from hpcenv.render import Rendered, pip_conf, render, stage_user_files, write
 from hpcenv.resolver import resolve
@@ -254,6 +254,16 @@ def build_platform(plan: BuildPlan) -> str | None:
 def build_log_path(plan: BuildPlan) -> Path:
     """Where the full log of ``plan``'s build goes (shown before the build starts)."""
     return cache_dir() / "logs" / naming.build_log(recipe=plan.recipe, site=plan.site.name)
+
+
+def build_lock(plan: BuildPlan, on_wait: Callable[[Path], None]) -> AbstractContextManager[None]:
+    """One build of a recipe for a site at a time, for this cache: its log, its image tag and
+    its SIF are one set. A second ``hpcenv build`` of the same (a second terminal, a test's
+    fixture beside `make test`'s background builds) waits for the first (``on_wait`` is told
+    the lock file first), then finds its layers and its SIF cached instead of building them
+    twice at once."""
+    lock = cache_dir() / "locks" / (build_log_path(plan).stem + ".lock")
+    return file_lock(lock, on_wait=lambda: on_wait(lock))
 
 
 def build_image(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
@@ -73,11 +73,17 @@ def cache_dir(*, create: bool = True) -> Path:
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock; a second caller waits until the first is done."""
+def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive advisory lock; a second caller waits until the first is done (``on_wait``
+    is called once first, when it has to wait)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

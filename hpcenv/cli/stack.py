@@ -359,7 +359,7 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        from hpcenv.build import build_log_path, build_platform
+        from hpcenv.build import build_lock, build_log_path, build_platform
         from hpcenv.cli.progress import StepProgress
 
         if fmt != "sif" or sif_from == "oci":
@@ -371,7 +371,17 @@ def register(app: typer.Typer) -> None:
         for plan in plans:
             console.print(f"[bold]build[/] {plan.recipe} for {plan.site.name} -> {plan.tag}")
             entry: dict[str, object] = {"recipe": plan.recipe}
-            with StepProgress(console) as progress:
+
+            def waiting(lock: Path, plan: BuildPlan = plan) -> None:
+                console.print(
+                    f"  waiting for another hpcenv build of {plan.recipe} for {plan.site.name} "
+                    f"to finish (lock {lock})",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,  # the path stays whole on one line
+                )
+
+            with build_lock(plan, waiting), StepProgress(console) as progress:
                 if fmt != "sif" or sif_from == "oci":
                     progress.note(f"  log: {build_log_path(plan)}")
                     result = build_image(
