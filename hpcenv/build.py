@@ -258,10 +258,10 @@ def build_log_path(plan: BuildPlan) -> Path:
 
 def build_lock(plan: BuildPlan, on_wait: Callable[[Path], None]) -> AbstractContextManager[None]:
     """One build of a recipe for a site at a time, for this cache: its log, its image tag and
-    its SIF are one set. A second ``hpcenv build`` of the same (a second terminal, a test's
-    fixture beside `make test`'s background builds) waits for the first (``on_wait`` is told
-    the lock file first), then finds its layers and its SIF cached instead of building them
-    twice at once."""
+    its SIF are one set. A second ``hpcenv build`` of the same (a second terminal, a script
+    beside an interactive build) waits for the first (``on_wait`` is told the lock file
+    first), then finds its layers and its SIF cached instead of building them twice at once
+    and writing one log from two builds."""
     lock = cache_dir() / "locks" / (build_log_path(plan).stem + ".lock")
     return file_lock(lock, on_wait=lambda: on_wait(lock))
 

@@ -7,11 +7,9 @@ under qemu, mksquashfs' tail), and the unit tests fill the rest. The builds run 
 (they share podman's storage). When the real tests start, their fixtures run the same builds and
 find them cached; a build that failed here is simply built again there, and its test says why.
 
-The real tests that time nothing and need none of these images but the first, the third-party
-user image, are marked ``alongside``: `make test` runs them once the unit tests are done, while
-these builds go on (the Apptainer helper their SIF runs use is made current first, here, and the
-third-party image is built first; its fixture's ``hpcenv build`` waits on that build's lock
-(hpcenv.build.build_lock) and then finds its layers and SIF cached).
+The real tests that need none of these images, build nothing and time nothing are marked
+``alongside``: `make test` runs them once the unit tests are done, while these builds go on
+(the Apptainer helper their SIF runs use is made current first, here).
 
 Usage: python tests/image_builds.py HPCENV   (exit 1 when a build failed; each build's time and
 outcome on one line)
@@ -22,19 +20,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from thirdparty_project import BUILD_ARGS, make_project
-
 # name -> the arguments after ``hpcenv build``; the order is the order they are built in.
-# "thirdparty" first: its tests run alongside (test_thirdparty_2node.py), and its fixture's build
-# waits for this one (hpcenv build's lock), then finds it cached. Its recipe is in a project
-# folder made at build time (tests/thirdparty_project.py): "--recipe PROJECT/recipe.yaml" first.
-THIRDPARTY = "thirdparty"
 BUILDS: dict[str, tuple[str, ...]] = {
-    THIRDPARTY: BUILD_ARGS,
     # test_aarch64_podman.py: the arm64 base and image under qemu (mostly one core)
     "arm64": ("--site", "local-arm64", "--recipe", "mpi4py-os"),
     # test_horovod_ccl_podman.py: Horovod compiled on oneCCL
@@ -56,23 +46,14 @@ REAL_ENV = dict(os.environ)
 
 def build(name: str, hpcenv: str = HPCENV) -> subprocess.CompletedProcess[str]:
     """``hpcenv build`` with the arguments of ``BUILDS[name]``, its output captured (merged)."""
-    with tempfile.TemporaryDirectory(prefix="hpcenv-image-builds-") as tmp:
-        return subprocess.run(
-            [hpcenv, "build", *arguments(name, Path(tmp))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=REAL_ENV,
-            timeout=3000,
-        )
-
-
-def arguments(name: str, tmp: Path) -> tuple[str, ...]:
-    """``BUILDS[name]``, with the third-party project made in ``tmp`` and its recipe named."""
-    if name != THIRDPARTY:
-        return BUILDS[name]
-    project = make_project(tmp / "project")
-    return ("--recipe", str(project / "recipe.yaml"), *BUILDS[name])
+    return subprocess.run(
+        [hpcenv, "build", *BUILDS[name]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=REAL_ENV,
+        timeout=3000,
+    )
 
 
 def built(name: str) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from image_builds import BUILDS, arguments
+from image_builds import BUILDS
 
 HPCENV = str(Path(sys.executable).with_name("hpcenv"))
 
@@ -16,7 +16,7 @@ HPCENV = str(Path(sys.executable).with_name("hpcenv"))
 @pytest.mark.parametrize("name", list(BUILDS))
 def test_each_early_build_is_one_hpcenv_accepts(name: str, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [HPCENV, "build", *arguments(name, tmp_path), "--dry-run"],
+        [HPCENV, "build", *BUILDS[name], "--dry-run"],
         capture_output=True,
         text=True,
         timeout=120,

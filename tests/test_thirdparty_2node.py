@@ -6,9 +6,7 @@ hydra-core, boto3, requests, aiohttp; the CPU patch applied to the copy) and Hor
 ``examples/adasum/adasum_small_model.py``, and a recipe that extends ``horovod-cpu`` with those
 requirements. ``hpcenv build --site local-2node --recipe recipe.yaml --format both`` makes the
 podman image and its SIF (one build: the user layers are late, the matched stack's layers come
-from the cache; `make test` builds it first in the background from a project made the same way,
-tests/thirdparty_project.py, so this build finds it cached); then, from the project folder (the
-job runs where ``submit`` was called),
+from the cache); then, from the project folder (the job runs where ``submit`` was called),
 ``hpcenv submit -N 2 -- python3 train_probe.py SCRIPT ARGS``:
 
 - Horovod (adasum_small_model.py) under the site's srun launch, Horovod over MPI;
@@ -41,24 +39,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from requirements import need_tool
-from thirdparty_project import BUILD_ARGS, make_project
 
 if TYPE_CHECKING:
     from services import TwoNodeInfo
 
 pytest_plugins = ["services"]
-# alongside: `make test` runs these beside its background builds, which build this user image
-# first (tests/image_builds.py); `built` waits for that build (hpcenv build's lock). Nothing here
-# is timed: the checks are losses and parameter digests.
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.podman,
-    pytest.mark.alongside,
-    pytest.mark.timeout(900),
-]
+pytestmark = [pytest.mark.slurm, pytest.mark.podman, pytest.mark.timeout(900)]
 
 HPCENV = str(Path(sys.executable).with_name("hpcenv"))
+DATA = Path(__file__).parent / "data"
+THIRD = DATA / "third_party"
 SCRATCH = Path("/var/tmp/hpcenv-scratch/rehearsal-tests")  # shared by both nodes
+RECIPE = """\
+name: thirdparty-train
+extends: horovod-cpu
+user:
+  requirements: [requirements.txt]
+"""
 # minGPT made small through its own hydra configuration: 0.5 % of tiny Shakespeare (about 40
 # steps per rank and epoch; 1 % took 90 s a job), 2 layers of width 64, 3 epochs, no AMP (CPU),
 # no loader workers.
@@ -104,7 +101,15 @@ def project() -> Iterator[Path]:
     """The user's project folder, on the shared filesystem: the third-party code as fetched
     (minGPT with its CPU patch applied), the probe, and the user's recipe."""
     need_tool("git", why="applies the vendored CPU patch (git apply)")
-    path = make_project(SCRATCH / f"thirdparty-{uuid.uuid4().hex[:6]}")
+    path = SCRATCH / f"thirdparty-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(THIRD / "pytorch-examples-mingpt-ddp", path)
+    applied = subprocess.run(
+        ["git", "apply", "cpu.patch"], cwd=path, capture_output=True, text=True, timeout=60
+    )
+    assert applied.returncode == 0, applied.stderr
+    shutil.copy(THIRD / "horovod-adasum" / "adasum_small_model.py", path)
+    shutil.copy(DATA / "train_probe.py", path)
+    (path / "recipe.yaml").write_text(RECIPE)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -123,7 +128,9 @@ def built(project: Path, local_image: str) -> Built:
     stack's layers are cached from the local image's build)."""
     recipe = project / "recipe.yaml"
     start = time.monotonic()
-    proc = _cli("build", "--recipe", str(recipe), *BUILD_ARGS, "--json")
+    proc = _cli(
+        "build", "--site", "local-2node", "--recipe", str(recipe), "--format", "both", "--json"
+    )
     seconds = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     print(f"user recipe build (podman + SIF): {seconds:.0f} s")
