@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -12,6 +13,13 @@ from pathlib import Path
 
 from hpcenv import naming, platforms
 from hpcenv.blocks import HOST_MPI_ARG, variables_in
+from hpcenv.build_inputs import (
+    base_images,
+    image_inputs_digest,
+    read_stamp,
+    trusts_stamps,
+    write_stamp,
+)
 from hpcenv.credentials import (
     APT_AUTH,
     PIP_CONF,
@@ -20,7 +28,7 @@ from hpcenv.credentials import (
     pip_credentials,
     secret_files,
 )
-from hpcenv.engines import BuildResult, StepCallback, get_engine
+from hpcenv.engines import BuildResult, Engine, StepCallback, get_engine
 from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
 from hpcenv.output import output_lock, publish_dir
@@ -283,19 +291,67 @@ def build_image(
     build_args, volumes = host_expanded(plan)
     if volumes and not site_mpi:
         build_args, volumes = {**build_args, HOST_MPI_ARG: "not mounted"}, []
-    with context_ready(plan) as context, build_secrets(plan.site) as secrets:
-        return engine.build(
-            context,
-            context / "Dockerfile",
-            plan.tag,
-            log_path=log,
-            on_step=on_step,
-            secrets=secrets,
-            build_args=build_args,
-            volumes=volumes,
-            flags=plan.site.build.flags,
-            platform=platform,
-        )
+    flags = list(plan.site.build.flags)
+    stamp = image_stamp_path(plan)
+    with context_ready(plan) as context:
+        started = time.monotonic()
+        digest = _inputs_digest(engine, context, build_args, volumes, flags, platform)
+        if digest is not None and _up_to_date(engine, plan.tag, stamp, digest):
+            return BuildResult(plan.tag, log, time.monotonic() - started, reused=True)
+        stamp.unlink(missing_ok=True)  # a failed or different build below leaves no stale match
+        with build_secrets(plan.site) as secrets:
+            result = engine.build(
+                context,
+                context / "Dockerfile",
+                plan.tag,
+                log_path=log,
+                on_step=on_step,
+                secrets=secrets,
+                build_args=build_args,
+                volumes=volumes,
+                flags=flags,
+                platform=platform,
+            )
+        if digest is None:  # a base the engine pulled for this build: its id is known now
+            digest = _inputs_digest(engine, context, build_args, volumes, flags, platform)
+        if digest is not None:
+            write_stamp(stamp, digest, engine.image_id(plan.tag))
+        return result
+
+
+def image_stamp_path(plan: BuildPlan) -> Path:
+    """Where the inputs digest and image id of ``plan``'s last build are kept."""
+    return cache_dir() / "images" / (build_log_path(plan).stem + ".inputs")
+
+
+def _inputs_digest(
+    engine: Engine,
+    context: Path,
+    build_args: dict[str, str],
+    volumes: list[str],
+    flags: list[str],
+    platform: str | None,
+) -> str | None:
+    """The digest of what this build reads; None where no stamp may stand in for the build
+    (flags asking for a fresh build or pull, a base image not in the engine's storage yet)."""
+    if not trusts_stamps(flags):
+        return None
+    bases = {}
+    for ref in base_images((context / "Dockerfile").read_text()):
+        if not engine.image_exists(ref):
+            return None
+        bases[ref] = engine.image_id(ref)
+    return image_inputs_digest(
+        context, bases, build_args=build_args, volumes=volumes, flags=flags, platform=platform
+    )
+
+
+def _up_to_date(engine: Engine, tag: str, stamp: Path, digest: str) -> bool:
+    """True when ``tag`` is the very image a build from these inputs made."""
+    recorded = read_stamp(stamp)
+    if recorded is None or recorded[0] != digest or not engine.image_exists(tag):
+        return False
+    return engine.image_id(tag) == recorded[1]
 
 
 def host_expanded(plan: BuildPlan) -> tuple[dict[str, str], list[str]]:

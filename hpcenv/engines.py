@@ -79,6 +79,7 @@ class BuildResult:
     log_path: Path
     seconds: float
     steps: tuple[BuildStep, ...] = ()
+    reused: bool = False  # nothing built: the image was up to date (hpcenv.build_inputs)
 
 
 _PODMAN_STEP = re.compile(

@@ -683,6 +683,11 @@ class Resolver:
         if needs_cxx17:
             options["cxx17_patch"] = "CMAKE_CXX_STANDARD 14->17 in CMakeLists.txt and horovod/torch"
             notes.append(f"C++17 patch: torch {torch} needs C++17 (rule horovod-torch-cxx17)")
+        picked.rules.append(self.use("horovod-release-build"))
+        options["release_build"] = "setup.py's CMake build type RelWithDebInfo -> Release"
+        notes.append(
+            "built as CMake Release: -O3 as upstream's build, no debug info (rule horovod-release-build)"
+        )
         options["operations"] = ",".join(ops)
         reason = self.pin_reason("horovod", "newest Horovod release that builds against this torch")
         self.choose(
@@ -721,11 +726,13 @@ class Resolver:
                 self.pin_reason(
                     "mpi4py",
                     f"built from source with MPICC={mpi.options['mpicc']} (the host "
-                    f"{mpi.implementation}, site-build model)",
+                    f"{mpi.implementation}, site-build model), the interpreter's CFLAGS "
+                    "without debug info (rule mpi4py-source-no-debug)",
                 ),
                 "pip (source)",
-                options={"MPICC": mpi.options["mpicc"]},
+                options={"MPICC": mpi.options["mpicc"], "CFLAGS": "python's CFLAGS -g0"},
             )
+            self.components["mpi4py"].rules.append(self.use("mpi4py-source-no-debug"))
             return
         self.choose(
             "mpi4py",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hpcenv import naming
 from hpcenv.build import BuildPlan, build_secrets, context_ready, ensure_base
+from hpcenv.build_inputs import hash_files
 from hpcenv.engines import get_engine
 from hpcenv.naming import BASE_ARCHIVE, SifSource, SquashfsCompressor
 from hpcenv.paths import cache_dir
@@ -109,12 +110,5 @@ def def_inputs_digest(
     digest = hashlib.sha256(f"base {base_id}\n".encode())
     if compression is not None:
         digest.update(f"compression {compression}\n".encode())
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        rel = path.relative_to(context).as_posix()
-        if rel == BASE_ARCHIVE:
-            continue
-        digest.update(f"file {rel} {path.stat().st_size}\n".encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+    hash_files(digest, context, skip=[BASE_ARCHIVE])
     return digest.hexdigest()

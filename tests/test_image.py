@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from elf_probe import debug_sections
+from image_builds import REAL_ENV
 from requirements import need_image
 
 from hpcenv.engines import engine_env, get_engine
@@ -73,6 +75,34 @@ def test_no_build_credentials_in_final_image(image: str) -> None:
             image, f"grep -rlF -- {body!r} /etc /opt /usr/local /home /root 2>/dev/null || true"
         )
         assert hits.strip() == "", f"proxy CA found in {hits}"
+
+
+def test_horovod_is_built_without_debug_info(image: str) -> None:
+    """Horovod's setup.py builds RelWithDebInfo (66 MB of horovod/ here); hpcenv builds it as
+    CMake Release (same -O3, rule horovod-release-build): its libraries carry no .debug_*."""
+    found = debug_sections(image, "/opt/venv/lib/python3*/site-packages/horovod/*/mpi_lib*.so")
+    assert found and not any(found.values()), found
+
+
+def test_an_unchanged_image_is_not_built_again(image: str) -> None:
+    """The installed ``hpcenv build`` of the image `make images` built: its inputs are those of
+    that build, so it says so and builds nothing (a cached podman build took 17 s here, hashing
+    the venv for its COPY --from); the image is the same one."""
+    import sys
+
+    hpcenv = str(Path(sys.executable).with_name("hpcenv"))
+    argv = [hpcenv, "build", "--site", "local", "--recipe", "horovod-cpu", "--format", "oci"]
+    before = get_engine("podman").image_id(TAG)
+    runs = [
+        subprocess.run([*argv, *extra], capture_output=True, text=True, env=REAL_ENV, timeout=1800)
+        for extra in ((), ("--json",))
+    ]
+    assert all(proc.returncode == 0 for proc in runs), runs[-1].stderr[-2000:]
+    said = " ".join(runs[1].stderr.split() + runs[1].stdout.split())
+    assert "is up to date: its inputs are those of its last build" in said, said
+    (entry,) = json.loads(runs[1].stdout)
+    assert entry["up_to_date"] is True and entry["seconds"] < 10
+    assert get_engine("podman").image_id(TAG) == before
 
 
 def test_no_compilers_in_runtime(image: str) -> None:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from elf_probe import debug_sections
 from image_builds import REAL_ENV, built  # REAL_ENV: the real cache (layers, SIF stamp)
 
 if TYPE_CHECKING:
@@ -182,6 +183,9 @@ def test_the_image_has_no_mpi_and_its_mpi4py_was_compiled_with_the_site_mpicc(
     )
     assert lock["mpi_model"] == "site-build"
     assert lock["components"]["mpi"]["source"] == "host (mounted at build time)"
+    # Compiled with the interpreter's CFLAGS and -g0 (rule mpi4py-source-no-debug): no debug info
+    mpi = debug_sections(sitebuild_image, "/opt/venv/lib/python3*/site-packages/mpi4py/MPI*.so")
+    assert len(mpi) == 1 and not any(mpi.values()), mpi
     # Without the bind, mpi4py's MPI module cannot even load: it was linked against the site's.
     proc = _podman("run", "--rm", sitebuild_image, PY, "-c", "from mpi4py import MPI")
     assert proc.returncode != 0 and "libmpi.so.12" in proc.stderr, proc.stderr

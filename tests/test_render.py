@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,8 @@ def test_summit_image_is_built_as_olcf_documents() -> None:
     assert "libevent" in runtime.split("\n", 5)[4]  # the runtime stage's one dnf transaction
     assert build.count("ARG MPI_ROOT") == 1 and runtime.count("ARG MPI_ROOT") == 1
     assert 'test -x "$MPI_ROOT/bin/mpicc"' in build
-    assert 'MPICC="$MPI_ROOT/bin/mpicc" /opt/venv/bin/pip install' in build
+    assert 'MPICC="$MPI_ROOT/bin/mpicc" CFLAGS="$(/opt/venv/bin/python3 -c ' in build
+    assert ' -g0" /opt/venv/bin/pip install' in build
     assert "--no-binary mpi4py mpi4py==4.1.2" in build
     assert (
         'PATH="$MPI_ROOT/bin:$PATH" HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/opt/venv'
@@ -272,9 +274,30 @@ def test_site_build_over_intel_mpi_fits_a_local_site() -> None:
         and "openmpi" not in text.split("LABEL")[0]
     )
     assert 'test -x "/opt/site/intel-mpi/bin/mpicc"' in text
-    assert 'MPICC="/opt/site/intel-mpi/bin/mpicc" /opt/venv/bin/pip install' in text
+    assert 'MPICC="/opt/site/intel-mpi/bin/mpicc" CFLAGS="$(' in text
     assert 'PATH="/opt/site/intel-mpi/bin:$PATH"' in text
     assert "daal4py" in lock.components
+
+
+def test_mpi4py_from_source_keeps_the_interpreters_cflags_and_drops_debug_info() -> None:
+    """Site-build compiles mpi4py with CFLAGS set to the interpreter's own and then -g0 (rule
+    mpi4py-source-no-debug): the rendered line, run by bash with this Python in the image
+    Python's place, gives exactly that, and the rule's source is in the lock."""
+    import sysconfig
+
+    lock = resolve(load_site("local-sitebuild"), load_recipe("daal4py"))
+    text = render(lock, load_site("local-sitebuild")).dockerfile
+    (line,) = [ln for ln in text.splitlines() if "--no-binary mpi4py" in ln]
+    assignment = re.search(r'CFLAGS="\$\(.*\) -g0"', line)
+    assert assignment, line
+    script = (
+        assignment.group(0).replace("/opt/venv/bin/python3", sys.executable)
+        + '; printf %s "$CFLAGS"'
+    )
+    got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert got.stdout == f"{sysconfig.get_config_var('CFLAGS') or ''} -g0"
+    assert "mpi4py-source-no-debug" in lock.components["mpi4py"].rules
+    assert "variable tracking" in lock.rules["mpi4py-source-no-debug"]
 
 
 def test_env_expands_only_the_build_arguments_its_stage_declared() -> None:

@@ -261,7 +261,10 @@ def test_site_build_mpi_is_the_host_mpi() -> None:
     assert "mpi-site-build" in mpi.rules and "mpi-site-build" in lk.rules
     assert "containers_on_summit.rst" in lk.rules["mpi-site-build"]
     assert "pmix" not in lk.components and "ucx" not in lk.components  # the host MPI's own
-    assert lk.components["mpi4py"].options == {"MPICC": "$MPI_ROOT/bin/mpicc"}
+    assert lk.components["mpi4py"].options == {
+        "MPICC": "$MPI_ROOT/bin/mpicc",
+        "CFLAGS": "python's CFLAGS -g0",
+    }
     assert lk.components["mpi4py"].source == "pip (source)"
     assert lk.mpi_model == "site-build"
 

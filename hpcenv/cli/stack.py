@@ -388,7 +388,7 @@ def register(app: typer.Typer) -> None:
                         plan, engine_name=engine, on_step=progress.step, site_mpi=not no_site_mpi
                     )
                     entry |= {"tag": result.tag, "seconds": round(result.seconds, 1)}
-                    entry |= {"log": str(result.log_path)}
+                    entry |= {"log": str(result.log_path), "up_to_date": result.reused}
                 if fmt in ("sif", "both"):
                     import time
 
@@ -399,7 +399,12 @@ def register(app: typer.Typer) -> None:
                     sif = build_sif(plan, "def" if sif_from == "def" else "oci")
                     took = time.monotonic() - started
                     entry |= {"sif": str(sif), "sif_seconds": round(took, 1)}
-            if "tag" in entry:
+            if entry.get("up_to_date"):
+                console.print(
+                    f"  image {entry['tag']} is up to date: its inputs are those of its last "
+                    f"build (checked in {entry['seconds']:.0f} s); log: {entry['log']}"
+                )
+            elif "tag" in entry:
                 console.print(
                     f"  image {entry['tag']} in {entry['seconds']:.0f} s; log: {entry['log']}"
                 )
