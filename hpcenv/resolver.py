@@ -720,6 +720,7 @@ class Resolver:
         assert picked is not None
         mpi = self.components["mpi"]
         if mpi.source.startswith("host"):
+            picked.rules.append(self.use("mpi4py-source-no-debug"))
             self.choose(
                 "mpi4py",
                 picked,
@@ -732,7 +733,6 @@ class Resolver:
                 "pip (source)",
                 options={"MPICC": mpi.options["mpicc"], "CFLAGS": "python's CFLAGS -g0"},
             )
-            self.components["mpi4py"].rules.append(self.use("mpi4py-source-no-debug"))
             return
         self.choose(
             "mpi4py",

@@ -15,7 +15,8 @@ and a job without the bind cannot load MPI at all.
 
 The CI recipe is ``daal4py`` (mpi4py + daal4py). Measured on this 2-core machine (2026-11-24),
 with the base and apt layers cached by local-bind's image: the cold image build 256 s (compiling
-mpi4py against the site MPI: 188 s of it), the SIF from it 74 s, each job 4-6 s, the control
+mpi4py against the site MPI: 188 s of it, with debug info; on 2026-11-25, built with -g0 (rule
+mpi4py-source-no-debug), the image took 153 s in all), the SIF from it 74 s, each job 4-6 s, the control
 build 2 s; the whole file cold 4.5-5.5 min, warm well under a minute. ``horovod-cpu`` (torch +
 Horovod 0.28.1 compiled against the site MPI, and mpi4py again in its own layer) measured 10 min
 cold (image 422 s, SIF 163 s, each job 6-9 s), so its test is opt-in: ``make sitebuild-horovod``

@@ -1,5 +1,5 @@
-"""Print the section names of each ELF shared object named (64-bit little-endian), one file per
-line as JSON {path: [names]}: the tests read debug info (.debug_*) out of an image's compiled
+"""Print the section names of each ELF shared object named (64-bit little-endian) as one JSON
+line, {path: [names]}: the tests read debug info (.debug_*) out of an image's compiled
 extensions with its own Python, no binutils needed. Usage: python3 elf_sections.py FILE..."""
 
 import json
