@@ -280,10 +280,12 @@ def build_image(
     engine_name: str | None = None,
     on_step: StepCallback | None = None,
     site_mpi: bool = True,
+    on_wait: Callable[[Path], None] | None = None,
 ) -> BuildResult:
     """Build one plan for real; a failure names the step and its log (BuildError).
     ``site_mpi=False`` (site-build only): leave the host MPI unmounted, the control whose build
-    stops at the image's MPI check with its one line."""
+    stops at the image's MPI check with its one line. ``on_wait`` is told the engine storage's
+    lock file when another build into the same storage holds it (Engine.storage_lock)."""
     engine = get_engine(engine_name or plan.site.build.engine)
     platform = build_platform(plan)
     ensure_base(plan, on_step)
@@ -311,6 +313,7 @@ def build_image(
                 volumes=volumes,
                 flags=flags,
                 platform=platform,
+                on_wait=on_wait,
             )
         if digest is None:  # a base the engine pulled for this build: its id is known now
             digest = _inputs_digest(engine, context, build_args, volumes, flags, platform)

@@ -18,19 +18,24 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from hpcenv.credentials import redact
 from hpcenv.errors import BuildError, ConfigError, EnvironmentProblem, HpcenvError
-from hpcenv.paths import package_dir
+from hpcenv.paths import file_lock, package_dir
 
 ArchiveFormat = Literal["oci-archive", "docker-archive"]
 StepCallback = Callable[[int, int, str, "float | None"], None]
 """Called as ``(index, total, text, seconds_of_previous_step)`` when a build step starts."""
 
 DEFAULT_ENGINE = "podman"
+# One build (or base import) at a time in an image storage that builders share through files:
+# concurrent builds in one podman/buildah storage race on its layers ("layer not known", buildah
+# #5674 and #5615, open when read 2026-11-25), and each wants the machine's cores anyway.
+STORAGE_LOCK_NAME = "hpcenv-build.lock"
 HOST_SETUP_HINT = "install it with the system package manager, then check with `hpcenv doctor`"
 
 
@@ -286,6 +291,7 @@ class Engine(ABC):
         secrets: Mapping[str, Path] | None = None,
         flags: Iterable[str] = (),
         platform: str | None = None,
+        on_wait: Callable[[Path], None] | None = None,
     ) -> BuildResult:
         """Build ``dockerfile`` in ``context_dir`` as ``tag`` with the layer cache on.
 
@@ -293,8 +299,9 @@ class Engine(ABC):
         ``{id: file}`` build secrets (``--secret``) that ``RUN --mount=type=secret,id=ID``
         steps see, never stored in a layer; ``flags``: the site's own build options
         (``--net=host``); ``platform`` (``linux/arm64``) builds for another architecture
-        (``--platform``; RUN steps then run under qemu-user-static). Raises
-        :class:`BuildError` naming the failing step and ``log_path`` on a non-zero exit.
+        (``--platform``; RUN steps then run under qemu-user-static). Builds in one storage take
+        turns (:meth:`storage_lock`; ``on_wait`` is told its file when this one has to wait).
+        Raises :class:`BuildError` naming the failing step and ``log_path`` on a non-zero exit.
         """
         argv = self.build_argv(
             context_dir,
@@ -307,9 +314,10 @@ class Engine(ABC):
             platform=platform,
         )
         tracker = StepTracker(on_step=on_step)
-        started = time.monotonic()
-        rc, tail = stream_command(argv, Path(log_path), tracker=tracker, on_line=on_line)
-        seconds = time.monotonic() - started
+        with self.storage_lock(on_wait):
+            started = time.monotonic()
+            rc, tail = stream_command(argv, Path(log_path), tracker=tracker, on_line=on_line)
+            seconds = time.monotonic() - started
         if rc != 0:
             failed = tracker.steps[-1].text if tracker.steps else f"{self.name} build"
             raise BuildError(failed, Path(log_path), _failure_detail(tail))
@@ -342,6 +350,28 @@ class Engine(ABC):
 
     def _build_args(self, context_dir: Path, dockerfile: Path, tag: str) -> list[str]:
         return ["build", "--layers", "-f", str(dockerfile), "-t", tag]
+
+    def storage_lock(
+        self, on_wait: Callable[[Path], None] | None = None
+    ) -> AbstractContextManager[None]:
+        """Held while this process writes images into the engine's storage (a build, a base
+        import): a second hpcenv build into the same storage waits (``on_wait`` is told the lock
+        file first). The file lies in the storage's run root, which is per storage and per user
+        (rootless: under $XDG_RUNTIME_DIR); an engine that names none locks nothing."""
+        path = self.storage_lock_path()
+        if path is None:
+            return nullcontext()
+        return file_lock(path, on_wait=None if on_wait is None else lambda: on_wait(path))
+
+    def storage_lock_path(self) -> Path | None:
+        """The lock file in the storage's run root (:meth:`_run_root`), or None."""
+        root = self._run_root()
+        return None if root is None else root / STORAGE_LOCK_NAME
+
+    def _run_root(self) -> Path | None:
+        """The storage's run root, as ``info`` reports it; None when it reports no absolute
+        path (Docker: the daemon orders its own builds)."""
+        return None
 
     def _volume_args(self, volumes: list[str]) -> list[str]:
         return [arg for v in volumes for arg in ("-v", v)]
@@ -389,7 +419,8 @@ class Engine(ABC):
             args += ["--change", change]
         if arch:
             args += ["--arch", arch]
-        self._cmd(*args, str(tarball), tag, timeout=1800)
+        with self.storage_lock():
+            self._cmd(*args, str(tarball), tag, timeout=1800)
         return tag
 
     # -- containers -------------------------------------------------------------------------
@@ -433,6 +464,9 @@ class PodmanEngine(Engine):
         fmt = "{{.Host.OCIRuntime.Name}} runtime, {{.Store.GraphDriverName}} storage"
         return ["info", "--format", fmt]
 
+    def _run_root(self) -> Path | None:
+        return _reported_dir(self._cmd("info", "--format", "{{.Store.RunRoot}}", check=False))
+
     def remove_container(self, name: str) -> None:
         self._cmd("rm", "-f", "--ignore", "-t", "0", name)
 
@@ -463,6 +497,7 @@ class DockerEngine(Engine):
         secrets: Mapping[str, Path] | None = None,
         flags: Iterable[str] = (),
         platform: str | None = None,
+        on_wait: Callable[[Path], None] | None = None,
     ) -> BuildResult:
         vols = list(volumes)
         if vols:
@@ -481,6 +516,7 @@ class DockerEngine(Engine):
             secrets=secrets,
             flags=flags,
             platform=platform,
+            on_wait=on_wait,
         )
 
     def image_exists(self, tag: str) -> bool:
@@ -503,6 +539,9 @@ class BuildahEngine(Engine):
 
     def _info_args(self) -> list[str]:
         return ["info", "--format", "{{.store.GraphDriverName}} storage"]
+
+    def _run_root(self) -> Path | None:
+        return _reported_dir(self._cmd("info", "--format", "{{.store.RunRoot}}", check=False))
 
     def image_exists(self, tag: str) -> bool:
         return self._cmd("inspect", "--type", "image", tag, check=False).returncode == 0
@@ -546,9 +585,10 @@ class BuildahEngine(Engine):
                 "FROM scratch\nADD rootfs.tar /\n" + "".join(f"{c}\n" for c in changes)
             )
             plat = ["--arch", arch] if arch else []
-            self._cmd(
-                "build", *plat, "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800
-            )
+            with self.storage_lock():
+                self._cmd(
+                    "build", *plat, "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800
+                )
         return tag
 
     def run_detached(
@@ -575,6 +615,15 @@ class BuildahEngine(Engine):
 ENGINES: dict[str, type[Engine]] = {
     cls.name: cls for cls in (PodmanEngine, DockerEngine, BuildahEngine)
 }
+
+
+def _reported_dir(proc: subprocess.CompletedProcess[str]) -> Path | None:
+    """The one absolute folder an ``info --format`` printed, else None (a failed ``info`` or a
+    value with a newline or a relative path locks nothing; the build itself then says why)."""
+    text = proc.stdout.strip()
+    if proc.returncode != 0 or not text.startswith("/") or "\n" in text or "\0" in text:
+        return None
+    return Path(text)
 
 
 def engine_names() -> list[str]:

@@ -12,8 +12,9 @@ set -euo pipefail
 PREFIX=${HPCENV_SITE_APPTAINER_PREFIX:-/opt/site/apptainer}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 install -d -m 0755 "$PREFIX/bin" "$PREFIX/etc"
-install -m 0755 "$repo/scripts/site-apptainer" "$PREFIX/bin/.apptainer.new"
-install -m 0644 "$repo/hpcenv/data/containers.conf" "$PREFIX/etc/.containers.conf.new"
-mv -f "$PREFIX/bin/.apptainer.new" "$PREFIX/bin/apptainer"
-mv -f "$PREFIX/etc/.containers.conf.new" "$PREFIX/etc/containers.conf"
+# Names of this run's own ($$): two runs at once (two test processes) each replace the files whole.
+install -m 0755 "$repo/scripts/site-apptainer" "$PREFIX/bin/.apptainer.new.$$"
+install -m 0644 "$repo/hpcenv/data/containers.conf" "$PREFIX/etc/.containers.conf.new.$$"
+mv -f "$PREFIX/bin/.apptainer.new.$$" "$PREFIX/bin/apptainer"
+mv -f "$PREFIX/etc/.containers.conf.new.$$" "$PREFIX/etc/containers.conf"
 echo "site-apptainer-setup: $PREFIX/bin/apptainer runs Apptainer in hpcenv's helper container"

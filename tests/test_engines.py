@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 import itertools
 import tarfile
+import threading
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +138,7 @@ def test_tracker_reads_docker_legacy_and_buildkit_output():
 def test_build_streams_full_log_and_reports_steps(monkeypatch, tmp_path):
     FakePopen.calls.clear()
     monkeypatch.setattr(engines.subprocess, "Popen", FakePopen.factory(PODMAN_OK))
+    monkeypatch.setattr(engines.PodmanEngine, "_run_root", lambda self: tmp_path)
     log = tmp_path / "logs" / "build.log"
     seen: list[int] = []
     result = engines.PodmanEngine().build(
@@ -159,6 +163,7 @@ def test_build_streams_full_log_and_reports_steps(monkeypatch, tmp_path):
 
 def test_build_failure_names_step_and_log(monkeypatch, tmp_path):
     monkeypatch.setattr(engines.subprocess, "Popen", FakePopen.factory(PODMAN_FAIL, rc=1))
+    monkeypatch.setattr(engines.PodmanEngine, "_run_root", lambda self: tmp_path)
     log = tmp_path / "fail.log"
     with pytest.raises(BuildError) as info:
         engines.PodmanEngine().build(tmp_path, tmp_path / "Dockerfile", "t", log_path=log)
@@ -167,6 +172,66 @@ def test_build_failure_names_step_and_log(monkeypatch, tmp_path):
     assert err.log_path == log
     assert str(log) in str(err) and "exit status 1" in str(err)
     assert "Error: building at STEP" in log.read_text()
+
+
+def test_builds_into_one_storage_take_turns(monkeypatch, tmp_path):
+    """A second build into the same storage waits for the lock in its run root, says so once,
+    and starts its engine only once the first is done (buildah #5674: concurrent builds race)."""
+    import threading
+    import time
+
+    from hpcenv.paths import file_lock
+
+    started: list[float] = []
+
+    def popen(argv, **kwargs):
+        started.append(time.monotonic())
+        return FakePopen(PODMAN_OK, 0)
+
+    monkeypatch.setattr(engines.subprocess, "Popen", popen)
+    monkeypatch.setattr(engines.PodmanEngine, "_run_root", lambda self: tmp_path)
+    engine = engines.PodmanEngine()
+    lock = tmp_path / engines.STORAGE_LOCK_NAME
+    assert engine.storage_lock_path() == lock
+    told: list[object] = []
+    with file_lock(lock):  # as a first build holds it
+        build = threading.Thread(
+            target=engine.build,
+            args=(tmp_path, tmp_path / "Dockerfile", "localhost/t:2"),
+            kwargs={"log_path": tmp_path / "b.log", "on_wait": told.append},
+        )
+        build.start()
+        deadline = time.monotonic() + 10
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        released = time.monotonic()
+        assert told == [lock] and started == []  # waiting, and no engine started
+    build.join(10)
+    assert len(started) == 1 and started[0] >= released
+
+
+@pytest.mark.parametrize(
+    ("stdout", "rc", "expected"),
+    [
+        ("/run/containers/storage\n", 0, "/run/containers/storage"),
+        ("/run/user/1000/containers\n", 0, "/run/user/1000/containers"),
+        ("relative/run\n", 0, None),
+        ("/run/a\n/etc\n", 0, None),
+        ("", 0, None),
+        ("/run/containers/storage\n", 125, None),
+    ],
+)
+def test_only_one_absolute_run_root_is_used(stdout, rc, expected):
+    import subprocess
+
+    proc = subprocess.CompletedProcess(["podman", "info"], rc, stdout, "")
+    got = engines._reported_dir(proc)
+    assert (None if got is None else str(got)) == expected
+
+
+def test_docker_locks_nothing_of_its_own():
+    assert engines.DockerEngine().storage_lock_path() is None
 
 
 def test_missing_binary_is_an_environment_problem(tmp_path):
@@ -188,6 +253,7 @@ def test_docker_refuses_build_volumes_and_oci_archives(tmp_path):
 @pytest.mark.podman
 def test_real_podman_build_from_base_image(tmp_path):
     from hpcenv.baseimage import ensure_base_image
+    from hpcenv.paths import file_lock
 
     podman = engines.get_engine("podman")
     ok, why = podman.available()
@@ -232,6 +298,30 @@ def test_real_podman_build_from_base_image(tmp_path):
         archive = podman.save(tag, tmp_path / "img.tar")
         with tarfile.open(archive) as tar:
             assert "index.json" in tar.getnames()
+
+        # Builds into this storage take turns: with its lock held, a build waits, then runs.
+        lock = podman.storage_lock_path()
+        info = podman._cmd("info", "--format", "{{.Store.RunRoot}}").stdout.strip()
+        assert lock is not None and lock.parent == Path(info) and lock.parent.is_dir()
+        told: list[Path] = []
+        hold = 3.0
+        with file_lock(lock):
+            waiting = threading.Thread(
+                target=podman.build,
+                args=(tmp_path, tmp_path / "Dockerfile", tag),
+                kwargs={
+                    "log_path": tmp_path / "b3.log",
+                    "build_args": {"GREETING": "hello"},
+                    "on_wait": told.append,
+                },
+            )
+            began = time.monotonic()
+            waiting.start()
+            time.sleep(hold)
+            assert not (tmp_path / "b3.log").exists()  # nothing ran while the lock was held
+        waiting.join(300)
+        assert told == [lock] and time.monotonic() - began >= hold
+        assert "Using cache" in (tmp_path / "b3.log").read_text()
 
         podman.run_detached(tag, name, env={"X": "1"}, user="nobody")
         out = podman._cmd("exec", name, "sh", "-c", "id -un; cat /greeting; echo $X").stdout

@@ -381,11 +381,24 @@ def register(app: typer.Typer) -> None:
                     soft_wrap=True,  # the path stays whole on one line
                 )
 
+            def storage_waiting(lock: Path) -> None:
+                console.print(
+                    f"  waiting for another build into the same image storage to finish "
+                    f"(lock {lock})",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+
             with build_lock(plan, waiting), StepProgress(console) as progress:
                 if fmt != "sif" or sif_from == "oci":
                     progress.note(f"  log: {build_log_path(plan)}")
                     result = build_image(
-                        plan, engine_name=engine, on_step=progress.step, site_mpi=not no_site_mpi
+                        plan,
+                        engine_name=engine,
+                        on_step=progress.step,
+                        site_mpi=not no_site_mpi,
+                        on_wait=storage_waiting,
                     )
                     entry |= {"tag": result.tag, "seconds": round(result.seconds, 1)}
                     entry |= {"log": str(result.log_path), "up_to_date": result.reused}
