@@ -65,6 +65,27 @@ def test_listing_submitted_jobs_with_their_states(slurm: SlurmInfo, tmp_path: Pa
     assert all(r["submission"]["transport"]["kind"] == "local" for r in doc)
 
 
+def test_each_job_marks_its_end_with_its_exit_status(slurm: SlurmInfo, tmp_path: Path) -> None:
+    """The batch script writes its exit status to its steps folder as it exits (what
+    ``submit --wait`` looks for, hpcenv.jobs.ended), whether its command succeeded or not."""
+    for code in (0, 3):
+        proc = subprocess.run(
+            _argv(tmp_path, "bash", "-c", f"exit {code}"),
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            timeout=120,
+        )
+        assert proc.returncode == (0 if code == 0 else 2), proc.stderr
+    doc = json.loads(_hpcenv(tmp_path, "status", "--json").stdout)
+    marks = {}
+    for row in doc:
+        sub = row["submission"]
+        folder = Path(sub["workdir"]) / ".hpcenv" / sub["job_id"]
+        marks[row["status"]["state"]] = (folder / "ended").read_text()
+    assert marks == {"COMPLETED": "0\n", "FAILED": "3\n"}
+
+
 def test_ctrl_c_while_waiting_leaves_the_job_running(slurm: SlurmInfo, tmp_path: Path) -> None:
     proc = subprocess.Popen(
         _argv(tmp_path, "sleep", "120"),

@@ -439,9 +439,11 @@ def follow(
     on_change: Callable[[JobStatus], None] | None = None,
 ) -> JobStatus:
     """Wait while the job lives (``timeout`` None), polling with backoff to
-    :data:`WAIT_MAX_POLL`; a pending reason that needs someone to act is reported through
+    :data:`WAIT_MAX_POLL` and asking again at once when the job's script marks its end
+    (hpcenv.jobs.ended); a pending reason that needs someone to act is reported through
     ``on_change`` (``blocked``), not given up on: the job is still queued. Ctrl-C is
     :class:`WaitInterrupted`, which names the job and how to follow or cancel it."""
+    from hpcenv.jobs.ended import end_signal
     from hpcenv.jobs.submit import wait
 
     try:
@@ -453,6 +455,7 @@ def follow(
             max_poll=WAIT_MAX_POLL,
             blocked_after=None,
             on_change=on_change,
+            ended=end_signal(sub),
         )
     except KeyboardInterrupt:
         raise WaitInterrupted(

@@ -569,12 +569,17 @@ def wait(
     check: bool = True,
     max_poll: float | None = None,
     on_change: Callable[[JobStatus], None] | None = None,
+    ended: Callable[[], bool] | None = None,
 ) -> JobStatus:
     """Poll until the job finishes; JobError (scheduler's words + stderr tail) if it failed.
 
     The interval starts at ``poll`` and grows by half each time up to ``max_poll`` (a
     scheduler-friendly 30 s for ``submit --wait``; None keeps ``poll``). ``on_change`` is
     called with each status whose state or reason differs from the last one seen.
+
+    ``ended`` (hpcenv.jobs.ended.EndSignal) is looked at every :data:`END_LOOK` seconds while
+    waiting: when it says the job's script has just ended, the scheduler is asked at once and
+    the interval starts again from ``poll`` (the scheduler may take a moment to record it).
 
     ``blocked_after``: a pending job whose reason means it cannot start (down/drained node,
     bad constraint, never-satisfied dependency) for this many seconds is reported instead of
@@ -607,9 +612,26 @@ def wait(
                 f"{st.message()}"
             )
         left = interval if deadline is None else max(0.0, deadline - time.monotonic()) + 0.05
-        time.sleep(min(interval, left))
-        if max_poll is not None:
+        if _nap(min(interval, left), ended):
+            interval = poll
+        elif max_poll is not None:
             interval = min(interval * 1.5, max_poll)
+
+
+END_LOOK = 0.5  # seconds between looks at a job's end marker while waiting (a stat, no query)
+
+
+def _nap(seconds: float, ended: Callable[[], bool] | None) -> bool:
+    """Sleep ``seconds``, cut short when ``ended`` says the job's script ended (True)."""
+    if ended is None:
+        time.sleep(seconds)
+        return False
+    stop = time.monotonic() + seconds
+    while (left := stop - time.monotonic()) > 0:
+        time.sleep(min(END_LOOK, left))
+        if ended():
+            return True
+    return False
 
 
 def _failure(st: JobStatus, sub: Submission, transport: Transport) -> str:

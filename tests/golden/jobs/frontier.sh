@@ -50,6 +50,15 @@ if [ "$(stat -c %u -- "$HPCENV_STEPS")" != "$(id -u)" ] || ((8#$steps_mode & 8#0
   exit 3
 fi
 echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
+# Its end, for `hpcenv submit --wait` (the exit status, written as the script exits; a requeued
+# run's earlier one goes first): the wait then asks the scheduler at once instead of later.
+rm -f -- "$HPCENV_STEPS/ended"
+hpcenv_exit() {
+  local status=$?
+  if declare -F hpcenv_cleanup >/dev/null; then hpcenv_cleanup; fi
+  printf '%s\n' "$status" >"$HPCENV_STEPS/ended" 2>/dev/null || true
+}
+trap hpcenv_exit EXIT
 
 # Step file: this job's node-local folder, made and checked.
 cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
@@ -962,9 +971,8 @@ echo "stage-out: $(wc -l <"$dest/.hpcenv-manifest") files $src -> $dest verified
 HPCENV_STAGE_OUT
 
 # This job's node-local folder (per user, per job, 0700) goes when the job ends (done, failed or
-# cancelled), on every node.
+# cancelled), on every node (hpcenv_exit calls this).
 hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove || true; }
-trap hpcenv_cleanup EXIT
 trap 'exit 143' TERM
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make
 
