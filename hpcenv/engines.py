@@ -364,14 +364,31 @@ class Engine(ABC):
         return file_lock(path, on_wait=None if on_wait is None else lambda: on_wait(path))
 
     def storage_lock_path(self) -> Path | None:
-        """The lock file in the storage's run root (:meth:`_run_root`), or None."""
-        root = self._run_root()
-        return None if root is None else root / STORAGE_LOCK_NAME
+        """The lock file in the storage's run root (:meth:`_run_root`), or None: none reported,
+        or a folder that is not there or not this user's (a remote podman reports the server's
+        run root; a folder of another user's is no place for this user's lock)."""
+        if not hasattr(self, "_lock_root"):
+            self._lock_root = self._run_root()
+        root = self._lock_root
+        try:
+            if root is None or not root.is_dir() or root.stat().st_uid != os.getuid():
+                return None
+        except OSError:
+            return None
+        return root / STORAGE_LOCK_NAME
 
     def _run_root(self) -> Path | None:
         """The storage's run root, as ``info`` reports it; None when it reports no absolute
         path (Docker: the daemon orders its own builds)."""
         return None
+
+    def _reported_run_root(self, fmt: str) -> Path | None:
+        """``info --format FMT`` as one absolute folder, else None (also when it fails or takes
+        over a minute: the build itself then says what is wrong with the engine)."""
+        try:
+            return _reported_dir(self._cmd("info", "--format", fmt, check=False, timeout=60))
+        except subprocess.TimeoutExpired:
+            return None
 
     def _volume_args(self, volumes: list[str]) -> list[str]:
         return [arg for v in volumes for arg in ("-v", v)]
@@ -465,7 +482,7 @@ class PodmanEngine(Engine):
         return ["info", "--format", fmt]
 
     def _run_root(self) -> Path | None:
-        return _reported_dir(self._cmd("info", "--format", "{{.Store.RunRoot}}", check=False))
+        return self._reported_run_root("{{.Store.RunRoot}}")
 
     def remove_container(self, name: str) -> None:
         self._cmd("rm", "-f", "--ignore", "-t", "0", name)
@@ -541,7 +558,7 @@ class BuildahEngine(Engine):
         return ["info", "--format", "{{.store.GraphDriverName}} storage"]
 
     def _run_root(self) -> Path | None:
-        return _reported_dir(self._cmd("info", "--format", "{{.store.RunRoot}}", check=False))
+        return self._reported_run_root("{{.store.RunRoot}}")
 
     def image_exists(self, tag: str) -> bool:
         return self._cmd("inspect", "--type", "image", tag, check=False).returncode == 0

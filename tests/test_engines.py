@@ -230,6 +230,23 @@ def test_only_one_absolute_run_root_is_used(stdout, rc, expected):
     assert (None if got is None else str(got)) == expected
 
 
+def test_a_run_root_that_is_not_this_users_folder_locks_nothing(monkeypatch, tmp_path):
+    """A remote podman reports the server's run root: missing here, or another user's."""
+    import os
+
+    missing = tmp_path / "missing"
+    monkeypatch.setattr(engines.PodmanEngine, "_run_root", lambda self: missing)
+    assert engines.PodmanEngine().storage_lock_path() is None
+    with engines.PodmanEngine().storage_lock():  # builds as before, unlocked
+        assert not missing.exists()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    if os.getuid() == 0:
+        os.chown(theirs, 12345, 12345)
+        monkeypatch.setattr(engines.PodmanEngine, "_run_root", lambda self: theirs)
+        assert engines.PodmanEngine().storage_lock_path() is None
+
+
 def test_docker_locks_nothing_of_its_own():
     assert engines.DockerEngine().storage_lock_path() is None
 

@@ -41,25 +41,27 @@ def marker_path(sub: Submission) -> Path | None:
 
 
 class EndSignal:
-    """True once each time the marker appears or changes, else False (a marker already there
-    when the wait starts is an earlier run's, before a requeue, and does not count)."""
+    """True once each time a marker other than the last one seen appears, else False (a marker
+    already there when the wait starts is an earlier run's, before a requeue, and does not
+    count; a look that fails, as a stat on NFS may for a moment, changes nothing)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._last = self._stamp()
 
-    def _stamp(self) -> tuple[int, int, int] | None:
+    def _stamp(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.path)
         except OSError:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return (st.st_ino, st.st_mtime_ns)
 
     def __call__(self) -> bool:
         now = self._stamp()
-        changed = now is not None and now != self._last
+        if now is None or now == self._last:
+            return False
         self._last = now
-        return changed
+        return True
 
 
 def end_signal(sub: Submission) -> EndSignal | None:
