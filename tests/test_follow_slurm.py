@@ -66,10 +66,15 @@ def test_listing_submitted_jobs_with_their_states(slurm: SlurmInfo, tmp_path: Pa
     assert all(r["submission"]["transport"]["kind"] == "local" for r in doc)
     # Each batch script wrote its exit status to its steps folder as it exited, failed or not
     # (what `submit --wait` looks for, hpcenv.jobs.ended).
+    from hpcenv.jobs.ended import marker_path
+    from hpcenv.jobs.submit import Submission
+
     marks = {}
     for row in doc:
         sub = row["submission"]
         folder = Path(sub["workdir"]) / ".hpcenv" / sub["job_id"]
+        # where the wait looks, for the submission as its record reads back
+        assert marker_path(Submission.from_dict(sub)) == folder / "ended"
         marks[row["status"]["state"]] = (folder / "ended").read_text()
     assert marks == {"COMPLETED": "0\n", "FAILED": "3\n"}
 

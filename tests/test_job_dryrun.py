@@ -379,3 +379,35 @@ def test_submit_creates_the_workdir_the_script_enters(
     run = harness.run(saved.read_text(), env, cwd=Path(sub.workdir))
     assert run.returncode == 0, run.stderr
     assert [c for c in run.calls if c[0] in LAUNCHERS]
+
+
+@pytest.mark.parametrize("signal, status", [("TERM", "143"), ("INT", "130")])
+@pytest.mark.parametrize("staging", [False, True])
+def test_a_cancelled_job_marks_its_end_with_the_signal_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal: str, status: str, staging: bool
+) -> None:
+    """A cancel or time limit (Slurm's TERM; LSF's bkill sends INT first) during a launch: the
+    script exits with the signal's status and its end marker says so, with or without a
+    node-local folder to clean up (without one the marker once read 0: the EXIT trap saw the
+    status of the last command that had finished)."""
+    run_stubbed = Harness.run
+
+    def run_signalled(self: Harness, script: str, env: dict[str, str], cwd=None) -> DryRun:
+        # The first srun the script runs signals the batch shell, its parent, once.
+        srun = self.bin / "srun"
+        once = f'{{ : >"$HPCENV_STUB_LOG.sent"; kill -{signal} "$PPID"; }}'
+        srun.write_text(srun.read_text() + f'[ -e "$HPCENV_STUB_LOG.sent" ] || {once}\n')
+        return run_stubbed(self, script, env, cwd)
+
+    monkeypatch.setattr(Harness, "run", run_signalled)
+    _, _, run, values = _dry(
+        tmp_path, "generic-slurm", lambda s: _job(s, "horovod-cpu", 1, staging)
+    )
+    assert run.returncode == int(status), run.stderr
+    assert "hpcenv: job 4242 done" not in run.stdout
+    marker = Path(values["HPCENV_WORKDIR"]) / ".hpcenv" / "4242" / "ended"
+    assert marker.read_text() == f"{status}\n"
+    node_local = [c[-1] for c in run.calls_of("srun") if any("node-local.sh" in a for a in c)]
+    # The folder still goes, though the signal came while it was being made (cleanup ignores
+    # a second signal).
+    assert node_local == (["make", "remove"] if staging else [])

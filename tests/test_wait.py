@@ -224,3 +224,27 @@ def test_the_marker_is_watched_only_where_this_host_sees_it() -> None:
     assert marker_path(sub(workdir="w")) is None
     for bad in ("..", "1/../../x", ""):
         assert marker_path(sub(job_id=bad)) is None
+
+
+def test_follow_watches_the_marker_of_a_local_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """``follow`` (submit --wait, status --wait) hands ``wait`` the job's own end marker for a
+    one-task job submitted from this host, and none for one over SSH."""
+    from hpcenv.jobs.ended import EndSignal
+    from hpcenv.jobs.service import follow
+    from hpcenv.jobs.submit import Submission
+    from hpcenv.jobs.transport import TransportSpec
+
+    given: list[object] = []
+
+    def fake_wait(sub: object, transport: object, **kw: object) -> JobStatus:
+        given.append(kw["ended"])
+        return JobStatus(job_id="7", state="COMPLETED", phase="done")
+
+    monkeypatch.setattr(submit_mod, "wait", fake_wait)
+    local = Submission("7", "t", "local", "slurm", str(tmp_path), TransportSpec(), (None, None), "")
+    follow(local, object(), None)  # type: ignore[arg-type]
+    follow(_over_ssh(), object(), None)  # type: ignore[arg-type]
+    assert isinstance(given[0], EndSignal) and given[0].path == tmp_path / ".hpcenv/7/ended"
+    assert given[1] is None

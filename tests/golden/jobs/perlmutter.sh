@@ -54,11 +54,15 @@ echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
 rm -f -- "$HPCENV_STEPS/ended"
 hpcenv_exit() {
   local status=$?
-  trap '' TERM # a time limit's TERM now would cut the cleanup and the mark short
+  trap '' TERM INT # a time limit's TERM now would cut the cleanup and the mark short
   if declare -F hpcenv_cleanup >/dev/null; then hpcenv_cleanup; fi
   printf '%s\n' "$status" >"$HPCENV_STEPS/ended" 2>/dev/null || true
 }
 trap hpcenv_exit EXIT
+# A cancel or time limit (TERM; LSF's bkill sends INT first) exits with its own status, so the
+# EXIT trap records 143 or 130, not the status of the last command that finished.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # Step file: this job's node-local folder, made and checked.
 cat >"$HPCENV_STEPS/node-local.sh" <<'HPCENV_NODE_LOCAL'
@@ -973,7 +977,6 @@ HPCENV_STAGE_OUT
 # This job's node-local folder (per user, per job, 0700) goes when the job ends (done, failed or
 # cancelled), on every node (hpcenv_exit calls this).
 hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" remove || true; }
-trap 'exit 143' TERM
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make
 
 # Placement, site MPI, site environment, measured tuning, the job's and the runtime's variables.
