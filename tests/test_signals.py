@@ -20,12 +20,17 @@ IMAGE = "localhost/hpcenv/horovod-cpu:local"
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_unwinds_through_finally(tmp_path: Path, sig: signal.Signals) -> None:
-    """The handler the CLI installs: ``finally`` runs, the exit code is 128 + signal."""
+    """The handler the CLI installs: ``finally`` runs, the exit code is 128 + signal. The
+    program starts from the default disposition: a test run under ``nohup`` hands its children
+    SIGHUP ignored, which ``install`` rightly keeps (the next test)."""
     marker = tmp_path / "cleaned"
     program = textwrap.dedent(
         f"""
+        import signal
         import time
         from hpcenv import signals
+        for sig in signals.SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
         signals.install()
         try:
             print("ready", flush=True)
