@@ -225,6 +225,7 @@ def ensure_base_image(
     log_path: Path | None = None,
     on_step: StepCallback | None = None,
     on_line: Callable[[str], None] | None = None,
+    on_wait: Callable[[Path], None] | None = None,
 ) -> str:
     """Make sure the base image ``tag`` exists and return it.
 
@@ -232,7 +233,8 @@ def ensure_base_image(
     (mirror: argument, else the host's apt sources, else deb.debian.org). A file lock keeps
     two callers from bootstrapping at once. ``arch`` (any spelling, default this host's): the
     base's architecture; the rootfs and the default tag carry it when it is not amd64, and an
-    existing ``tag`` of another architecture is refused rather than built upon.
+    existing ``tag`` of another architecture is refused rather than built upon. ``on_wait`` is
+    told the engine storage's lock file when the import has to wait for another build.
     """
     engine = engine or get_engine()
     target = platforms.arch(arch) if arch else platforms.host_arch()
@@ -264,7 +266,11 @@ def ensure_base_image(
         with log_path.open("a") as log:
             log.write(f"$ {engine.exe} import {tarball} {tag}\n")
         engine.import_rootfs(
-            tarball, tag, changes=BASE_CHANGES, arch=target.oci if foreign else None
+            tarball,
+            tag,
+            changes=BASE_CHANGES,
+            arch=target.oci if foreign else None,
+            on_wait=on_wait,
         )
     return tag
 

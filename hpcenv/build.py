@@ -232,8 +232,13 @@ def stage_build_inputs(plan: BuildPlan, context: Path | None = None) -> None:
                 _link_or_copy(wheel, wheels / wheel.name)
 
 
-def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
-    """Make the locally bootstrapped base image when the site builds without a registry."""
+def ensure_base(
+    plan: BuildPlan,
+    on_step: StepCallback | None = None,
+    on_wait: Callable[[Path], None] | None = None,
+) -> None:
+    """Make the locally bootstrapped base image when the site builds without a registry
+    (``on_wait``: told the storage lock's file when its import waits for another build)."""
     lock = plan.lock
     if not lock.build.get("bootstrap_base"):
         return
@@ -246,6 +251,7 @@ def ensure_base(plan: BuildPlan, on_step: StepCallback | None = None) -> None:
         engine=get_engine(plan.site.build.engine),
         arch=lock.arch,
         on_step=on_step,
+        on_wait=on_wait,
     )
 
 
@@ -288,7 +294,7 @@ def build_image(
     lock file when another build into the same storage holds it (Engine.storage_lock)."""
     engine = get_engine(engine_name or plan.site.build.engine)
     platform = build_platform(plan)
-    ensure_base(plan, on_step)
+    ensure_base(plan, on_step, on_wait)
     log = build_log_path(plan)
     build_args, volumes = host_expanded(plan)
     if volumes and not site_mpi:

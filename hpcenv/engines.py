@@ -427,16 +427,23 @@ class Engine(ABC):
         return self._cmd("image", "inspect", "--format", "{{.Architecture}}", tag).stdout.strip()
 
     def import_rootfs(
-        self, tarball: Path, tag: str, *, changes: Sequence[str] = (), arch: str | None = None
+        self,
+        tarball: Path,
+        tag: str,
+        *,
+        changes: Sequence[str] = (),
+        arch: str | None = None,
+        on_wait: Callable[[Path], None] | None = None,
     ) -> str:
         """Make image ``tag`` from a root filesystem tarball (``changes``: Dockerfile lines;
-        ``arch``: the OCI architecture to record when it is not this host's)."""
+        ``arch``: the OCI architecture to record when it is not this host's; ``on_wait``: told
+        the storage lock's file when another build holds it, as for :meth:`build`)."""
         args = ["import"]
         for change in changes:
             args += ["--change", change]
         if arch:
             args += ["--arch", arch]
-        with self.storage_lock():
+        with self.storage_lock(on_wait):
             self._cmd(*args, str(tarball), tag, timeout=1800)
         return tag
 
@@ -590,7 +597,13 @@ class BuildahEngine(Engine):
         return str(oci.get("architecture", "")) if isinstance(oci, dict) else ""
 
     def import_rootfs(
-        self, tarball: Path, tag: str, *, changes: Sequence[str] = (), arch: str | None = None
+        self,
+        tarball: Path,
+        tag: str,
+        *,
+        changes: Sequence[str] = (),
+        arch: str | None = None,
+        on_wait: Callable[[Path], None] | None = None,
     ) -> str:
         with tempfile.TemporaryDirectory(prefix="hpcenv-import-") as tmp:
             ctx = Path(tmp)
@@ -602,7 +615,7 @@ class BuildahEngine(Engine):
                 "FROM scratch\nADD rootfs.tar /\n" + "".join(f"{c}\n" for c in changes)
             )
             plat = ["--arch", arch] if arch else []
-            with self.storage_lock():
+            with self.storage_lock(on_wait):
                 self._cmd(
                     "build", *plat, "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800
                 )

@@ -44,7 +44,7 @@ class FakeEngine:
     def image_arch(self, tag: str) -> str:
         return self.arch
 
-    def import_rootfs(self, tarball: Path, tag: str, *, changes=(), arch=None) -> str:
+    def import_rootfs(self, tarball: Path, tag: str, *, changes=(), arch=None, on_wait=None) -> str:
         assert tarball.is_file()
         self.imports.append((tarball, tag, tuple(changes)))
         self.images.add(tag)

@@ -139,7 +139,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeEngine, A
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
     engine = FakeEngine()
     monkeypatch.setattr(buildmod, "get_engine", lambda name: engine)
-    monkeypatch.setattr(buildmod, "ensure_base", lambda plan, on_step=None: None)
+    monkeypatch.setattr(buildmod, "ensure_base", lambda plan, on_step=None, on_wait=None: None)
     (plan,) = make_plans(load_site("local"), ["mpi4py-os"], {}, tmp_path / "ctx")
     return engine, plan
 

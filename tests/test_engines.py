@@ -211,6 +211,47 @@ def test_builds_into_one_storage_take_turns(monkeypatch, tmp_path):
     assert len(started) == 1 and started[0] >= released
 
 
+def test_a_base_import_that_waits_for_the_storage_says_so(monkeypatch, tmp_path):
+    """hpcenv build's base image import takes the same storage lock as its build, and the
+    caller hears of the wait (its one line) instead of a silent spinner."""
+    from hpcenv.baseimage import BASE_CHANGES, ensure_base_image
+    from hpcenv.paths import file_lock
+
+    calls: list[list[str]] = []
+
+    def run(self, *args, **kwargs):
+        import subprocess
+
+        calls.append(list(args))
+        return subprocess.CompletedProcess(list(args), 0, "", "")
+
+    monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(engines.PodmanEngine, "_run_root", lambda self: tmp_path)
+    monkeypatch.setattr(engines.PodmanEngine, "image_exists", lambda self, tag: False)
+    monkeypatch.setattr(engines.PodmanEngine, "_cmd", run)
+    tarball = tmp_path / "cache" / "base" / "bookworm-minbase.tar"
+    tarball.parent.mkdir(parents=True)
+    tarball.write_bytes(b"")  # a cached rootfs: only the import is left to do
+    told: list[Path] = []
+    lock = tmp_path / engines.STORAGE_LOCK_NAME
+    with file_lock(lock):  # as another build holds it
+        importing = threading.Thread(
+            target=ensure_base_image,
+            kwargs={
+                "tag": "localhost/b:1",
+                "engine": engines.PodmanEngine(),
+                "on_wait": told.append,
+            },
+        )
+        importing.start()
+        deadline = time.monotonic() + 10
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert told == [lock] and calls == []  # waiting, nothing imported yet
+    importing.join(10)
+    assert [c[0] for c in calls] == ["import"] and calls[0][1:3] == ["--change", BASE_CHANGES[0]]
+
+
 @pytest.mark.parametrize(
     ("stdout", "rc", "expected"),
     [
