@@ -351,7 +351,12 @@ def _inputs_digest(
             return None
         bases[ref] = engine.image_id(ref)
     return image_inputs_digest(
-        context, bases, build_args=build_args, volumes=volumes, flags=flags, platform=platform
+        context,
+        bases,
+        build_args=build_args,
+        volumes=volumes,
+        flags=[*engine.build_options, *flags],  # the engine's own too: --format changes the image
+        platform=platform,
     )
 
 

@@ -56,6 +56,17 @@ def containers_conf_path() -> Path:
     return package_dir() / "data" / "containers.conf"
 
 
+# Every hpcenv Dockerfile sets SHELL ["/bin/bash", "-o", "pipefail", "-c"], so that a failed
+# `curl` piped into `tar` or `gpg` fails its step. SHELL is part of the Docker image format only:
+# podman and buildah build the OCI format by default, where RUN steps ignore it and run under
+# /bin/sh (Debian's dash, no pipefail) with a warning per step. buildah #2741 (nalind: "the part
+# of the Docker image format that the SHELL instruction affects isn't in the OCI format. Try
+# building with `--format docker`"), podman #8477, podman-build(1) v4.3 --format; read
+# 2026-11-27. Measured here, podman 4.3.1: after that SHELL, `RUN false | true` passes with
+# --format oci and fails with --format docker. The image still converts to oci-archive and SIF.
+LAYERED_BUILD_OPTIONS = ("--layers", "--format", "docker")
+
+
 def engine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``os.environ`` (or ``base``) plus what this host needs from containers.conf, if anything
     (``CONTAINERS_CONF_OVERRIDE``, or a merged ``CONTAINERS_CONF`` for podman < 4.5)."""
@@ -348,8 +359,11 @@ class Engine(ABC):
         argv.append(str(context_dir))
         return argv
 
+    # The engine's own options on every build (also part of an image's inputs digest).
+    build_options: tuple[str, ...] = LAYERED_BUILD_OPTIONS
+
     def _build_args(self, context_dir: Path, dockerfile: Path, tag: str) -> list[str]:
-        return ["build", "--layers", "-f", str(dockerfile), "-t", tag]
+        return ["build", *self.build_options, "-f", str(dockerfile), "-t", tag]
 
     def storage_lock(
         self, on_wait: Callable[[Path], None] | None = None
@@ -504,8 +518,8 @@ class DockerEngine(Engine):
     def _info_args(self) -> list[str]:
         return ["info", "--format", "server {{.ServerVersion}}"]
 
-    def _build_args(self, context_dir: Path, dockerfile: Path, tag: str) -> list[str]:
-        return ["build", "--progress=plain", "-f", str(dockerfile), "-t", tag]
+    # BuildKit honours SHELL in its default format; its layer cache is always on.
+    build_options = ("--progress=plain",)
 
     def build(
         self,

@@ -115,6 +115,8 @@ def test_a_stamp_round_trips_and_refuses_an_odd_image_id(tmp_path: Path) -> None
 class FakeEngine:
     """The engine calls build_image makes: the tag's id changes with each build."""
 
+    build_options: tuple[str, ...] = ("--layers", "--format", "docker")
+
     def __init__(self) -> None:
         self.ids = {"localhost/hpcenv-base:bookworm": ID_A}
         self.builds = 0
@@ -163,6 +165,11 @@ def test_an_unchanged_image_is_reused_and_any_change_builds_it(
     buildmod.build_image(plan)
     assert engine.builds == 4
     assert buildmod.build_image(plan).reused and engine.builds == 4
+    # the engine's own options are inputs too: an image built in the OCI format, whose steps
+    # ran without the Dockerfile's SHELL, is built again in the Docker format
+    engine.build_options = ("--layers",)
+    buildmod.build_image(plan)
+    assert engine.builds == 5 and buildmod.build_image(plan).reused
 
 
 def test_no_cache_flags_always_build_and_a_failed_build_leaves_no_stamp(

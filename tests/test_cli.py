@@ -147,7 +147,7 @@ def test_build_dry_run_summit_is_olcfs_site_build_plan(tmp_path: Path) -> None:
     ) in out
     assert any(ln.startswith("  build storage: /tmp/containers/$USER ") for ln in out)
     assert (
-        f"  build: podman build --layers -f {ctx}/Dockerfile -t {tag} --net=host "
+        f"  build: podman build --layers --format docker -f {ctx}/Dockerfile -t {tag} --net=host "
         f'--build-arg "MPI_ROOT=$MPI_ROOT" -v "$MPI_ROOT:$MPI_ROOT" {ctx}'
     ) in out
     assert f"  sif: podman save --format docker-archive -o horovod-gpu-summit.oci.tar {tag}" in out

@@ -309,6 +309,44 @@ def test_docker_refuses_build_volumes_and_oci_archives(tmp_path):
 
 
 @pytest.mark.podman
+def test_real_build_runs_its_steps_in_the_dockerfiles_shell(tmp_path):
+    """Every hpcenv Dockerfile sets SHELL bash -o pipefail: podman's default OCI format would
+    run the steps under /bin/sh without pipefail (buildah #2741), so a failed download piped
+    into tar or gpg would pass its step. hpcenv builds the Docker format: the step fails."""
+    from hpcenv.baseimage import ensure_base_image
+
+    podman = engines.get_engine("podman")
+    ok, why = podman.available()
+    assert ok, why
+    base = ensure_base_image(engine=podman)
+    marker = uuid.uuid4().hex[:8]
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base}\n"
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
+        f'RUN echo "{marker} shell $0 options $SHELLOPTS"\n'
+        "RUN false | true\n"
+    )
+    log = tmp_path / "build.log"
+    with pytest.raises(BuildError) as info:
+        podman.build(
+            tmp_path, tmp_path / "Dockerfile", f"localhost/hpcenv-test-shell:{marker}", log_path=log
+        )
+    assert "false | true" in str(info.value)
+    said = next(line for line in log.read_text().splitlines() if line.startswith(marker))
+    assert said.startswith(f"{marker} shell /bin/bash options ") and "pipefail" in said
+
+
+def test_podman_and_buildah_build_the_docker_format():
+    for engine in (engines.PodmanEngine(), engines.BuildahEngine()):
+        argv = engine.build_argv("/ctx", "/ctx/Dockerfile", "t")
+        assert argv[1:5] == ["build", "--layers", "--format", "docker"]
+    assert engines.DockerEngine().build_argv("/c", "/c/D", "t")[1:3] == [
+        "build",
+        "--progress=plain",
+    ]
+
+
+@pytest.mark.podman
 def test_real_podman_build_from_base_image(tmp_path):
     from hpcenv.baseimage import ensure_base_image
     from hpcenv.paths import file_lock

@@ -8,7 +8,7 @@
 All three start from the same locally bootstrapped base, fetch over the same mirror and index,
 and get the build-time CA bundle and pip.conf the same way for the two that do not copy them in
 (a read-only bind mount at ``/opt/hpcenv-build`` during ``podman build``). A cold build is
-``podman build --no-cache --layers``; the warm rebuild changes one file of the ``checks`` folder
+``podman build --no-cache --layers --format docker``; the warm rebuild changes one file of the ``checks`` folder
 (the last content layer: ``COPY checks``) and builds again with the layer cache.
 
 :func:`logged_build` reads an earlier build's log and the creation times of its layers to say
@@ -153,9 +153,9 @@ def podman_build(
 ) -> BuildTiming:
     """``podman [STORAGE] build --layers [--no-cache]``; wall time, cached steps, size, slowest.
     ``env``: added to the engine's environment (an isolated storage's own ``TMPDIR``)."""
-    from hpcenv.engines import StepTracker, stream_command
+    from hpcenv.engines import LAYERED_BUILD_OPTIONS, StepTracker, stream_command
 
-    argv = ["podman", *storage, "build", "--layers"]
+    argv = ["podman", *storage, "build", *LAYERED_BUILD_OPTIONS]  # as hpcenv build runs it
     if cold and not storage:  # a fresh storage has no cache; --no-cache there would also stop
         argv.append("--no-cache")  # a stage from reusing an identical earlier stage's layers
     for vol in volumes:
@@ -448,7 +448,7 @@ def build_section(ctx: BenchContext) -> Section:
         f"report: `{recipe}.hpcenv.Dockerfile` (hpcenv's render: build stage + slim runtime "
         f"stage), `{recipe}.naive.Dockerfile` (the same commands in one stage), "
         f"`{recipe}.hpccm.Dockerfile` (hpcenv/bench/hpccm_daal4py.py rendered by hpccm). Cold = "
-        "`podman build --layers` in a fresh, throw-away podman storage that holds only the "
+        "`podman build --layers --format docker` in a fresh, throw-away podman storage that holds only the "
         "bootstrapped base image (its ~1 min debootstrap is not counted; it exists once per "
         "host), so no layer of any other build can be reused; the three run one after another, "
         "never in parallel. Warm = change one file in `checks/` (the last content layer) and "
