@@ -452,14 +452,18 @@ class Engine(ABC):
         """Make image ``tag`` from a root filesystem tarball (``changes``: Dockerfile lines;
         ``arch``: the OCI architecture to record when it is not this host's; ``on_wait``: told
         the storage lock's file when another build holds it, as for :meth:`build`)."""
+        with self.storage_lock(on_wait):
+            self._import(tarball, tag, changes, arch)
+        return tag
+
+    def _import(self, tarball: Path, tag: str, changes: Sequence[str], arch: str | None) -> None:
+        """The engine's own import, run under the storage lock."""
         args = ["import"]
         for change in changes:
             args += ["--change", change]
         if arch:
             args += ["--arch", arch]
-        with self.storage_lock(on_wait):
-            self._cmd(*args, str(tarball), tag, timeout=1800)
-        return tag
+        self._cmd(*args, str(tarball), tag, timeout=1800)
 
     # -- containers -------------------------------------------------------------------------
     def run_detached(
@@ -610,15 +614,8 @@ class BuildahEngine(Engine):
         oci = self._inspect(tag).get("OCIv1") or {}
         return str(oci.get("architecture", "")) if isinstance(oci, dict) else ""
 
-    def import_rootfs(
-        self,
-        tarball: Path,
-        tag: str,
-        *,
-        changes: Sequence[str] = (),
-        arch: str | None = None,
-        on_wait: Callable[[Path], None] | None = None,
-    ) -> str:
+    def _import(self, tarball: Path, tag: str, changes: Sequence[str], arch: str | None) -> None:
+        """buildah has no ``import``: a ``FROM scratch`` build that adds the tarball."""
         with tempfile.TemporaryDirectory(prefix="hpcenv-import-") as tmp:
             ctx = Path(tmp)
             try:
@@ -629,11 +626,9 @@ class BuildahEngine(Engine):
                 "FROM scratch\nADD rootfs.tar /\n" + "".join(f"{c}\n" for c in changes)
             )
             plat = ["--arch", arch] if arch else []
-            with self.storage_lock(on_wait):
-                self._cmd(
-                    "build", *plat, "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800
-                )
-        return tag
+            self._cmd(
+                "build", *plat, "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx), timeout=1800
+            )
 
     def run_detached(
         self,

@@ -174,6 +174,13 @@ def test_build_failure_names_step_and_log(monkeypatch, tmp_path):
     assert "Error: building at STEP" in log.read_text()
 
 
+def _until_told(told: list[object], seconds: float = 10) -> None:
+    """Wait (up to ``seconds``) for a waiting build or import to report the lock it waits on."""
+    deadline = time.monotonic() + seconds
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_builds_into_one_storage_take_turns(monkeypatch, tmp_path):
     """A second build into the same storage waits for the lock in its run root, says so once,
     and starts its engine only once the first is done (buildah #5674: concurrent builds race)."""
@@ -201,9 +208,7 @@ def test_builds_into_one_storage_take_turns(monkeypatch, tmp_path):
             kwargs={"log_path": tmp_path / "b.log", "on_wait": told.append},
         )
         build.start()
-        deadline = time.monotonic() + 10
-        while not told and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _until_told(told)
         time.sleep(0.3)
         released = time.monotonic()
         assert told == [lock] and started == []  # waiting, and no engine started
@@ -244,9 +249,7 @@ def test_a_base_import_that_waits_for_the_storage_says_so(monkeypatch, tmp_path)
             },
         )
         importing.start()
-        deadline = time.monotonic() + 10
-        while not told and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _until_told(told)
         assert told == [lock] and calls == []  # waiting, nothing imported yet
     importing.join(10)
     assert [c[0] for c in calls] == ["import"] and calls[0][1:3] == ["--change", BASE_CHANGES[0]]

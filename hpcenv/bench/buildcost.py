@@ -8,8 +8,9 @@
 All three start from the same locally bootstrapped base, fetch over the same mirror and index,
 and get the build-time CA bundle and pip.conf the same way for the two that do not copy them in
 (a read-only bind mount at ``/opt/hpcenv-build`` during ``podman build``). A cold build is
-``podman build --no-cache --layers --format docker``; the warm rebuild changes one file of the ``checks`` folder
-(the last content layer: ``COPY checks``) and builds again with the layer cache.
+``podman build --no-cache`` with the options ``hpcenv build`` uses (``--layers --format docker``);
+the warm rebuild changes one file of the ``checks`` folder (the last content layer:
+``COPY checks``) and builds again with the layer cache.
 
 :func:`logged_build` reads an earlier build's log and the creation times of its layers to say
 how long a build that already happened took, without repeating it.
@@ -151,7 +152,7 @@ def podman_build(
     storage: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> BuildTiming:
-    """``podman [STORAGE] build --layers [--no-cache]``; wall time, cached steps, size, slowest.
+    """``podman [STORAGE] build --layers --format docker [--no-cache]``; wall time, cached steps, size, slowest.
     ``env``: added to the engine's environment (an isolated storage's own ``TMPDIR``)."""
     from hpcenv.engines import LAYERED_BUILD_OPTIONS, StepTracker, stream_command
 
@@ -448,8 +449,8 @@ def build_section(ctx: BenchContext) -> Section:
         f"report: `{recipe}.hpcenv.Dockerfile` (hpcenv's render: build stage + slim runtime "
         f"stage), `{recipe}.naive.Dockerfile` (the same commands in one stage), "
         f"`{recipe}.hpccm.Dockerfile` (hpcenv/bench/hpccm_daal4py.py rendered by hpccm). Cold = "
-        "`podman build --layers --format docker` in a fresh, throw-away podman storage that holds only the "
-        "bootstrapped base image (its ~1 min debootstrap is not counted; it exists once per "
+        "`podman build --layers --format docker` in a fresh, throw-away podman storage that "
+        "holds only the bootstrapped base image (its ~1 min debootstrap is not counted; it exists once per "
         "host), so no layer of any other build can be reused; the three run one after another, "
         "never in parallel. Warm = change one file in `checks/` (the last content layer) and "
         "rebuild at once in the same storage."

@@ -53,7 +53,7 @@ echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
 rm -f -- "$HPCENV_STEPS/ended"
 hpcenv_exit() {
   local status=$?
-  trap '' TERM INT # a time limit's TERM now would cut the cleanup and the mark short
+  trap '' TERM INT # a second signal now would cut the cleanup and the mark short
   if declare -F hpcenv_cleanup >/dev/null; then hpcenv_cleanup; fi
   printf '%s\n' "$status" >"$HPCENV_STEPS/ended" 2>/dev/null || true
 }
