@@ -7,9 +7,13 @@ under qemu, mksquashfs' tail), and the unit tests fill the rest. The builds run 
 (they share podman's storage). When the real tests start, their fixtures run the same builds and
 find them cached; a build that failed here is simply built again there, and its test says why.
 
-The real tests that need none of these images, build nothing and time nothing are marked
-``alongside``: `make test` runs them once the unit tests are done, while these builds go on
-(the Apptainer helper their SIF runs use is made current first, here).
+The real tests that need none of these images and time nothing are marked ``alongside``:
+`make test` runs them once the unit tests are done, while these builds go on (the Apptainer
+helper their SIF runs use is made current first, here). A build of their own (a user recipe
+on the local image, a small test image, a base import) takes its turn with these through the
+engine's storage lock (``Engine.storage_lock``), so builds still never share the storage at
+once; what the alongside tests leave for the quiet pass is only what times something or
+needs one of these images.
 
 Usage: python tests/image_builds.py HPCENV   (exit 1 when a build failed; each build's time and
 outcome on one line)

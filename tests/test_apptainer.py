@@ -302,6 +302,7 @@ def _squashfs_compressor(sif: Path) -> int:
 
 
 @pytest.mark.apptainer
+@pytest.mark.alongside
 @needs_runtime
 def test_an_lz4_sif_is_lz4_and_runs(base_archive: Path, base_sif: Path) -> None:
     """build.sif_compression: lz4 (the local sites) makes an lz4 squashfs that this machine's
@@ -315,6 +316,7 @@ def test_an_lz4_sif_is_lz4_and_runs(base_archive: Path, base_sif: Path) -> None:
 
 
 @pytest.mark.apptainer
+@pytest.mark.alongside
 @needs_runtime
 def test_real_sif_from_oci_archive_and_exec(base_sif: Path, tmp_path: Path) -> None:
     assert base_sif.stat().st_size > 10_000_000
@@ -373,6 +375,7 @@ Stage: runtime
 
 
 @pytest.mark.apptainer
+@pytest.mark.alongside
 @needs_runtime
 def test_real_multistage_def_build(base_archive: Path, tmp_path: Path) -> None:
     ctx = tmp_path / "ctx"
@@ -387,6 +390,7 @@ def test_real_multistage_def_build(base_archive: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.apptainer
+@pytest.mark.alongside
 @needs_runtime
 def test_real_testinfra_host(base_sif: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(appt.IMAGES_ENV, f"base={base_sif}")
@@ -398,6 +402,7 @@ def test_real_testinfra_host(base_sif: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.apptainer
+@pytest.mark.alongside
 @needs_runtime
 def test_real_def_build_reads_a_secret_that_stays_out(base_archive: Path, tmp_path: Path) -> None:
     """Credentials for a def build: hpcenv's def template with a step that needs a build

@@ -150,6 +150,7 @@ def test_process_ngc_lock_carries_its_versions(tmp_path: Path) -> None:
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_podman_user_recipe_on_the_hpcenv_built_image(tmp_path: Path) -> None:
     """A user recipe whose base is the local horovod-cpu image: only the user's layers are
     built; torch is the base's and the user's package imports (the wheel from the site's
@@ -230,11 +231,12 @@ def test_a_hostile_lock_label_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_podman_image_with_a_planted_lock_label_is_refused(tmp_path: Path) -> None:
     """A real image whose lock label was planted (a newline in the user a USER line would name):
     the installed hpcenv exits 2 with one line and writes nothing."""
     need_image(LOCAL, "an image with a planted label on top of the local one")
-    from hpcenv.engines import engine_env
+    from hpcenv.engines import engine_env, get_engine
 
     built = resolve(load_site("local"), load_recipe("horovod-cpu")).to_json()
     doc = json.loads(built)
@@ -245,12 +247,13 @@ def test_podman_image_with_a_planted_lock_label_is_refused(tmp_path: Path) -> No
     (ctx / "Containerfile").write_text(
         f"FROM {LOCAL}\nLABEL {LOCK_LABEL}={json.dumps(json.dumps(doc))}\n", encoding="utf-8"
     )
-    made = subprocess.run(
-        ["podman", "build", "-q", "-t", tag, str(ctx)],
-        capture_output=True,
-        text=True,
-        env=engine_env(),
-    )
+    with get_engine("podman").storage_lock():  # takes its turn with the background builds
+        made = subprocess.run(
+            ["podman", "build", "-q", "-t", tag, str(ctx)],
+            capture_output=True,
+            text=True,
+            env=engine_env(),
+        )
     assert made.returncode == 0, made.stderr
     try:
         folder = tmp_path / "proj"

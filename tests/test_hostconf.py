@@ -149,6 +149,7 @@ def _podman_printenv(env: dict[str, str], image: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_real_podman_keeps_the_users_conf_and_gets_the_hosts_needs(tmp_path: Path) -> None:
     """The user's own containers.conf (an ``env`` entry) reaches the container, and the run
     works on this host only because hpcenv's needed keys came with it."""
@@ -167,6 +168,7 @@ def test_real_podman_keeps_the_users_conf_and_gets_the_hosts_needs(tmp_path: Pat
 
 
 @pytest.mark.podman
+@pytest.mark.alongside
 def test_real_podman_reads_override_exactly_when_hpcenv_thinks_so(tmp_path: Path) -> None:
     """The version gate checked on this host's podman: CONTAINERS_CONF_OVERRIDE is read from
     podman 4.5 on; Debian 12's podman 4.3.1 ignores it (then hpcenv merges instead)."""

@@ -21,7 +21,7 @@ from hpcenv.naming import image_tag
 TAG = image_tag(recipe="horovod-cpu", site="local")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
-pytestmark = pytest.mark.podman
+pytestmark = [pytest.mark.podman, pytest.mark.alongside]
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

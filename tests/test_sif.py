@@ -14,7 +14,7 @@ from requirements import need_file
 from hpcenv.build import make_plans
 from hpcenv.site import load_site
 
-pytestmark = pytest.mark.apptainer
+pytestmark = [pytest.mark.apptainer, pytest.mark.alongside]
 ROOT = Path(__file__).resolve().parent.parent
 
 
