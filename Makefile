@@ -31,9 +31,9 @@ images: install            ## build the local horovod-cpu image (podman) and its
 
 # The images only the real tests use are built in the background (tests/image_builds.py; a cold
 # build leaves a core idle much of the time) while, in turn: the unit tests (no container or
-# service) run on both cores (pytest-xdist); then the real tests marked `alongside` (they need
-# none of those images and time nothing: Slurm, sshd, jobs, the local image's own tests; a small
-# build of theirs takes its turn with those builds, Engine.storage_lock) one at a time. The
+# service) run on both cores (pytest-xdist); then the real tests marked `alongside` (they build
+# no image, need none of those images and time nothing: Slurm, sshd, jobs, the local image's and
+# SIF's own tests, Apptainer) one at a time. The
 # other real tests then run one at a time on a quiet machine: their fixtures find those images
 # cached (a build that failed is built again there, and its test says why). Every part always
 # runs; make test fails when any does.

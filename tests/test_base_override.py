@@ -150,7 +150,6 @@ def test_process_ngc_lock_carries_its_versions(tmp_path: Path) -> None:
 
 
 @pytest.mark.podman
-@pytest.mark.alongside
 def test_podman_user_recipe_on_the_hpcenv_built_image(tmp_path: Path) -> None:
     """A user recipe whose base is the local horovod-cpu image: only the user's layers are
     built; torch is the base's and the user's package imports (the wheel from the site's
@@ -231,7 +230,6 @@ def test_a_hostile_lock_label_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.podman
-@pytest.mark.alongside
 def test_podman_image_with_a_planted_lock_label_is_refused(tmp_path: Path) -> None:
     """A real image whose lock label was planted (a newline in the user a USER line would name):
     the installed hpcenv exits 2 with one line and writes nothing."""

@@ -139,7 +139,6 @@ def _forbidden(*args, **kwargs):
 
 
 @pytest.mark.podman
-@pytest.mark.alongside
 def test_real_import_and_bootstrap(tmp_path, monkeypatch):
     """Bootstraps a real minbase rootfs into a private cache and imports it (~1 min)."""
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))

@@ -43,7 +43,7 @@ from hpcenv.render import _environment, pip_conf
 from hpcenv.resolver import resolve
 from hpcenv.site import load_site
 
-pytestmark = [pytest.mark.podman, pytest.mark.timeout(900), pytest.mark.alongside]
+pytestmark = [pytest.mark.podman, pytest.mark.timeout(900)]
 
 USER = "hpcuser"
 PASSWORD = f"S3cret-{uuid.uuid4().hex[:12]}"

@@ -312,7 +312,6 @@ def test_docker_refuses_build_volumes_and_oci_archives(tmp_path):
 
 
 @pytest.mark.podman
-@pytest.mark.alongside
 def test_real_build_runs_its_steps_in_the_dockerfiles_shell(tmp_path):
     """Every hpcenv Dockerfile sets SHELL bash -o pipefail: podman's default OCI format would
     run the steps under /bin/sh without pipefail (buildah #2741), so a failed download piped
@@ -351,7 +350,6 @@ def test_podman_and_buildah_build_the_docker_format():
 
 
 @pytest.mark.podman
-@pytest.mark.alongside
 def test_real_podman_build_from_base_image(tmp_path):
     from hpcenv.baseimage import ensure_base_image
     from hpcenv.paths import file_lock

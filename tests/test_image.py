@@ -21,7 +21,7 @@ from hpcenv.naming import image_tag
 TAG = image_tag(recipe="horovod-cpu", site="local")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
-pytestmark = [pytest.mark.podman, pytest.mark.alongside]
+pytestmark = pytest.mark.podman
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -39,6 +39,7 @@ def in_image(image: str, script: str, user: str = "root") -> str:
     return podman("run", "--rm", "--user", user, image, "bash", "-c", script).stdout
 
 
+@pytest.mark.alongside
 def test_lock_is_embedded_in_labels_and_file(image: str) -> None:
     labels = get_engine("podman").labels(image)
     lock = json.loads(labels["io.hpcenv.lock"])
@@ -48,10 +49,12 @@ def test_lock_is_embedded_in_labels_and_file(image: str) -> None:
     assert labels["io.hpcenv.component.torch"] == inside["components"]["torch"]["version"]
 
 
+@pytest.mark.alongside
 def test_runtime_user_is_not_root(image: str) -> None:
     assert podman("run", "--rm", image, "id", "-u").stdout.strip() == "1000"
 
 
+@pytest.mark.alongside
 def test_no_build_credentials_in_final_image(image: str) -> None:
     found = in_image(
         image,
@@ -77,6 +80,7 @@ def test_no_build_credentials_in_final_image(image: str) -> None:
         assert hits.strip() == "", f"proxy CA found in {hits}"
 
 
+@pytest.mark.alongside
 def test_horovod_is_built_without_debug_info(image: str) -> None:
     """Horovod's setup.py builds RelWithDebInfo (66 MB of horovod/ here); hpcenv builds it as
     CMake Release (same -O3, rule horovod-release-build): its libraries carry no .debug_*."""
@@ -84,6 +88,7 @@ def test_horovod_is_built_without_debug_info(image: str) -> None:
     assert found and not any(found.values()), found
 
 
+@pytest.mark.alongside
 def test_an_unchanged_image_is_not_built_again(image: str) -> None:
     """The installed ``hpcenv build`` of the image `make images` built: its inputs are those of
     that build, so it says so and builds nothing (a cached podman build took 17 s here, hashing
@@ -105,6 +110,7 @@ def test_an_unchanged_image_is_not_built_again(image: str) -> None:
     assert get_engine("podman").image_id(TAG) == before
 
 
+@pytest.mark.alongside
 def test_no_compilers_in_runtime(image: str) -> None:
     assert in_image(image, "command -v gcc cmake || true").strip() == ""
 

@@ -454,7 +454,6 @@ def test_process_user_recipe_renders_and_names_its_image(tmp_path: Path) -> None
 
 
 @pytest.mark.podman
-@pytest.mark.alongside
 def test_podman_user_recipe_builds_on_the_cached_matched_stack(tmp_path: Path) -> None:
     need_image("localhost/hpcenv/horovod-cpu:local", "a user recipe extends the local image")
     from hpcenv.engines import engine_env
