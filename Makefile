@@ -33,10 +33,9 @@ images: install            ## build the local horovod-cpu image (podman) and its
 # build leaves a core idle much of the time) while, in turn: the unit tests (no container or
 # service) run on both cores (pytest-xdist); then the real tests marked `alongside` (they build
 # no image, need none of those images and time nothing: Slurm, sshd, jobs, the local image's and
-# SIF's own tests, Apptainer) one at a time. The
-# other real tests then run one at a time on a quiet machine: their fixtures find those images
-# cached (a build that failed is built again there, and its test says why). Every part always
-# runs; make test fails when any does.
+# SIF's own tests, Apptainer) one at a time. The other real tests then run one at a time on a
+# quiet machine: their fixtures find those images cached (a build that failed is built again
+# there, and its test says why). Every part always runs; make test fails when any does.
 UNIT := not podman and not slurm and not ssh and not apptainer
 
 test: images               ## the whole test suite (unit + real podman/Slurm/sshd/Apptainer tests); CI=true: nothing may skip

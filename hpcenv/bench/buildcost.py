@@ -152,7 +152,8 @@ def podman_build(
     storage: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> BuildTiming:
-    """``podman [STORAGE] build --layers --format docker [--no-cache]``; wall time, cached steps, size, slowest.
+    """``podman [STORAGE] build --layers --format docker [--no-cache]``; wall time, cached steps,
+    size, slowest.
     ``env``: added to the engine's environment (an isolated storage's own ``TMPDIR``)."""
     from hpcenv.engines import LAYERED_BUILD_OPTIONS, StepTracker, stream_command
 
@@ -450,8 +451,8 @@ def build_section(ctx: BenchContext) -> Section:
         f"stage), `{recipe}.naive.Dockerfile` (the same commands in one stage), "
         f"`{recipe}.hpccm.Dockerfile` (hpcenv/bench/hpccm_daal4py.py rendered by hpccm). Cold = "
         "`podman build --layers --format docker` in a fresh, throw-away podman storage that "
-        "holds only the bootstrapped base image (its ~1 min debootstrap is not counted; it exists once per "
-        "host), so no layer of any other build can be reused; the three run one after another, "
+        "holds only the bootstrapped base image (its ~1 min debootstrap is not counted; it "
+        "exists once per host), so no layer of any other build can be reused; the three run one after another, "
         "never in parallel. Warm = change one file in `checks/` (the last content layer) and "
         "rebuild at once in the same storage."
     )
