@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import terminal_sigint
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
 HOSTS = Path(__file__).parent / "data" / "hosts"
@@ -93,7 +94,7 @@ def test_ctrl_c_at_random_moments_is_130_without_traceback() -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=terminal_sigint,
         )
         time.sleep(rng.uniform(0.0, 1.0))
         proc.send_signal(signal.SIGINT)

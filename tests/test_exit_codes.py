@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import after_signal, terminal_sigint
 from requirements import need_image
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
@@ -113,7 +114,7 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         "@m.app.command('wait-forever')\n"
         "def wait_forever() -> None:\n"
         "    print('ready', flush=True)\n"
-        "    time.sleep(60)\n"
+        "    time.sleep(600)\n"
         "m.main()\n"
     )
     proc = subprocess.Popen(
@@ -121,12 +122,13 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=terminal_sigint,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    _, err = after_signal(proc, timeout=120)
     assert proc.returncode == 130
     assert "interrupted" in err
     assert "Traceback" not in err

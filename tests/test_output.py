@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from interrupts import after_signal, terminal_sigint
 from requirements import AS_ROOT, need, need_root, need_tool
 
 from hpcenv.errors import OutputError
@@ -134,7 +135,7 @@ def test_ctrl_c_while_writing_keeps_the_old_output(tmp_path: Path) -> None:
         "def slow(*a, **k):\n"
         "    paths = real(*a, **k)\n"
         "    print('ready', flush=True)\n"
-        "    time.sleep(60)\n"
+        "    time.sleep(600)\n"
         "    return paths\n"
         "r.write = slow\n"
         "from hpcenv.cli.main import main\n"
@@ -152,11 +153,17 @@ def test_ctrl_c_while_writing_keeps_the_old_output(tmp_path: Path) -> None:
         "--out",
         str(out),
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=terminal_sigint,
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    _, err = after_signal(proc, timeout=120)
     assert proc.returncode == 130 and err.strip() == "interrupted", err
     assert snapshot(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.hpcenv-lock", "out"]
