@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,3 +128,28 @@ def test_logs_with_site_for_a_job_without_a_record(slurm: SlurmInfo, tmp_path: P
     )
     logs = _hpcenv(tmp_path, "logs", job_id, "--site", "local")
     assert logs.returncode == 0 and "no-record-logs" in logs.stdout, logs.stderr
+
+
+def test_logs_of_a_job_whose_files_are_gone_says_so(slurm: SlurmInfo, tmp_path: Path) -> None:
+    """Log files removed after the job (a cleaned workdir): one line naming where hpcenv
+    looked and exit 2, not an empty success."""
+    proc = subprocess.run(
+        _argv(tmp_path, "bash", "-c", "echo gone-logs"),
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = json.loads(proc.stdout)["job_id"]
+    shown = _hpcenv(tmp_path, "logs", job_id).stdout
+    files = re.findall(r"^==> (.+) <==$", shown, flags=re.M)
+    assert files and "gone-logs" in shown, shown
+    for name in files:
+        Path(name).unlink()
+    gone = _hpcenv(tmp_path, "logs", job_id)
+    assert gone.returncode == 2 and gone.stdout == "", gone.stdout
+    assert gone.stderr.strip() == (
+        f"error: no log file of job {job_id} is there (not written yet, or removed): "
+        + ", ".join(files)
+    )

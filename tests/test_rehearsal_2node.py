@@ -94,6 +94,17 @@ def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _succeeded(proc: subprocess.CompletedProcess[str]) -> None:
+    """A submit that ended 0; otherwise the failure says what the job itself wrote (its
+    stdout and stderr files), not only the last lines that submit quotes."""
+    if proc.returncode == 0:
+        return
+    found = re.search(r" job (\d+): ", proc.stderr)
+    logs = _cli("logs", found.group(1)) if found else None
+    written = f"{logs.stdout[-6000:]}{logs.stderr}" if logs else "(no job id in submit's output)"
+    pytest.fail(f"exit {proc.returncode}: {proc.stdout}{proc.stderr}\njob logs:\n{written}")
+
+
 def _lines(text: str, tag: str) -> list[dict[str, Any]]:
     return [json.loads(ln.split(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(tag + " ")]
 
@@ -216,7 +227,7 @@ def test_allreduce_is_exact_on_both_nodes_over_tcp(
         "/opt/venv/bin/python3",
         "{workdir}/mpi_identity.py",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _succeeded(proc)
     log = _cli("logs", json.loads(proc.stdout)["job_id"]).stdout
     ranks = sorted(_lines(log, "mpi-identity"), key=lambda r: r["rank"])
     assert [(r["rank"], r["host"]) for r in ranks] == [(0, "node1"), (1, "node2")], log
@@ -266,7 +277,7 @@ def test_horovod_mnist_across_two_nodes_with_per_node_staging(
         "--threads",
         "1",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _succeeded(proc)
     sub = json.loads(proc.stdout)
     assert sub["status"]["state"] == "COMPLETED"
     log = _cli("logs", sub["job_id"]).stdout
@@ -366,7 +377,7 @@ def test_node_failure_mid_job_fails_it_and_keeps_the_previous_result(
         # and could report a short job done first)
         "echo started-on-$(hostname); echo partial > {output}/model.txt; sleep 600",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _succeeded(proc)
     job = json.loads(proc.stdout)["job_id"]
     end = time.monotonic() + 120
     while time.monotonic() < end:
@@ -554,7 +565,7 @@ def test_teardown_with_sif_ranks_running_leaves_nothing(
         "sleep",
         "300",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _succeeded(proc)
     scripts = Path(__file__).parents[1] / "scripts"
     try:
         end = time.monotonic() + 120
@@ -627,7 +638,7 @@ def test_plain_ddp_trains_on_both_nodes_with_env_rendezvous(
         "/opt/venv/bin/python3",
         "{workdir}/ddp_train.py",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _succeeded(proc)
     log = _cli("logs", json.loads(proc.stdout)["job_id"]).stdout
     ranks = sorted(_lines(log, "ddp-result"), key=lambda r: r["rank"])
     assert [(r["rank"], r["host"]) for r in ranks] == [(0, "node1"), (1, "node2")], log

@@ -677,6 +677,11 @@ def logs(sub: Submission, transport: Transport) -> str:
     result = run_host_script(transport, LOGS_SCRIPT, [_only_star(p) for p in paths])
     if result.returncode != 0:
         raise JobError(f"cannot read logs of {sub.job_id}: {result.message()}")
+    if not result.stdout:  # logs.sh prints a header for every file it finds, an empty one too
+        raise JobError(
+            f"no log file of job {sub.job_id} is there (not written yet, or removed): "
+            + ", ".join(paths)
+        )
     return result.stdout
 
 
