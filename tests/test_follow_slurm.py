@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from interrupts import terminal_sigint
 
 if TYPE_CHECKING:
     from services import SlurmInfo
@@ -43,16 +44,21 @@ def _hpcenv(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _submitted(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``submit --wait`` of a one-line bash job; the caller checks its exit code."""
+    return subprocess.run(
+        _argv(tmp_path, "bash", "-c", script),
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=120,
+    )
+
+
 def test_listing_submitted_jobs_with_their_states(slurm: SlurmInfo, tmp_path: Path) -> None:
     ids = []
     for code in (0, 3):
-        proc = subprocess.run(
-            _argv(tmp_path, "bash", "-c", f"echo job-{code}; exit {code}"),
-            capture_output=True,
-            text=True,
-            env=_env(tmp_path),
-            timeout=120,
-        )
+        proc = _submitted(tmp_path, f"echo job-{code}; exit {code}")
         assert proc.returncode == (0 if code == 0 else 2), proc.stderr
         if code == 0:
             ids.append(json.loads(proc.stdout)["job_id"])
@@ -87,6 +93,7 @@ def test_ctrl_c_while_waiting_leaves_the_job_running(slurm: SlurmInfo, tmp_path:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(tmp_path),
+        preexec_fn=terminal_sigint,
     )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the first state line: the job is queued
@@ -111,13 +118,7 @@ def test_ctrl_c_while_waiting_leaves_the_job_running(slurm: SlurmInfo, tmp_path:
 
 
 def test_logs_with_site_for_a_job_without_a_record(slurm: SlurmInfo, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        _argv(tmp_path, "bash", "-c", "echo no-record-logs"),
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        timeout=120,
-    )
+    proc = _submitted(tmp_path, "echo no-record-logs")
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads(proc.stdout)["job_id"]
     for record in (tmp_path / "cache" / "jobs").glob(f"*-{job_id}.*"):
@@ -133,13 +134,7 @@ def test_logs_with_site_for_a_job_without_a_record(slurm: SlurmInfo, tmp_path: P
 def test_logs_of_a_job_whose_files_are_gone_says_so(slurm: SlurmInfo, tmp_path: Path) -> None:
     """Log files removed after the job (a cleaned workdir): one line naming where hpcenv
     looked and exit 2, not an empty success."""
-    proc = subprocess.run(
-        _argv(tmp_path, "bash", "-c", "echo gone-logs"),
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        timeout=120,
-    )
+    proc = _submitted(tmp_path, "echo gone-logs")
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads(proc.stdout)["job_id"]
     shown = _hpcenv(tmp_path, "logs", job_id).stdout
