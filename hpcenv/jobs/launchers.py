@@ -9,15 +9,22 @@ runtime's launcher options together. Launchers register by name with
 ConfigError. ``torchrun`` (a job's ``--launcher torchrun``) runs one per node under the site's
 launcher. Adding a launcher is one class here (``tests/test_launchers.py`` registers one).
 
+What a job's command may be under a launcher is decided here too: :func:`check_command` refuses a
+command that starts a launcher of its own (``torchrun`` under srun: one torchrun per rank), and
+:func:`torchrun_runs_python` says whether torchrun runs the command with its Python (a script,
+``-m module``) or as a program (``--no-python``).
+
 Nothing else builds a launch line: jobs, smoke, bench and tune all call :func:`launch_argv`;
 the Slurm directives reuse :func:`slurm_shape`.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import PurePosixPath
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError
@@ -73,8 +80,8 @@ class Launcher(ABC):
         own = site.scheduler.launcher_flags if site.scheduler.launcher == self.name else []
         return [self.name, *self.flags(site, p), *own, *extra]
 
-    def runner(self, site: Site, p: Placement) -> list[str]:
-        """argv that runs first inside the image, before the user's command (torchrun)."""
+    def runner(self, site: Site, p: Placement, command: Sequence[str] = ()) -> list[str]:
+        """argv that runs first inside the image, before the user's ``command`` (torchrun)."""
         return []
 
     def one_task(self, extra: Sequence[str]) -> list[str]:
@@ -203,8 +210,10 @@ class Torchrun(Launcher):
     that holds the node's cores and GPUs, inside the image; it starts ``ranks_per_node``
     workers and sets their ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` itself. The nodes meet at
     the job's ``MASTER_ADDR:MASTER_PORT`` (c10d rendezvous, hpcenv.jobs.rendezvous), the job
-    id naming the rendezvous. ``--no-python``: the command is run as given
-    (``python3 train.py``), the same command as under the site's launcher.
+    id naming the rendezvous. The command is what a torchrun user types: a script
+    (``train.py --arg x``) or ``-m pkg.mod``, run by torchrun with the image's Python, or a
+    program (``python3 train.py``, ``./run.sh``), run as given with ``--no-python``: see
+    :func:`torchrun_runs_python`.
 
     As NERSC's "Launchers" page shows (docs.nersc.gov/machinelearning/launchers, read
     2026-11-24); OLCF advises srun over torchrun on Frontier, where torchrun's workers share one
@@ -225,16 +234,131 @@ class Torchrun(Launcher):
     def command(self, site: Site, p: Placement, extra: Sequence[str] = ()) -> list[str]:
         return self._site(site).command(site, per_node(p), extra)
 
-    def runner(self, site: Site, p: Placement) -> list[str]:
-        return [
+    def runner(self, site: Site, p: Placement, command: Sequence[str] = ()) -> list[str]:
+        argv = [
             "torchrun",
             f"--nnodes={p.nodes}",
             f"--nproc-per-node={p.ranks_per_node}",
             "--rdzv-backend=c10d",
             Expand("--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT"),
             Expand("--rdzv-id=$HPCENV_JOB_ID"),
-            "--no-python",
         ]
+        return argv if torchrun_runs_python(command) else [*argv, "--no-python"]
+
+
+TORCHRUN_MODULE_FLAGS = ("-m", "--module")  # torchrun's flag: the script is a module name
+
+
+def torchrun_runs_python(command: Sequence[str]) -> bool:
+    """Whether torchrun starts ``command`` with its own Python (its default) rather than as a
+    program (``--no-python``); the command's first word decides:
+
+    - ``train.py ...`` (a word ending in ``.py``, any path): a script, as torchrun users type
+      it (``torchrun ... train.py --arg x``). torchrun's default: each worker runs
+      ``python -u train.py ...`` with the interpreter torchrun itself runs under (the image's;
+      ``PYTHON_EXEC`` overrides it).
+    - ``-m pkg.mod ...`` (or ``--module``): torchrun's own flag, given before the module name:
+      each worker runs ``python -u -m pkg.mod ...``. torchrun refuses it with ``--no-python``.
+    - anything else is a program, run as given with ``--no-python`` (no Python put in front):
+      ``python3 train.py``, ``/opt/venv/bin/python3 x.py``, ``./run.sh``, ``bash -c ...``; the
+      same command as under the site's launcher.
+
+    torchrun's arguments: pytorch.org/docs/stable/elastic/run.html (``torchrun --help``:
+    ``training_script``, ``-m``/``--module``, ``--no-python``) and, for what a worker runs,
+    ``config_from_args`` in torch/distributed/run.py (torch 2.13, read 2026-11-28). No command
+    (a staging-only job): a program."""
+    if not command:
+        return False
+    first = command[0]
+    return first in TORCHRUN_MODULE_FLAGS or first.endswith(".py")
+
+
+# Programs that start ranks themselves, besides the registered launchers (LAUNCHERS): as a
+# job's command under a launcher, every rank (or torchrun worker) would start its own set.
+# Debian's alternatives carry the MPI's name (mpirun.openmpi, mpiexec.hydra).
+_OTHER_LAUNCHERS = re.compile(r"horovodrun|(mpirun|mpiexec)\.(openmpi|mpich|hydra)")
+_PYTHON = re.compile(r"python[0-9.]*")
+_TORCH_LAUNCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+_PYTHON_TAKES_VALUE = ("-W", "-X")
+
+
+def _python_module(args: Sequence[str]) -> tuple[str, int] | None:
+    """The module ``python ARGS`` runs (``-m mod``, ``-mmod``) and how many of ``args`` up to
+    and including its name, if any (options before it skipped; a script or ``-c``: none)."""
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg == "-m":
+            return (args[i + 1], i + 2) if i + 1 < len(args) else None
+        elif arg.startswith("-m"):
+            return arg[2:], i + 1
+        elif arg in _PYTHON_TAKES_VALUE:
+            skip = True
+        elif arg == "-c" or not arg.startswith("-"):
+            return None
+    return None
+
+
+def command_launcher(command: Sequence[str]) -> str | None:
+    """The rank launcher ``command`` starts with, as the user wrote it, if any: a launcher
+    program by name or path (a registered launcher, ``srun``, ``/opt/venv/bin/torchrun``; or
+    ``horovodrun``, ``mpirun.openmpi``), ``python3 -m torch.distributed.run`` (torchrun's
+    module; ``.launch``, its predecessor), or that module after torchrun's own ``-m``."""
+    if not command:
+        return None
+    first = command[0]
+    program = PurePosixPath(first).name
+    if program in LAUNCHERS or _OTHER_LAUNCHERS.fullmatch(program):
+        return first
+    if first in TORCHRUN_MODULE_FLAGS and len(command) > 1:
+        found: tuple[str, int] | None = (command[1], 1)
+    elif _PYTHON.fullmatch(program):
+        found = _python_module(command[1:])
+    else:
+        return None
+    if found is None or found[0] not in _TORCH_LAUNCH_MODULES:
+        return None
+    return " ".join(command[: found[1] + 1])
+
+
+def check_command(command: Sequence[str], launcher: str | None) -> None:
+    """Refuse a ``command`` that cannot run under ``launcher`` (a job's ``--launcher``; None:
+    the site's), every rank starting it, in one line that says what to give instead:
+
+    - a command that starts a launcher (:func:`command_launcher`): each rank would start ranks
+      of its own (``srun ... torchrun train.py`` is what ``--launcher torchrun`` renders);
+    - ``-m`` first, torchrun's own module flag: only under ``--launcher torchrun``, and with a
+      module name after it."""
+    torchrun = launcher == "torchrun"
+    under = "--launcher torchrun" if torchrun else launcher or "the site's launcher"
+    if command and command[0] in TORCHRUN_MODULE_FLAGS:
+        if not torchrun:
+            raise ConfigError(
+                f"`{command[0]}` first runs a module only under --launcher torchrun: give "
+                f"--launcher torchrun, or `python3 -m MODULE` under {under}"
+            )
+        if len(command) < 2:
+            raise ConfigError(f"`{command[0]}` needs a module name after it: -- -m pkg.mod")
+    found = command_launcher(command)
+    if found is None:
+        return
+    program = PurePosixPath(found.split()[0]).name
+    size = "hpcenv starts the ranks: give -N/--nodes and --ranks-per-node"
+    if program == "torchrun" or "torch.distributed" in found:
+        if torchrun:
+            why = "a torchrun in every worker of --launcher torchrun"
+            instead = "drop it (--launcher torchrun starts one per node)"
+        else:
+            why = f"one torchrun per rank under {under}"
+            instead = "drop it and give --launcher torchrun"
+    elif torchrun:
+        why = f"one {program} in every worker of --launcher torchrun"
+        instead = f"drop it and --launcher torchrun ({size})"
+    else:
+        why = f"one {program} per rank under {under}"
+        instead = f"drop it ({size})"
+    raise ConfigError(f"`{found}` in the command would start {why}: {instead}")
 
 
 def get_launcher(name: str) -> Launcher:

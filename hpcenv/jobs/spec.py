@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from hpcenv.errors import ConfigError
+from hpcenv.jobs.launchers import check_command
 from hpcenv.safe import (
     EnvName,
     Name,
@@ -161,3 +162,13 @@ class JobSpec(_Strict):
         default=True,
         description="bind model: inject the site MPI (False: the image's own MPI, a control run)",
     )
+
+    @model_validator(mode="after")
+    def _command_fits_launcher(self) -> JobSpec:
+        """Every rank runs the command under the launcher (``launch: mpi``): one that starts a
+        launcher itself (``torchrun``, ``mpirun``...) is refused with what to give instead
+        (:func:`hpcenv.jobs.launchers.check_command`). A ConfigError, not a field error: the
+        user's one line. In the batch shell (``single``) the command runs once, as given."""
+        if self.launch == "mpi":
+            check_command(self.command, self.launcher)
+        return self
