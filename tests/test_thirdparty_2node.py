@@ -11,7 +11,9 @@ from the cache); then, from the project folder (the job runs where ``submit`` wa
 
 - Horovod (adasum_small_model.py) under the site's srun launch, Horovod over MPI;
 - torch DDP (minGPT) under srun with env:// rendezvous (rank-env.sh);
-- the same under ``--launcher torchrun`` (one per node, c10d);
+- the same under ``--launcher torchrun`` (one per node, c10d), given as torchrun users type it,
+  ``-- train_probe.py SCRIPT ARGS``: torchrun runs the script with the image's Python (issue
+  35; tests/test_rehearsal_2node.py runs the program form, ``-- /opt/venv/bin/python3 ...``);
 
 each in the podman image (site ``local-2node``) and in the SIF (site ``local-2node-sif``). The
 checks are numbers from the job's output: the loss falls on every rank, and the parameters'
@@ -225,15 +227,17 @@ def test_pytorch_mingpt_ddp_example_trains_on_both_nodes(
     two_node: TwoNodeInfo, project: Path, where: list[str], launcher: str
 ) -> None:
     """pytorch/examples distributed/minGPT-ddp (CPU patch only): torch DDP with env://
-    rendezvous under srun (rank-env.sh), and under --launcher torchrun; its own hydra
-    configuration, its own requirements (hydra-core ...) from the user's recipe."""
-    extra = ["--launcher", "torchrun"] if launcher == "torchrun" else []
+    rendezvous under srun (rank-env.sh), and under --launcher torchrun, given the script as
+    torchrun users type it (torchrun runs it with the image's Python, no ``--no-python``); its
+    own hydra configuration, its own requirements (hydra-core ...) from the user's recipe."""
+    if launcher == "torchrun":
+        launch = ["--launcher", "torchrun", "--", "train_probe.py"]
+    else:
+        launch = ["--", "python3", "train_probe.py"]
     # Each rank keeps its own snapshot (both are local rank 0, both save), named for this test
     # so that no later run resumes from it; OmegaConf reads RANK when the job runs.
     snap = f"trainer_config.snapshot_path=snap-{uuid.uuid4().hex[:6]}-${{oc.env:RANK}}.pt"
-    log = _submit(
-        project, where, *extra, "--", "python3", "train_probe.py", "main.py", *MINGPT_ARGS, snap
-    )
+    log = _submit(project, where, *launch, "main.py", *MINGPT_ARGS, snap)
     losses: dict[tuple[int, str], list[float]] = {}
     for m in LOSS_LINE.finditer(log):  # found anywhere: a rank's output may land mid-line
         losses.setdefault((int(m[1]), m[4]), []).append(float(m[5]))
