@@ -15,6 +15,7 @@ host:                      ## system packages (podman, runc, debootstrap, slurm,
 	scripts/emulation-setup.sh
 	scripts/site-mpi-setup.sh
 	scripts/site-apptainer-setup.sh
+	scripts/podman-hpc-setup.sh
 
 venv: $(VENV)/.installed
 
