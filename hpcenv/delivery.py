@@ -1,56 +1,37 @@
-"""Image delivery: after a build, put the image where the site's job script will look for it.
+"""Image delivery: after a build, make what the site's job runs, with the steps its runtime gives.
 
-Each site's runtime decides the last step (docs/sites/*.md, "Image delivery"):
+Each runtime owns its steps (:meth:`hpcenv.runtimes.base.ContainerRuntime.delivery`; the image a
+job names is the last step's target, so no job names an artifact no step makes):
 
-- apptainer / singularity: the SIF goes to ``<scratch>/hpcenv/images/<recipe>-<site>.sif``, the
-  path ``hpcenv submit`` runs (``naming.site_sif_path``: one place for that name);
-- podman-hpc (NERSC): ``podman-hpc migrate TAG`` squashes the image into the store the compute
-  nodes read (NERSC/podman-hpc ``podman_hpc.py``: "Migrate an image to squashed");
+- apptainer / singularity: the SIF goes to ``<scratch>/hpcenv/images/<recipe>-<site>.sif``;
+- podman-hpc (NERSC): ``podman-hpc migrate TAG`` squashes the image built by ``podman-hpc build``;
+- cscs-ce (Alps): ``enroot import`` of the podman image into a striped folder on scratch;
 - shifter, or any site with ``--push REF``: ``podman push TAG REF`` to a registry the site pulls from;
 - podman (local): the image is already in the engine's storage.
 
-A step whose tool or path is not on this host (``podman-hpc`` off Perlmutter, ``$PROJ`` unset)
-is reported as pending with the exact command to run on the site, never silently skipped.
+Here the steps are run: a command step whose site tool or path is not on this host
+(``podman-hpc`` off Perlmutter, ``enroot`` off Alps, ``$SCRATCH`` unset) is reported pending with
+the exact command to run on the site, never silently skipped.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from hpcenv.credentials import redact
 from hpcenv.errors import ConfigError, EnvironmentProblem
-from hpcenv.naming import image_kind
+from hpcenv.runtimes.base import DeliveryStep
+from hpcenv.runtimes.registry import runtime_of
 from hpcenv.site import Site
 
-StepKind = Literal["sif-copy", "needs-sif", "migrate", "push", "in-place"]
 _REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 _ACCOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class DeliveryStep:
-    kind: StepKind
-    target: str  # where the job finds the image (path, tag or registry reference)
-    command: tuple[str, ...] = ()  # argv of the step; empty for a file copy or nothing to do
-
-    def describe(self) -> str:
-        if self.kind == "sif-copy":
-            return f"copy the SIF to {self.target} (the path the job script runs)"
-        if self.kind == "needs-sif":
-            return f"none: the site's jobs run a SIF at {self.target}; build with --format sif"
-        if self.kind == "migrate":
-            return f"{shlex.join(self.command)} (compute nodes read the squashed store)"
-        if self.kind == "push":
-            return f"{shlex.join(self.command)} (the site pulls {self.target})"
-        return f"none: the job runs {self.target} from this host's image storage"
 
 
 def _holds_credentials(ref: str) -> bool:
@@ -78,27 +59,15 @@ def check_ref(ref: str) -> str:
 def plan_delivery(
     site: Site, recipe: str, tag: str, fmt: str, push: str | None = None, engine: str = "podman"
 ) -> list[DeliveryStep]:
-    """The steps that end a build for this site (``build --dry-run`` lists them)."""
-    from hpcenv.jobs.containers import default_image
-
-    steps: list[DeliveryStep] = []
+    """The steps that end a build for this site (``build --dry-run`` lists them): a push where
+    asked, then the runtime's own (a registry runtime's own step is that push)."""
     if push is not None:
         ref = check_ref(push)
-        steps.append(DeliveryStep("push", ref, (engine, "push", tag, ref)))
-    kind = site.runtime.kind
-    if image_kind(kind) == "sif":
-        sif_kind: StepKind = "sif-copy" if fmt in ("sif", "both") else "needs-sif"
-        steps.append(DeliveryStep(sif_kind, default_image(site, recipe)))
-    elif kind == "podman-hpc":
-        steps.append(DeliveryStep("migrate", tag, ("podman-hpc", "migrate", tag)))
-    elif kind == "shifter" and not push:
-        raise ConfigError(
-            f"site {site.name} runs shifter, which pulls images from a registry: "
-            "give --push REGISTRY/NAME:TAG"
+        step = DeliveryStep(
+            "command", ref, (engine, "push", tag, ref), f"the site pulls {ref}", site_tool=False
         )
-    elif not steps:
-        steps.append(DeliveryStep("in-place", tag))
-    return steps
+        return [step, *runtime_of(site).delivery(site, recipe, tag, fmt, engine, pushed=ref)]
+    return runtime_of(site).delivery(site, recipe, tag, fmt, engine)
 
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -154,7 +123,8 @@ def deliver(
 ) -> Outcome:
     """Run one step for real where this host can; otherwise say exactly what is left to do.
 
-    ``env`` expands the SIF path (:func:`delivery_env`); default: this process's environment.
+    ``env`` expands the paths the step names (:func:`delivery_env`); default: this process's
+    environment.
     """
     if step.kind in ("in-place", "needs-sif"):
         return Outcome(step, step.kind == "in-place", step.describe())
@@ -175,32 +145,35 @@ def deliver(
         shutil.copyfile(sif, partial)
         partial.replace(target)  # atomic: a job never sees half a SIF
         return Outcome(step, True, f"SIF at {target}")
+    return _run_command(step, env)
+
+
+def _run_command(step: DeliveryStep, env: Mapping[str, str] | None) -> Outcome:
+    shown = step.shown()
+    argv = [expand(word, env) for word in step.command]
     exe = shutil.which(step.command[0])
-    if exe is None:
-        if step.kind == "migrate":
-            return Outcome(
-                step,
-                False,
-                f"pending: {step.command[0]} is not on this host; on a login node of the site "
-                f"run: {shlex.join(step.command)}",
-            )
-        raise EnvironmentProblem(f"{step.command[0]} is not installed; cannot {step.describe()}")
+    if exe is None or None in argv:
+        if not step.site_tool:
+            raise EnvironmentProblem(f"{step.command[0]} is not installed; cannot {shown}")
+        why = (
+            f"{step.command[0]} is not on this host"
+            if exe is None
+            else "it names a variable unset here"
+        )
+        return Outcome(step, False, f"pending: {why}; on the site run: {shown}")
     from hpcenv.engines import engine_env
 
     proc = subprocess.run(
-        [exe, *step.command[1:]],
+        [exe, *(str(w) for w in argv[1:])],
         capture_output=True,
         text=True,
         check=False,
         stdin=subprocess.DEVNULL,
-        env=engine_env(),
+        env=engine_env(dict(env) if env is not None else None),
     )
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()
         raise EnvironmentProblem(
-            redact(
-                f"{shlex.join(step.command)} failed (exit {proc.returncode}): "
-                f"{last[-1] if last else 'no output'}"
-            )
+            redact(f"{shown} failed (exit {proc.returncode}): {last[-1] if last else 'no output'}")
         )
     return Outcome(step, True, step.describe())

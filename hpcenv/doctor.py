@@ -285,9 +285,12 @@ _LAUNCHER_BROKEN_FIX = {"srun": "srun finds no slurm.conf or controller: " + SLU
 
 
 def check_launcher(host: Host, name: str) -> Check:
+    """A launcher on PATH and answering ``--version``; one hpcenv knows no fix for (flux, a
+    site's own) gets a generic hint, not a KeyError."""
     exe = host.which(name)
+    fix = _LAUNCHER_FIX.get(name, f"load the module that provides {name}, or ask the site")
     if exe is None:
-        return Check("launcher", name, "missing", f"{name} not found on PATH", _LAUNCHER_FIX[name])
+        return Check("launcher", name, "missing", f"{name} not found on PATH", fix)
     probe = _version(host, exe)
     if probe.rc != 0:
         return Check(
@@ -295,7 +298,7 @@ def check_launcher(host: Host, name: str) -> Check:
             name,
             "broken",
             f"`{name} --version` failed: {probe.last_line}",
-            _LAUNCHER_BROKEN_FIX.get(name, _LAUNCHER_FIX[name]),
+            _LAUNCHER_BROKEN_FIX.get(name, fix),
         )
     real = os.path.realpath(exe)
     where = f" ({real})" if real != exe else ""
@@ -472,36 +475,26 @@ def check_two_node(host: Host) -> Check:
 
 
 # -- site container runtimes other than Apptainer ------------------------------------------------
-_RUNTIME_FIX = {
-    "podman-hpc": "podman-hpc is NERSC's wrapper (Perlmutter login and compute nodes); on other "
-    "systems pick the site's own runtime",
-    "shifter": "Shifter is installed by the site (NERSC); load its module or ask the site",
-    "pyxis": "pyxis is a Slurm SPANK plugin installed by the site (srun --container-image)",
-}
-
-
 def check_site_runtime(host: Host, kind: str) -> Check:
-    """podman-hpc, shifter (their own command) or pyxis (an option of srun)."""
-    if kind == "pyxis":
-        exe = host.which("srun")
-        probe = host.run([exe, "--help"]) if exe else Probe(127, "srun not found")
-        if exe and "--container-image" in probe.output:
-            return Check("runtime", kind, "ok", "srun --help lists --container-image")
-        return Check(
-            "runtime", kind, "missing", "srun has no --container-image option", _RUNTIME_FIX[kind]
-        )
-    exe = host.which(kind)
+    """The site's runtime by its own probe (:attr:`hpcenv.runtimes.base.ContainerRuntime.probe`:
+    podman-hpc and shifter their command, pyxis an option of srun, the Container Engine enroot)."""
+    from hpcenv.runtimes.registry import get_runtime
+
+    probe = get_runtime(kind).probe
+    if probe is None:
+        return Check("runtime", kind, "ok", f"{kind}: no command of its own to probe")
+    shown = " ".join(probe.argv)
+    exe = host.which(probe.argv[0])
     if exe is None:
-        return Check("runtime", kind, "missing", f"{kind} not found on PATH", _RUNTIME_FIX[kind])
-    probe = host.run([exe, "--help"])
-    state: Status = "ok" if probe.rc == 0 else "broken"
-    return Check(
-        "runtime",
-        kind,
-        state,
-        f"{exe}: {probe.first_line}",
-        "" if state == "ok" else _RUNTIME_FIX[kind],
-    )
+        return Check("runtime", kind, "missing", f"{probe.argv[0]} not found on PATH", probe.fix)
+    run = host.run([exe, *probe.argv[1:]])
+    if probe.expect is not None:
+        if probe.expect in run.output:
+            return Check("runtime", kind, "ok", f"`{shown}` lists {probe.expect}")
+        return Check("runtime", kind, "missing", f"`{shown}` lists no {probe.expect}", probe.fix)
+    if run.rc != 0:
+        return Check("runtime", kind, "broken", f"`{shown}` failed: {run.last_line}", probe.fix)
+    return Check("runtime", kind, "ok", f"{exe}: {run.first_line}")
 
 
 def _size(n: float) -> str:
@@ -580,6 +573,14 @@ def all_checks() -> list[Callable[[Host], Check]]:
     return [*_BEFORE_SCHEDULERS, *schedulers, *_AFTER_SCHEDULERS]
 
 
+# Runtimes whose check is one of the host checks above (their category or name), not their own.
+_HOST_CHECKED = {"apptainer": "apptainer", "singularity": "apptainer", "podman": "podman"}
+
+
+def _runtime_check_key(kind: str) -> str:
+    return _HOST_CHECKED.get(kind, kind)
+
+
 def site_needs(site: Site, facts: object | None = None) -> dict[str, str]:
     """Check name -> why ``site``'s path needs it on this host (build, run, submit, launch)."""
     from hpcenv.hostconf import HostFacts, host_needs, read_facts
@@ -599,12 +600,7 @@ def site_needs(site: Site, facts: object | None = None) -> dict[str, str]:
             f"{site.name} is {site.arch}: its images build and run here under emulation (arch)"
         )
     runtime = site.runtime.kind
-    if runtime in ("apptainer", "singularity"):
-        needs["apptainer"] = f"{site.name} runs images with {runtime} (runtime.kind)"
-    elif runtime in _RUNTIME_FIX:
-        needs[runtime] = f"{site.name} runs images with {runtime} (runtime.kind)"
-    elif runtime == "podman":
-        needs["podman"] = f"{site.name} runs images with podman (runtime.kind)"
+    needs[_runtime_check_key(runtime)] = f"{site.name} runs images with {runtime} (runtime.kind)"
     if site.scheduler.kind != "none":
         needs[site.scheduler.kind] = f"jobs go to {site.scheduler.kind} (scheduler.kind)"
     needs[site.scheduler.launcher] = (
@@ -623,7 +619,7 @@ def run_checks(path: str | None = None, site: Site | None = None) -> list[Check]
     checks = [check(host) for check in all_checks()]
     if site is None:
         return checks
-    if site.runtime.kind in _RUNTIME_FIX:
+    if _runtime_check_key(site.runtime.kind) == site.runtime.kind:
         checks.append(check_site_runtime(host, site.runtime.kind))
     needs = site_needs(site)
     out = []

@@ -415,6 +415,16 @@ class Engine(ABC):
         """The image's content id (changes whenever the image does)."""
         return self._cmd("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
 
+    def find_image_id(self, tag: str) -> str | None:
+        """The image's content id without ``sha256:``, None when this storage lacks it (or the
+        engine is not here)."""
+        try:
+            proc = self._cmd("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+        except EnvironmentProblem:
+            return None
+        iid = proc.stdout.strip().removeprefix("sha256:")
+        return iid if proc.returncode == 0 and iid else None
+
     def image_size(self, tag: str) -> int:
         """Size of the image in bytes."""
         return int(self._cmd("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
@@ -511,6 +521,14 @@ class PodmanEngine(Engine):
 
     def remove_container(self, name: str) -> None:
         self._cmd("rm", "-f", "--ignore", "-t", "0", name)
+
+
+class PodmanHpcEngine(PodmanEngine):
+    """NERSC's podman-hpc: podman with its own storage configuration, whose ``build`` leaves
+    the image where ``podman-hpc migrate`` reads it (NERSC/podman-hpc ``podman_hpc.py``)."""
+
+    name = "podman-hpc"
+    binary = "podman-hpc"
 
 
 class DockerEngine(Engine):
@@ -652,7 +670,7 @@ class BuildahEngine(Engine):
 
 
 ENGINES: dict[str, type[Engine]] = {
-    cls.name: cls for cls in (PodmanEngine, DockerEngine, BuildahEngine)
+    cls.name: cls for cls in (PodmanEngine, PodmanHpcEngine, DockerEngine, BuildahEngine)
 }
 
 

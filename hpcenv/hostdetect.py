@@ -36,7 +36,7 @@ NODE_LOCAL = (
     ("/tmp", "tmp"),
 )
 
-# The schedulers' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
+# The schedulers' and the container runtimes' commands are theirs (``detect``, ``installed``): :func:`command` asks them.
 COMMANDS: dict[str, list[str]] = {
     "uname": ["uname", "-m"],
     "lscpu": ["lscpu"],
@@ -50,11 +50,6 @@ COMMANDS: dict[str, list[str]] = {
     "mpirun": ["mpirun", "--version"],
     "mpichversion": ["mpichversion"],
     "pmix": ["pkg-config", "--modversion", "pmix"],
-    "apptainer": ["apptainer", "--version"],
-    "singularity": ["singularity", "--version"],
-    "podman-hpc": ["podman-hpc", "--help"],
-    "shifter": ["shifter", "--help"],
-    "podman": ["podman", "--version"],
     "modules": ["bash", "-lc", "module -t avail 2>&1"],
     "findmnt": ["findmnt", "-rn", "-t", "lustre,gpfs,nfs,nfs4", "-o", "TARGET,FSTYPE"],
     # df prints a line for each folder there is (and exits 1 for those there are not)
@@ -74,9 +69,15 @@ def _scheduler_commands() -> dict[str, list[str]]:
     }
 
 
+def recorded_keys() -> list[str]:
+    """Every key a recording may hold: this module's commands, the schedulers' and the
+    runtimes' probes."""
+    return sorted({*COMMANDS, *_scheduler_commands(), *_runtime_commands()})
+
+
 def command(key: str) -> list[str]:
     """The argv recorded as ``KEY.txt``: from :data:`COMMANDS` or a scheduler's own."""
-    return COMMANDS.get(key) or _scheduler_commands()[key]
+    return COMMANDS.get(key) or _scheduler_commands().get(key) or _runtime_commands()[key]
 
 
 class CommandHost(Protocol):
@@ -543,8 +544,21 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
         )
 
 
+def _runtime_commands() -> dict[str, list[str]]:
+    """Each detectable runtime's probe, by kind, in the runtimes' detection order
+    (:attr:`hpcenv.runtimes.base.ContainerRuntime.detect_rank`)."""
+    from hpcenv.runtimes.registry import known_kinds, runtime_class
+
+    ranked = []
+    for kind in known_kinds():
+        cls = runtime_class(kind)
+        if cls.detect_rank is not None and cls.probe is not None:
+            ranked.append((cls.detect_rank, kind, list(cls.probe.argv)))
+    return {kind: argv for _, kind, argv in sorted(ranked)}
+
+
 def _runtime(host: CommandHost, d: Detection, on: str) -> None:
-    for key in ("apptainer", "singularity", "podman-hpc", "shifter", "podman"):
+    for key in _runtime_commands():
         if _ok(host, key):
             d.set("runtime.kind", key, verified=_by(key) + on)
             return

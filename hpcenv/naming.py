@@ -7,17 +7,13 @@ arguments (the order cannot be swapped), and every other module calls it. This m
 nothing from hpcenv, so any module may use it without a cycle; folders (the cache, a site's
 scratch) are the caller's, names are this module's.
 
-Which form a runtime takes: Apptainer and SingularityCE run SIF files (``apptainer run
-image.sif``; apptainer.org/docs/user/latest/, "SIF: Singularity Image Format"); podman,
-podman-hpc, Shifter and Pyxis/enroot take OCI references (podman-hpc and Shifter convert them
-on their side).
+Which name a site's jobs run is its runtime's (hpcenv.runtimes: the last delivery step's target).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-ImageKind = Literal["oci", "sif"]
 SifSource = Literal["oci", "def"]
 # mksquashfs(1) compressors a site may name for its SIFs (build.sif_compression; gzip is
 # Apptainer's default).
@@ -29,11 +25,6 @@ IMAGE_REPO = "localhost/hpcenv"
 HELPER_TAG = "localhost/hpcenv-apptainer:1"
 #: Singularity.def's ``oci-archive`` bootstrap source for a locally bootstrapped base image.
 BASE_ARCHIVE = "hpcenv-base.oci.tar"
-#: Runtimes that run SIF files; every other runtime kind takes an OCI reference.
-SIF_RUNTIMES = frozenset({"apptainer", "singularity"})
-#: The runtime whose jobs run an enroot SquashFS file (CSCS Container Engine); it is built as
-#: an OCI image and imported with ``enroot import`` on the site.
-SQSH_RUNTIME = "cscs-ce"
 #: Where a SIF runtime's images live when the site names no scratch file system.
 NO_SCRATCH = "$HOME"
 
@@ -100,21 +91,3 @@ def site_sqsh_path(*, recipe: str, site: str, scratch: str | None) -> str:
 def build_log(*, recipe: str, site: str) -> str:
     """The file name of an image build's log: ``build-<site>-<recipe>.log``."""
     return f"build-{site}-{recipe}.log"
-
-
-def image_kind(runtime: str) -> ImageKind:
-    """What a container runtime kind runs: ``sif`` (apptainer, singularity) or ``oci``."""
-    return "sif" if runtime in SIF_RUNTIMES else "oci"
-
-
-def default_image(*, recipe: str, site: str, runtime: str, scratch: str | None) -> str:
-    """The image a site's jobs run for ``recipe`` by default: the SIF path on SIF runtimes
-    (:func:`site_sif_path`), the SquashFS path on the Container Engine (:func:`site_sqsh_path`),
-    else the OCI tag hpcenv builds (:func:`image_tag`).
-
-    ``scratch``: the path of the site's scratch file system (None: it has none)."""
-    if image_kind(runtime) == "sif":
-        return site_sif_path(recipe=recipe, site=site, scratch=scratch)
-    if runtime == SQSH_RUNTIME:
-        return site_sqsh_path(recipe=recipe, site=site, scratch=scratch)
-    return image_tag(recipe=recipe, site=site)

@@ -66,11 +66,12 @@ def remote_folder(plan: BuildPlan) -> str:
 
 
 def builder(plan: BuildPlan, engine_name: str | None = None) -> str:
-    """The site's own builder: ``podman-hpc`` where jobs run podman-hpc (NERSC builds with it,
-    so ``migrate`` finds the image in its store), else the site's engine."""
-    if plan.site.runtime.kind == "podman-hpc":
-        return "podman-hpc"
-    return engine_name or plan.site.build.engine
+    """The engine the site's runtime builds with (``podman-hpc`` where jobs run podman-hpc: NERSC
+    builds with it, so ``migrate`` finds the image in its store), else ``engine_name``."""
+    from hpcenv.runtimes.registry import runtime_of
+
+    own = runtime_of(plan.site).build_engine(plan.site)
+    return own if own != plan.site.build.engine else (engine_name or own)
 
 
 def script_lines(plan: BuildPlan, root: str, fmt: str, engine_name: str | None = None) -> list[str]:
@@ -84,8 +85,9 @@ def script_lines(plan: BuildPlan, root: str, fmt: str, engine_name: str | None =
     lines.append(f"{exe} image inspect --format '{{{{.Id}}}}' {join([tag])} > image.id")
     ref = join([tag])
     for step in plan_delivery(plan.site, plan.recipe, tag, fmt, None, exe):
-        if step.kind == "migrate":
-            lines.append(join(step.command))
+        if step.kind == "command":
+            lines.append(join(expanding(w) for w in step.command))
+            ref = join([expanding(step.target)])
         elif step.kind == "sif-copy":
             lines += plan.sif_steps(exe)
             sif = plan.sif_steps(exe)[-1].split()[2]

@@ -16,12 +16,12 @@ import pytest
 
 from hpcenv.errors import ConfigError, HpcenvError
 from hpcenv.jobs import JobSpec, default_image
-from hpcenv.jobs.containers import EDF_STEP
 from hpcenv.jobs.edf import edf_text, edf_value, mount, toml_string
 from hpcenv.jobs.render import plan_job
 from hpcenv.recipe import load_recipe
 from hpcenv.render import render
 from hpcenv.resolver import resolve
+from hpcenv.runtimes.cscs_ce import EDF_STEP
 from hpcenv.site import load_site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,7 +157,7 @@ def test_annotations_on_another_runtime_exit_2(tmp_path: Path) -> None:
         [str(HPCENV), "sites", "validate", str(site)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2
-    assert "runtime.annotations apply to the cscs-ce runtime" in proc.stderr
+    assert "runtime.annotations applies to the cscs-ce runtime, not podman-hpc" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 

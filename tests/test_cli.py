@@ -104,7 +104,7 @@ def test_build_dry_run_perlmutter_migrates_and_pushes(runner: CliRunner, tmp_pat
     )
     assert out.exit_code == 0, out.output
     assert (
-        "deliver: podman push localhost/hpcenv/torch-gpu:perlmutter "
+        "deliver: podman-hpc push localhost/hpcenv/torch-gpu:perlmutter "
         "registry.nersc.gov/m0000/torch-gpu:1 (the site pulls registry.nersc.gov/m0000/torch-gpu:1)"
     ) in out.stdout
     assert (

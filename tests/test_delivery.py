@@ -1,5 +1,5 @@
 """Image delivery: each site's build ends where its job script looks (SIF path, podman-hpc
-migrate, registry push); steps this host cannot do are reported as pending, not skipped."""
+migrate, enroot import, registry push); steps this host cannot do are reported as pending, not skipped."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from hpcenv.delivery import DeliveryStep, deliver, plan_delivery
 from hpcenv.errors import ConfigError
-from hpcenv.jobs.containers import default_image
+from hpcenv.runtimes.registry import default_image
 from hpcenv.site import Site, load_site
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
@@ -82,7 +82,7 @@ def test_sif_copy_pending_when_a_site_variable_is_unset(
 def test_migrate_runs_podman_hpc_or_says_pending(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    step = DeliveryStep("migrate", "t", ("podman-hpc", "migrate", "localhost/hpcenv/x:p"))
+    step = DeliveryStep("command", "t", ("podman-hpc", "migrate", "localhost/hpcenv/x:p"))
     monkeypatch.setenv("PATH", str(tmp_path))
     pending = deliver(step)
     assert not pending.done

@@ -79,10 +79,10 @@ def test_engine_env_adds_only_what_the_host_needs(monkeypatch):
 
 
 def test_registry_by_name_and_unknown_name():
-    assert engines.engine_names() == ["buildah", "docker", "podman"]
+    assert engines.engine_names() == ["buildah", "docker", "podman", "podman-hpc"]
     assert isinstance(engines.get_engine(), engines.PodmanEngine)
     assert isinstance(engines.get_engine("buildah"), engines.BuildahEngine)
-    with pytest.raises(ConfigError, match="buildah, docker, podman"):
+    with pytest.raises(ConfigError, match="buildah, docker, podman, podman-hpc"):
         engines.get_engine("rkt")
 
 

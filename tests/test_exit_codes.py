@@ -257,6 +257,6 @@ def test_submit_of_a_missing_sif_exits_2_before_submitting(tmp_path: Path) -> No
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"error: SIF {missing} not found; build it first (hpcenv build --site ... --format sif) "
-        "or pass --image / --no-container"
+        f"error: SIF {missing} not found; build it first (hpcenv build --site local-2node-sif "
+        "--format sif) or pass --image / --no-container"
     ]

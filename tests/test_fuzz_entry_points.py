@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcenv.errors import HpcenvError
-from hpcenv.hostdetect import COMMANDS, RecordedHost, detect, site_data
+from hpcenv.hostdetect import RecordedHost, detect, recorded_keys, site_data
 from hpcenv.jobs.schedulers import (
     SCHEDULERS,
     get_scheduler,
@@ -427,7 +427,7 @@ def test_scheduler_replies(name: str, rc: int, out: str, err: str) -> None:
 
 # --- host detection ------------------------------------
 
-HOST_KEYS = sorted(COMMANDS)
+HOST_KEYS = recorded_keys()
 HOST_SAMPLES = {
     "lscpu": "Architecture: x86_64\nCPU(s): 64\nThread(s) per core: 2\nSocket(s): 2\n",
     "meminfo": "MemTotal:       263518532 kB\n",

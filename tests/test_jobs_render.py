@@ -25,10 +25,10 @@ from hpcenv.jobs import (
     prepare,
     render_job,
 )
-from hpcenv.jobs.containers import get_runtime
 from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.render import STEP_TEMPLATES, plan_job, render_plan, step_script
 from hpcenv.jobs.spec import ArraySpec, Stitch
+from hpcenv.runtimes.registry import get_runtime
 from hpcenv.site import Site, load_site, site_names
 
 needs_shellcheck = needs_tool("shellcheck", why="rendered job scripts are shellchecked")
@@ -479,52 +479,6 @@ def test_queue_node_ranges_are_checked_where_they_enter() -> None:
     assert "#PBS -q prod" in render_job(site, job, image="/x.sif")
     with pytest.raises(ConfigError, match=r"queue 'prod' on site 'aurora' takes 256-10624"):
         render_job(site, job.model_copy(update={"nodes": 2}), image="/x.sif")
-
-
-def test_a_new_runtime_is_one_class() -> None:
-    """A runtime written against the run context alone and registered: a site that names it
-    gets its per-rank prefix in the job plan, nothing else edited (charliecloud's ch-run)."""
-    from hpcenv.jobs.containers import (
-        RUNTIMES,
-        ContainerLaunch,
-        ContainerRuntime,
-        RunContext,
-        register_runtime,
-    )
-    from hpcenv.site import Runtime
-
-    class ChRun(ContainerRuntime):
-        kind = "charliecloud"
-
-        def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
-            binds = [f"--bind={p}" for p in [ctx.workdir, *ctx.binds]]
-            return ContainerLaunch(prefix=["ch-run", *binds, image, "--"])
-
-    register_runtime(ChRun)
-    try:
-        local = load_site("local")
-        runtime = Runtime.model_construct(**{**local.runtime.model_dump(), "kind": "charliecloud"})
-        site = local.model_copy(update={"runtime": runtime})
-        plan = plan_job(
-            site, JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=2), image="/img/x"
-        )
-        assert plan.launch is not None
-        assert plan.launch.prefix[0] == "ch-run" and plan.launch.prefix[-2:] == ("/img/x", "--")
-        assert plan.launch.head[0] == "srun" and plan.launch.command == ("python3", "x.py")
-        assert [s.kind for s in plan.steps] == ["launch"]
-    finally:
-        RUNTIMES.pop("charliecloud")
-
-
-def test_runtime_kinds_are_one_list() -> None:
-    """The site model's runtime kinds and the runtime registry name the same runtimes."""
-    import typing
-
-    from hpcenv.jobs.containers import RUNTIMES
-    from hpcenv.site import Runtime
-
-    literal = set(typing.get_args(Runtime.model_fields["kind"].annotation))
-    assert set(RUNTIMES) == literal - {"none"}
 
 
 @needs_shellcheck

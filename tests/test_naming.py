@@ -54,51 +54,12 @@ def test_sif_names() -> None:
     assert naming.site_sif_path(recipe="x", site="s", scratch=None) == "$HOME/hpcenv/images/x-s.sif"
 
 
-def test_runtimes_take_oci_or_sif() -> None:
-    assert naming.image_kind("apptainer") == naming.image_kind("singularity") == "sif"
-    for kind in ("podman", "podman-hpc", "shifter", "pyxis"):
-        assert naming.image_kind(kind) == "oci", kind
-    assert naming.default_image(recipe="r", site="s", runtime="podman", scratch="/x") == (
-        "localhost/hpcenv/r:s"
-    )
-    assert naming.default_image(recipe="r", site="s", runtime="apptainer", scratch="/x") == (
-        "/x/hpcenv/images/r-s.sif"
-    )
-
-
-def test_every_runtime_kind_of_the_site_model_is_known() -> None:
-    """A runtime kind added to the site model lands on one side of image_kind on purpose."""
-    from typing import get_args
-
-    from hpcenv.site import load_site
-
-    runtime = type(load_site("local").runtime)  # the site model's runtime class, wherever it lives
-    kinds = set(get_args(runtime.model_fields["kind"].annotation))
-    assert kinds >= naming.SIF_RUNTIMES
-    # cscs-ce runs an OCI image imported with enroot (naming.site_sqsh_path).
-    assert kinds - naming.SIF_RUNTIMES == {"podman", "podman-hpc", "shifter", "pyxis", "cscs-ce"}
-    assert naming.SQSH_RUNTIME in kinds
-
-
-def test_the_default_image_matches_the_jobs_side() -> None:
-    from hpcenv.jobs.containers import default_image
-    from hpcenv.site import load_site
-
-    for name in ("local", "frontier", "summit", "perlmutter"):
-        site = load_site(name)
-        scratch = next((f.path for f in site.filesystems if f.purpose == "scratch"), None)
-        assert default_image(site, "torch-gpu") == naming.default_image(
-            recipe="torch-gpu", site=site.name, runtime=site.runtime.kind, scratch=scratch
-        ), name
-
-
 def test_mpich_abi_soname_comes_from_the_knowledge_base() -> None:
     assert mpi_soname("mpich") == "libmpi.so.12"
 
 
 # Modules that still build one of these names themselves (none: naming.py is the one place).
 NAMED_HERE = {"naming.py"}
-# jobs/containers.py keeps its own default_image until it delegates to naming.default_image.
 NOT_YET: set[str] = set()
 
 

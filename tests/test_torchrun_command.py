@@ -17,12 +17,6 @@ import pytest
 HPCENV = Path(sys.executable).with_name("hpcenv")
 FRONTIER = ["--site", "frontier", "-r", "torch-gpu", "-A", "csc599", "-N", "2"]
 RDZV_ID = '"--rdzv-id=$HPCENV_JOB_ID"'  # torchrun's last option as the job script quotes it
-# Launcher.runner needs the job's command to tell a script from a program: until
-# hpcenv/jobs/render.py's _launch_step passes it (`launcher.runner(site, placement,
-# job.command)`), every torchrun line keeps `--no-python`. strict: this fails once it does.
-NEEDS_RENDER_PASSING_THE_COMMAND = pytest.mark.xfail(
-    strict=True, reason="render.py's _launch_step does not pass job.command to runner() yet"
-)
 
 
 def _submit(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -52,7 +46,6 @@ def _torchrun_line(script: str) -> str:
     return lines[0]
 
 
-@NEEDS_RENDER_PASSING_THE_COMMAND
 @pytest.mark.parametrize(
     "command", [["train.py"], ["train.py", "--arg", "x"], ["-m", "pkg.mod", "--arg", "x"]]
 )

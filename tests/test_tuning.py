@@ -15,6 +15,7 @@ import pytest
 
 from hpcenv.errors import ConfigError, HpcenvError
 from hpcenv.jobs import JobSpec, prepare
+from hpcenv.runtimes.podman import Podman
 from hpcenv.site import load_site
 from hpcenv.tuning import apply, measure
 from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules
@@ -329,9 +330,9 @@ def test_for_job_applies_only_matching_digest(monkeypatch: pytest.MonkeyPatch) -
     site = load_site("local")
     save(sample())
     job = JobSpec(name="t", command=["x"], ranks_per_node=2, image="img")
-    monkeypatch.setattr(apply, "image_id", lambda image: IID)
+    monkeypatch.setattr(Podman, "image_identity", lambda self, image: IID)
     assert apply.for_job(site, job, "img") == (sample(), None)
-    monkeypatch.setattr(apply, "image_id", lambda image: OTHER)
+    monkeypatch.setattr(Podman, "image_identity", lambda self, image: OTHER)
     measured, warning = apply.for_job(site, job, "img")
     assert measured is None and "re-measure" in (warning or "")
     single = JobSpec(name="t", command=["x"], launch="single", image="img")
@@ -343,7 +344,7 @@ def test_smoke_launch_settings_carry_placement_and_tuning(monkeypatch: pytest.Mo
     from hpcenv.smoke.runner import launch_settings
 
     site = load_site("local")
-    monkeypatch.setattr(apply, "image_id", lambda image: IID)
+    monkeypatch.setattr(Podman, "image_identity", lambda self, image: IID)
     none = launch_settings(site, "img")
     assert none.rules_text is None and "no measured tuning" in none.note
     assert "--bind-to core" in none.mpirun_flags and none.env["OMP_NUM_THREADS"] == "1"

@@ -26,10 +26,10 @@ def run(*args: str, env: dict[str, str], timeout: int = 900) -> subprocess.Compl
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict, str]:
-    from hpcenv.tuning.apply import image_id
+    from hpcenv.runtimes.registry import get_runtime
 
     need_image(IMAGE, "the tuning sweep runs in it")
-    assert image_id(IMAGE) is not None
+    assert get_runtime("podman").image_identity(IMAGE) is not None
     env = dict(os.environ, HPCENV_TUNING_DIR=str(tmp_path_factory.mktemp("tuning")))
     proc = run(
         "tune",

@@ -264,7 +264,8 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
     """The measured tuning in force for the image (``hpcenv tune --measure``'s file); when none
     applies, measure it now in the bench's container and save it, so the bench's "hpcenv
     default" is exactly what ``submit``/``smoke`` would use afterwards."""
-    from hpcenv.tuning.apply import RULES_NAME, image_id, lookup
+    from hpcenv.runtimes.registry import get_runtime
+    from hpcenv.tuning.apply import RULES_NAME, lookup
     from hpcenv.tuning.measure import measure, mpirun_line, read_lock
     from hpcenv.tuning.store import save
 
@@ -276,7 +277,7 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
     else:
         if found is not None and found.warning:
             ctx.echo(f"warning: {found.warning}")
-        iid = image_id(ctx.image)
+        iid = get_runtime("podman").image_identity(ctx.image)  # the bench runs podman
         if iid is None:
             ctx.notes.append(f"no measured tuning: the digest of {ctx.image} is unknown")
             return

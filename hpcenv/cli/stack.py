@@ -125,11 +125,11 @@ def register(app: typer.Typer) -> None:
         With --format, one artifact goes to stdout and nothing is written.
         """
         from hpcenv.errors import ConfigError
-        from hpcenv.jobs.containers import default_image
         from hpcenv.jobs.render import render_job
         from hpcenv.jobs.spec import JobSpec
         from hpcenv.output import check_target, publish_dir
         from hpcenv.render import render, stage_user_files, write
+        from hpcenv.runtimes.registry import default_image
 
         if fmt is not None and fmt not in ARTIFACTS:
             from hpcenv.errors import did_you_mean
@@ -288,15 +288,16 @@ def register(app: typer.Typer) -> None:
         """Resolve, render, build and deliver the site's images to where its jobs look for them."""
         from hpcenv.build import build_image, make_plans
         from hpcenv.delivery import deliver, delivery_env, plan_delivery
-        from hpcenv.naming import image_kind
         from hpcenv.resolver import parse_overrides
+        from hpcenv.runtimes.registry import runtime_of
         from hpcenv.site import load_site, retirement_warning
 
         site_obj = load_site(site)
         retired = retirement_warning(site_obj)
         if retired:
             typer.echo(retired, err=True)
-        fmt: str = fmt_opt.value if fmt_opt is not None else image_kind(site_obj.runtime.kind)
+        runtime = runtime_of(site_obj)
+        fmt: str = fmt_opt.value if fmt_opt is not None else runtime.default_format()
         if account:
             from hpcenv.jobs.project import account_for
 
@@ -305,7 +306,7 @@ def register(app: typer.Typer) -> None:
             site_obj, recipe, parse_overrides(set_ or []), out, requirements=requirements, pip=pip
         )
         env = delivery_env(site_obj, account)
-        engine_name = engine or site_obj.build.engine
+        engine_name = engine or runtime.build_engine(site_obj)
         deliveries = {
             p.recipe: plan_delivery(site_obj, p.recipe, p.tag, fmt, push, engine_name)
             for p in plans
@@ -329,6 +330,7 @@ def register(app: typer.Typer) -> None:
             summaries = [
                 p.summary(engine_name, fmt if sif_from == "oci" else "oci")
                 | {"delivery": [s.describe() for s in deliveries[p.recipe]]}
+                | {"image": deliveries[p.recipe][-1].target}  # what the delivery makes
                 for p in plans
             ]
             if as_json:
@@ -356,6 +358,7 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"  {name:<10} excluded (see stack.lock.json)")
                 for step in s["delivery"]:  # type: ignore[attr-defined]
                     typer.echo(f"  deliver: {step}")
+                typer.echo(f"  job runs: {s['image']}")
             return
         from rich.console import Console
 
@@ -395,7 +398,7 @@ def register(app: typer.Typer) -> None:
                     progress.note(f"  log: {build_log_path(plan)}")
                     result = build_image(
                         plan,
-                        engine_name=engine,
+                        engine_name=engine_name,
                         on_step=progress.step,
                         site_mpi=not no_site_mpi,
                         on_wait=storage_waiting,

@@ -13,7 +13,6 @@ Public API:
 - Registries: :func:`get_scheduler`, :func:`get_launcher`, :func:`get_runtime`.
 """
 
-from hpcenv.jobs.containers import default_image, get_runtime
 from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.placement import Placement, place
 from hpcenv.jobs.render import RenderedJob, prepare, render_job
@@ -32,6 +31,7 @@ from hpcenv.jobs.submit import (
     wait,
 )
 from hpcenv.jobs.transport import LocalTransport, SshTransport, Transport, TransportSpec
+from hpcenv.runtimes.registry import default_image, get_runtime
 
 __all__ = [
     "ArraySpec",

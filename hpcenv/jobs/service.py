@@ -16,7 +16,6 @@ stay inside the functions, as in the CLI, so importing this module is cheap.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -177,35 +176,11 @@ def make_transport(site: Site, kind: TransportKind, ssh: SshOptions) -> Transpor
 
 
 def check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:
-    """Fail early when the local podman runtime lacks the image, when a SIF named by its path
-    (apptainer/singularity, on this machine) is not there, or when the image's MPI cannot take
-    the site's injected MPI (bind model; ``force`` leaves that to the job's preflight)."""
-    from hpcenv.errors import ConfigError, EnvironmentProblem
-    from hpcenv.naming import image_kind
+    """Fail early when this host can tell the job's image is not there or cannot take the
+    site's injected MPI (the site's runtime checks: hpcenv.runtimes)."""
+    from hpcenv.runtimes.registry import runtime_of
 
-    if image_kind(site.runtime.kind) == "sif":
-        if image.startswith("/") and "$" not in image and not Path(image).is_file():
-            raise EnvironmentProblem(
-                f"SIF {image} not found; build it first (hpcenv build --site ... --format sif) "
-                "or pass --image / --no-container"
-            )
-        return
-    if site.runtime.kind != "podman":
-        return
-    from hpcenv.engines import get_engine
-    from hpcenv.jobs.bindmodel import image_mismatch
-
-    engine = get_engine("podman")
-    if not engine.image_exists(image):
-        raise EnvironmentProblem(
-            f"image {image} not found in local podman storage; build it first "
-            f"(hpcenv build --site {site.name} --recipe ...) or pass --image / --no-container"
-        )
-    if inject and not force and site.mpi.model in ("bind", "site-build"):
-        raw = engine.labels(image).get("io.hpcenv.lock")
-        why = image_mismatch(site, image, json.loads(raw)) if raw else None
-        if why:
-            raise ConfigError(why)
+    runtime_of(site).check_local_image(site, image, inject=inject, force=force)
 
 
 def ensure_manifest(directory: Path, notify: Notify = _ignore) -> None:
@@ -271,9 +246,9 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
     from pydantic import ValidationError
 
     from hpcenv.errors import ConfigError
-    from hpcenv.jobs.containers import default_image
     from hpcenv.jobs.schedulers import option_pair
     from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut
+    from hpcenv.runtimes.registry import default_image
     from hpcenv.safe import validation_message
 
     for opt in req.options:

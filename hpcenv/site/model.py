@@ -343,8 +343,38 @@ class Ssh(Strict):
     known_hosts: HostPath | None = None
 
 
+def _runtime_kind(value: str) -> str:
+    from hpcenv.runtimes.registry import check_kind
+
+    try:
+        return check_kind(value)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+
+
+def _readers(field: str) -> list[str]:
+    """The runtime kinds whose backends read site field ``runtime.<field>`` (each runtime owns
+    the list of its fields: hpcenv.runtimes)."""
+    from hpcenv.runtimes.registry import known_kinds, runtime_class
+
+    return [k for k in known_kinds() if field in runtime_class(k).fields]
+
+
+def _known_runtimes() -> list[str]:
+    from hpcenv.runtimes.registry import known_kinds
+
+    return known_kinds()
+
+
 class Runtime(Strict):
-    kind: Literal["apptainer", "singularity", "podman-hpc", "shifter", "podman", "pyxis", "cscs-ce"]
+    kind: Annotated[
+        str,
+        AfterValidator(_runtime_kind),
+        Field(
+            json_schema_extra={"enum": list(_known_runtimes())},
+            description="the container runtime (one module of hpcenv/runtimes)",
+        ),
+    ]
     binds: list[ShellPath] = Field(default=[], max_length=64)
     flags: list[ShellWord] = Field(default=[], max_length=64)
     annotations: dict[AnnotationKey, ShellWord] = Field(
@@ -357,21 +387,17 @@ class Runtime(Strict):
         default=None, description="the runtime's command where it is not `kind` on the PATH"
     )
 
-    @field_validator("annotations")
+    @field_validator("annotations", "executable")
     @classmethod
-    def _annotations_kind(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        kind = info.data.get("kind")
-        if value and kind and kind != "cscs-ce":
-            raise ValueError(f"runtime.annotations apply to the cscs-ce runtime, not {kind}")
-        return value
-
-    @field_validator("executable")
-    @classmethod
-    def _executable_kind(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _read_by_kind(cls, value: Any, info: ValidationInfo) -> Any:
         kind = info.data.get("kind")  # validated before, in field order; absent when invalid
-        if value and kind and kind not in ("apptainer", "singularity"):
+        field = info.field_name or ""
+        readers: list[str] = _readers(field) if value and kind else [str(kind)]
+        if kind not in readers:
+            many = len(readers) > 1
             raise ValueError(
-                f"runtime.executable applies to the apptainer and singularity runtimes, not {kind}"
+                f"runtime.{field} applies to the {' and '.join(readers)} "
+                f"runtime{'s' if many else ''}, not {kind}"
             )
         return value
 

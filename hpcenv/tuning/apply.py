@@ -8,7 +8,6 @@ read it (job.sh writes it into the job's workdir; smoke and bench mount it at ``
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 from hpcenv.tuning.model import Layout, MeasuredTuning
@@ -26,25 +25,6 @@ def layout_of(placement: Any) -> Layout:
         ranks_per_node=placement.ranks_per_node,
         cores_per_rank=placement.cores_per_rank,
     )
-
-
-def image_id(image: str) -> str | None:
-    """The local podman image ID (the digest tuning files are keyed on); None if unknown."""
-    from hpcenv.engines import engine_env
-
-    try:
-        proc = subprocess.run(
-            ["podman", "image", "inspect", "--format", "{{.Id}}", image],
-            capture_output=True,
-            text=True,
-            env=engine_env(),
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    iid = proc.stdout.strip().removeprefix("sha256:")
-    return iid if proc.returncode == 0 and iid else None
 
 
 def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
@@ -65,7 +45,9 @@ def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
             "measured tuning not applied: the job runs on the host, not in the "
             "image it was measured in",
         )
-    iid = image_id(image) if site.runtime.kind in ("podman", "podman-hpc") else None
+    from hpcenv.runtimes.registry import runtime_of
+
+    iid = runtime_of(site).image_identity(image)
     return in_force(site.name, layout, image, iid)
 
 

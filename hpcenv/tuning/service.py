@@ -64,9 +64,9 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
 
     ``echo`` gets ``--measure``'s progress lines."""
     from hpcenv.errors import ConfigError
-    from hpcenv.jobs.containers import default_image
     from hpcenv.jobs.placement import place
     from hpcenv.jobs.service import refuse_empty
+    from hpcenv.runtimes.registry import default_image
     from hpcenv.site import load_site
 
     if sum((req.measure, req.show, req.plan)) > 1:

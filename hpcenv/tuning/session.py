@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcenv.errors import ConfigError, EnvironmentProblem
-from hpcenv.tuning.apply import RULES_MOUNT, image_id
+from hpcenv.tuning.apply import RULES_MOUNT
 from hpcenv.tuning.model import MeasuredTuning
 from hpcenv.tuning.store import save
 
@@ -29,13 +29,16 @@ class Measured:
 
 def require_image(site: Any, image: str) -> str:
     """The podman image ID of ``image``, or a clear error for sites this host cannot run."""
-    if site.runtime.kind not in ("podman", "podman-hpc"):
+    from hpcenv.runtimes.registry import runtime_of
+
+    runtime = runtime_of(site)
+    if not runtime.runs_local_podman_images:
         raise EnvironmentProblem(
             f"tune --measure runs the site's image with podman on this host; site {site.name}'s "
             f"runtime is {site.runtime.kind}: run `hpcenv tune --measure --site {site.name}` "
             "on one of its nodes (or `hpcenv tune --plan` to see what it would sweep)"
         )
-    iid = image_id(image)
+    iid = runtime.image_identity(image)
     if iid is None:
         raise EnvironmentProblem(
             f"image {image} not found in podman storage; build it first "
