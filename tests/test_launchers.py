@@ -260,3 +260,18 @@ def test_in_the_batch_shell_a_launcher_in_the_command_runs_once() -> None:
 
     JobSpec(command=["torchrun", "--standalone", "train.py"], launch="single")
     JobSpec(command=["srun", "hostname"], launch="single")
+
+
+def test_oneccl_workers_come_from_the_recipes_components(tmp_path: Path) -> None:
+    """A recipe named like oneCCL without it gets no workers; one with it by components does."""
+    from hpcenv.jobs.placement import DEFAULT_CCL_WORKERS, default_ccl_workers
+
+    frontier = load_site("frontier")
+    assert default_ccl_workers(frontier, "horovod-ccl") == DEFAULT_CCL_WORKERS
+    assert default_ccl_workers(frontier, "torch-ccl") == DEFAULT_CCL_WORKERS
+    nccl = tmp_path / "torch-nccl.yaml"
+    nccl.write_text("name: torch-nccl\nextends: torch-gpu\n")
+    assert default_ccl_workers(frontier, str(nccl)) == 0
+    plain = tmp_path / "mine.yaml"
+    plain.write_text("name: mine\nextends: horovod-ccl\n")
+    assert default_ccl_workers(frontier, str(plain)) == DEFAULT_CCL_WORKERS

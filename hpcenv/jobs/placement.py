@@ -70,11 +70,31 @@ class Placement:
 DEFAULT_CCL_WORKERS = 4
 
 
+# The components that put oneCCL in an image: oneCCL itself, and torch-ccl (which bundles its
+# own oneCCL: intel/torch-ccl README, "oneCCL ... is bundled").
+ONECCL_COMPONENTS = ("oneccl", "torch-ccl")
+
+
+def _recipe_has_oneccl(recipe: str | None) -> bool:
+    """Whether the recipe (built-in name or file; the lock is resolved from its components)
+    puts oneCCL in the image. A recipe hpcenv cannot read (an ``--image`` of unknown content)
+    has none it knows of."""
+    if recipe is None:
+        return False
+    from hpcenv.errors import ConfigError
+    from hpcenv.recipe import load_recipe
+
+    try:
+        loaded = load_recipe(recipe)
+    except ConfigError:
+        return False
+    return any(loaded.wants(c) for c in ONECCL_COMPONENTS)
+
+
 def default_ccl_workers(site: Site, recipe: str | None) -> int:
-    """oneCCL workers by default only where oneCCL is in play (recipe or site tuning)."""
-    uses_ccl = (recipe is not None and "ccl" in recipe) or any(
-        k.startswith("CCL_") for k in site.tuning
-    )
+    """oneCCL workers by default only where oneCCL is in play: the recipe's components (not its
+    name: ``torch-nccl`` has none) or the site's tuning."""
+    uses_ccl = _recipe_has_oneccl(recipe) or any(k.startswith("CCL_") for k in site.tuning)
     return DEFAULT_CCL_WORKERS if uses_ccl else 0
 
 
