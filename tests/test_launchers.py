@@ -4,6 +4,7 @@ are kept in step across the registry, the site model and the knowledge base."""
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 
 import pytest
 
