@@ -42,7 +42,7 @@ from hpcenv.bench.report import (
     sweep_ratios,
     write_report,
 )
-from hpcenv.smoke._target import last_json
+from hpcenv.shells import last_json
 
 
 def row(size: int, bw: float, t: float = 1.0) -> dict[str, float]:
@@ -306,7 +306,7 @@ def test_logged_build_keeps_step_times_per_layer(
 ) -> None:
     import subprocess
 
-    from hpcenv.bench import shells
+    from hpcenv import shells
 
     created = {
         "aaaaaaaaaaaa": "2026-01-01T00:00:00Z",

@@ -12,8 +12,8 @@ import pytest
 import hpcenv.bench.ccl as ccl
 from hpcenv.bench.context import BenchConfig, BenchContext
 from hpcenv.bench.runner import SECTION_NAMES
-from hpcenv.bench.shells import Result
 from hpcenv.jobs.placement import place
+from hpcenv.shells import Result
 from hpcenv.site import load_site
 
 SIZE = 64 << 20

@@ -1,5 +1,5 @@
 """The bench's and tune's long-lived container runs each launch through the OCI runtime's own
-``exec`` where it reaches the container (hpcenv.bench.shells.runtime_exec), else ``podman exec``.
+``exec`` where it reaches the container (hpcenv.shells.runtime_exec), else ``podman exec``.
 
 Unit tests fake podman and the runtime's ``state``; the real test starts a container of the
 local image and checks that both ways run the command as the same user, in the same folder, with
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from requirements import need_image
 
-import hpcenv.bench.shells as shells
+import hpcenv.shells as shells
 
 CID = "a" * 64
 

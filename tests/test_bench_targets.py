@@ -26,7 +26,6 @@ from hpcenv.bench.report import (
     targets_table,
 )
 from hpcenv.bench.runner import SECTION_NAMES
-from hpcenv.bench.shells import Result
 from hpcenv.bench.targets import (
     FLOOR_RUNS,
     HISTORY_KEEP,
@@ -49,6 +48,7 @@ from hpcenv.bench.userbuild import (
     user_recipe,
 )
 from hpcenv.jobs.placement import place
+from hpcenv.shells import Result
 from hpcenv.site import load_site
 
 X86 = """processor\t: 0
@@ -204,7 +204,7 @@ def test_startup_section_survives_a_failing_candidate_and_names_the_runtimes(
     import subprocess
 
     import hpcenv.bench.comm as comm
-    import hpcenv.bench.shells as shells
+    import hpcenv.shells as shells
     from hpcenv.doctor import Check
 
     calls: list[tuple[str, ...]] = []

@@ -25,10 +25,10 @@ from requirements import need_tool
 import hpcenv.bench.training as training
 from hpcenv.bench.context import IMAGE_WORK, NAIVE_MPIRUN, BenchConfig, BenchContext
 from hpcenv.bench.runner import SECTION_NAMES, _sections
-from hpcenv.bench.shells import BenchCommandError, Result
 from hpcenv.bench.targets import DOCUMENTED_GOAL, TRAINING_GOAL, targets_section
 from hpcenv.jobs.placement import place
 from hpcenv.naming import image_tag
+from hpcenv.shells import BenchCommandError, Result
 from hpcenv.site import load_site
 
 SCRIPTS = Path(training.__file__).parent / "scripts"

@@ -16,7 +16,8 @@ from hpcenv.checks._bench import (
     message_sizes,
 )
 from hpcenv.errors import ConfigError
-from hpcenv.smoke._target import Target, last_json
+from hpcenv.shells import last_json
+from hpcenv.smoke._target import Target
 from hpcenv.smoke.report import (
     SmokeReport,
     TestResult,

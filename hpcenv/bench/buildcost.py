@@ -190,7 +190,7 @@ def podman_build(
 
 def image_size_layers(tag: str, storage: tuple[str, ...] = ()) -> tuple[int, int]:
     """Size in bytes and number of layers of a local image."""
-    from hpcenv.bench.shells import podman
+    from hpcenv.shells import podman
 
     doc = json.loads(podman(*storage, "image", "inspect", tag).stdout)[0]
     return int(doc["Size"]), len(doc.get("RootFS", {}).get("Layers", []))
@@ -219,7 +219,7 @@ class IsolatedStorage:
         return {"TMPDIR": str(self.root / "tmp")}
 
     def __enter__(self) -> IsolatedStorage:
-        from hpcenv.bench.shells import podman
+        from hpcenv.shells import podman
 
         self.remove()
         self.root.mkdir(parents=True)
@@ -231,7 +231,7 @@ class IsolatedStorage:
         self.remove()
 
     def remove(self) -> None:
-        from hpcenv.bench.shells import podman
+        from hpcenv.shells import podman
 
         if self.root.exists():
             # never `system reset`: one wrong flag and it wipes the host's real storage
@@ -334,7 +334,7 @@ def logged_build(log: Path, tag: str, record: Path | None = None) -> dict[str, A
     from the cache (0: a cold build). Also reported: the size of the build stage's last layer
     image, i.e. what a single-stage image of the same commands would weigh, and the final size.
     """
-    from hpcenv.bench.shells import podman
+    from hpcenv.shells import podman
 
     text = log.read_text(encoding="utf-8", errors="replace")
     steps = parse_build_log(text)
@@ -401,7 +401,7 @@ _STACK_PROBE = (
 
 def _stack_of(tag: str, storage: tuple[str, ...] = ()) -> str:
     """Python package and MPI package versions inside an image (proves "the same stack")."""
-    from hpcenv.bench.shells import podman
+    from hpcenv.shells import podman
 
     proc = podman(
         *storage, "run", "--rm", tag, "bash", "-c", _STACK_PROBE, check=False, timeout=120
@@ -412,9 +412,9 @@ def _stack_of(tag: str, storage: tuple[str, ...] = ()) -> str:
 def build_section(ctx: BenchContext) -> Section:
     """Build cost of the ``daal4py`` recipe three ways + the full image from its build log."""
     from hpcenv.bench import hpccm_daal4py
-    from hpcenv.bench.shells import podman
     from hpcenv.build import ensure_base, make_plans, write_context
     from hpcenv.paths import cache_dir
+    from hpcenv.shells import podman
 
     sec = Section(
         "build", f"Build cost: hpcenv vs naive single-stage vs hpccm ({ctx.cfg.build_recipe})"
@@ -705,9 +705,9 @@ def full_build_section(ctx: BenchContext) -> Section:
     """Cold + warm build of the full image in a fresh storage; kept as a record for ``build``."""
     from datetime import UTC, datetime
 
-    from hpcenv.bench.shells import podman
     from hpcenv.build import ensure_base
     from hpcenv.paths import cache_dir
+    from hpcenv.shells import podman
 
     sec = Section("full-build", f"Build cost: cold build of the full {FULL_RECIPE} image")
     plan = _full_plan(ctx)

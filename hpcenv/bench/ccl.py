@@ -15,7 +15,7 @@ from typing import Any
 
 from hpcenv.bench.context import HOST_CHECKS, IMAGE_CHECKS, NP, BenchContext, MiB
 from hpcenv.bench.report import Headline, Section, Table, fmt_num, fmt_ratio, ratio
-from hpcenv.bench.shells import Container, podman
+from hpcenv.shells import Container, podman
 from hpcenv.smoke._target import HOROVOD_OPS_ENV, ccl_env
 
 RECIPE = "horovod-ccl"

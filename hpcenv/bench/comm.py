@@ -38,8 +38,8 @@ from hpcenv.bench.report import (
     ratio,
     sweep_ratios,
 )
-from hpcenv.bench.shells import BenchCommandError, Result
 from hpcenv.plots import plot_sweeps
+from hpcenv.shells import BenchCommandError, Result
 from hpcenv.smoke._target import HOROVOD_OPS_ENV
 from hpcenv.tuning.apply import RULES_NAME
 from hpcenv.tuning.measure import (
@@ -411,8 +411,8 @@ def startup_section(ctx: BenchContext) -> Section:
     """Start-up costs: podman run vs a host process per OCI runtime doctor finds usable;
     mpirun + MPI_Init on the host vs in the image, per launch (the runtime's own ``exec`` and
     ``podman exec`` into the bench's long-lived container vs one ``podman run --rm`` per launch;
-    :func:`hpcenv.bench.shells.runtime_exec`)."""
-    from hpcenv.bench.shells import podman
+    :func:`hpcenv.shells.runtime_exec`)."""
+    from hpcenv.shells import podman
 
     sec = Section("startup", "Container tax: start-up")
     n = 2 if ctx.quick else 3

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcenv.bench.shells import Container, Host, Result
+from hpcenv.shells import Container, Host, Result
 
 NP = 2
 MiB = 1 << 20

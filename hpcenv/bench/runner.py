@@ -36,8 +36,8 @@ from hpcenv.bench.context import (
     sha256_file,
 )
 from hpcenv.bench.report import BenchReport, Headline, Section, Table, fmt_mb, fmt_num, write_report
-from hpcenv.bench.shells import Container, podman
 from hpcenv.errors import ConfigError, EnvironmentProblem
+from hpcenv.shells import Container, podman
 
 SectionFn = Callable[[BenchContext], Section]
 NEEDS_CONTAINER = {

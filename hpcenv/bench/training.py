@@ -60,10 +60,10 @@ from typing import Any
 
 from hpcenv.bench.context import IMAGE_WORK, NAIVE_MPIRUN, NP, BenchContext
 from hpcenv.bench.report import Headline, Section, Table, fmt_num, fmt_ratio
-from hpcenv.bench.shells import BenchCommandError, Container
 from hpcenv.bench.targets import DOCUMENTED_GOAL, TRAINING_GOAL
 from hpcenv.errors import EnvironmentProblem
 from hpcenv.paths import package_dir
+from hpcenv.shells import BenchCommandError, Container
 
 RECIPE_NAME = "hpcenv-bench-mingpt"
 VENDORED = Path("tests/data/third_party/pytorch-examples-mingpt-ddp")

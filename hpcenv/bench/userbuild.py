@@ -102,7 +102,7 @@ def build_user_recipe(ctx: BenchContext, recipe: Path, site: str | None = None) 
 
 
 def rebuild_section(ctx: BenchContext) -> Section:
-    from hpcenv.bench.shells import podman
+    from hpcenv.shells import podman
 
     sec = Section("rebuild", "Rebuild of a user recipe after a change to its requirements")
     sec.text.append(

@@ -8,7 +8,7 @@ its doctor probe and host detection, the image identity tuning keys use, the loc
 and the validation of its own site fields. Callers ask the runtime; none branches on its kind.
 
 As ReFrame's ``ContainerPlatform`` owns both its prepare commands (pull, import, convert) and its
-launch. The registry (:mod:`hpcenv.runtimes.registry`) imports nothing, so the site model can
-check a kind without importing any backend; a new runtime is one module in this folder (its
-``RUNTIME`` class), or :func:`~hpcenv.runtimes.registry.register` for one that lives elsewhere.
+launch. :mod:`hpcenv.runtime_kinds` imports nothing, so the site model can check a kind
+without importing any backend; a new runtime is one module in this folder (its
+``RUNTIME`` class), or :func:`~hpcenv.runtime_kinds.register` for one that lives elsewhere.
 """

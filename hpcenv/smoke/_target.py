@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,7 +9,6 @@ from typing import Any
 
 # Open MPI refuses root without these two; for a non-root user (the images default to ``hpc``)
 # they change nothing, and they let the same commands run where a target executes as root.
-OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 IMAGE_LOCK = "/opt/hpcenv/stack.lock.json"  # the lock every hpcenv image carries
 
 # Horovod's controller and CPU operations per flavour, one table for the smoke checks and the
@@ -92,20 +89,3 @@ class Target:
         env_part = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         argv = " ".join(shlex.quote(a) for a in (self.script(script), *args))
         return f"cd /tmp && env {env_part} timeout -k 10 {self.timeout} {launcher} python3 {argv}"
-
-
-_RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")  # horovodrun's per-rank line prefix
-
-
-def last_json(stdout: str) -> dict[str, Any] | None:
-    """The last line of ``stdout`` that is a JSON object (launchers may print around it)."""
-    for line in reversed(stdout.splitlines()):
-        line = _RANK_PREFIX.sub("", line.strip()).strip()
-        if line.startswith("{"):
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                return doc
-    return None

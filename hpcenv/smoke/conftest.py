@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from hpcenv.smoke._target import IMAGE_LOCK, OMPI_ROOT_ENV, Target, last_json, missing_component
+from hpcenv.shells import OMPI_ROOT_ENV, last_json
+from hpcenv.smoke._target import IMAGE_LOCK, Target, missing_component
 
 RESULTS = pytest.StashKey[dict[str, dict[str, Any]]]()
 

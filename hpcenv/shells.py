@@ -1,4 +1,7 @@
-"""Where benchmark commands run: the bare host, or one long-running container of the image.
+"""Where measured commands run: the bare host, or one long-running container of the image.
+
+Used by ``tune --measure``, ``bench`` and the in-image checks' readers (a layer under all of
+them: nothing here imports the tuning, the bench or the smoke suite).
 
 Both run a ``bash -c`` line with extra environment and return a :class:`Result` with the wall
 time and the last JSON document the command printed (the check scripts print one on rank 0).
@@ -23,10 +26,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcenv.errors import HpcenvError
-from hpcenv.smoke._target import last_json
 
 # Open MPI refuses root without these; they change nothing for the image's non-root user.
 OMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+_RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")  # horovodrun's per-rank line prefix
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    """The last line of ``stdout`` that is a JSON object (launchers may print around it)."""
+    for line in reversed(stdout.splitlines()):
+        line = _RANK_PREFIX.sub("", line.strip()).strip()
+        if line.startswith("{"):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return None
 
 
 class BenchCommandError(HpcenvError):
