@@ -41,14 +41,16 @@ def _edf(plan) -> dict:
 
 
 def test_job_launches_srun_environment_with_the_edf_step_file() -> None:
-    """run.md: srun --environment=<absolute EDF path>; mpich.md: --mpi=pmi2; slurm.md: one GH200
-    per rank (--ntasks-per-node=4 --gpus-per-task=1)."""
+    """run.md: srun --environment=<absolute EDF path>; mpich.md: --mpi=pmi2; pytorch.md: one
+    rank per GH200 (--ntasks-per-node=4), every rank sees the node's four GPUs and picks one by
+    LOCAL_RANK (--gpus-per-node=4, as llm-fine-tuning.md asks; no per-task binding)."""
     _, plan = _plan()
     launch = plan.launch
     assert launch is not None and launch.launcher == "srun"
     head = list(launch.head)
     assert "--environment=$HPCENV_STEPS/edf.toml" in head
-    assert {"--mpi=pmi2", "--ntasks-per-node=4", "--gpus-per-task=1"} <= set(head)
+    assert {"--mpi=pmi2", "--ntasks-per-node=4", "--gpus-per-node=4"} <= set(head)
+    assert not [w for w in head if w.startswith(("--gpus-per-task", "--gpu-bind"))]
     assert launch.prefix == ()  # the container is an srun option, not a command prefix
     assert "--environment" not in " ".join(plan.directives)  # not as #SBATCH (discouraged)
     assert plan.runtime == "cscs-ce"

@@ -56,7 +56,11 @@ def slurm_shape(site: Site, p: Placement) -> list[str]:
             f"--ntasks-per-node={p.ranks_per_node}",
             f"--cpus-per-task={p.cores_per_rank * site.scheduler.cpus_per_core}",
         ]
-    if p.gpus_per_rank:
+    if p.gpus_per_rank and p.gpu_bind == "all":
+        # Every rank sees the node's GPUs (gpu.visible: node), as NERSC's and CSCS's PyTorch
+        # examples ask: --gpus-per-node, no per-task binding.
+        shape.append(f"--gpus-per-node={p.gpus_per_rank * p.ranks_per_node}")
+    elif p.gpus_per_rank:
         shape.append(f"--gpus-per-task={p.gpus_per_rank}")
     return shape
 
@@ -108,6 +112,10 @@ class Srun(Launcher):
 
     def flags(self, site: Site, p: Placement) -> list[str]:
         argv = slurm_shape(site, p)
+        if not p.oversubscribed:
+            # A step inherits the batch shell's SLURM_NTASKS (the job's ranks): a step of
+            # another shape (torchrun's one task per node) must say its own count.
+            argv.insert(1, f"--ntasks={p.ranks}")
         if p.gpu_bind == "closest":
             argv.append("--gpu-bind=closest")
         return [*argv, f"--mpi={pmi_plugin(site)}"]
@@ -198,7 +206,10 @@ def per_node(p: Placement) -> Placement:
         ranks_per_socket=None,
         cores_per_rank=p.cores_per_rank * p.ranks_per_node,
         gpus_per_rank=p.gpus_per_rank * p.ranks_per_node,
-        gpu_bind="none",
+        # The task sees all of them (--gpus-per-node): a step's --gpus-per-task beyond the
+        # job's per-task count is refused, and a step that names no GPU gets the job's
+        # per-task count (one GPU), both measured with Slurm 22.05 on the twins.
+        gpu_bind="all" if p.gpus_per_rank else "none",
         gpu_ids=(gpus,) if gpus else (),
         compute_cores=(cores,) if cores else (),
     )

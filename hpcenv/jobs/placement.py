@@ -31,7 +31,10 @@ from hpcenv.site import Site
 if TYPE_CHECKING:
     from hpcenv.jobs.spec import JobSpec
 
-GpuBind = Literal["none", "closest", "list", "shared"]
+# closest: Slurm binds each rank's GPUs by their cores (gres.conf Cores=); list: an explicit
+# per-rank list (ALCF's tiles); all: every rank sees the node's GPUs and picks by LOCAL_RANK.
+GpuBind = Literal["none", "closest", "list", "shared", "all"]
+GPU_BIND_VAR = "HPCENV_GPU_BIND"  # read by rank-env.sh (templates/jobs/rank_env.sh.j2)
 
 
 @dataclass(frozen=True)
@@ -275,12 +278,17 @@ def place(
         reasons.append(f"OMP_NUM_THREADS={omp}: one thread per core of the rank's domain")
 
     gpr, gpu_bind, gpu_ids = _gpus(site, k, gpus_per_rank, gpus_per_node, force, reasons)
+    if gpu_bind == "closest":
+        gpu_ids = _closest(site, compute, gpr, gpu_ids, reasons)
     env = {
         "OMP_NUM_THREADS": str(omp),
         "KMP_AFFINITY": "granularity=fine,compact,1,0",
         "KMP_BLOCKTIME": "1",
         "I_MPI_PIN_DOMAIN": "[" + ",".join(_mask(d) for d in compute) + "]",
     }
+    if gpu_bind in ("closest", "list"):
+        # rank-env.sh: LOCAL_RANK then counts the rank's own devices (0 with one per rank).
+        env[GPU_BIND_VAR] = gpu_bind
     if workers:
         env["CCL_WORKER_COUNT"] = str(workers)
         env["CCL_WORKER_AFFINITY"] = ",".join(str(c) for d in worker for c in d)
@@ -365,10 +373,49 @@ def _gpus(
         reasons.append("no GPU per rank (--gpus-per-task 0 / --gpus-per-node 0)")
         return 0, "none", none
     ids = [f"{u // tiles}.{u % tiles}" if tiles > 1 else str(u) for u in range(units)]
+    slices = [tuple(ids[i * gpr : (i + 1) * gpr]) for i in range(k)]
+    if site.gpu.visible == "node" and tiles == 1:
+        # NERSC's and CSCS's PyTorch examples: every rank sees the node's GPUs and
+        # set_device(LOCAL_RANK) picks local rank i's GPU i.
+        reasons.append(
+            f"{avail} {unit}s / {k} ranks: every rank sees all of them (gpu.visible: node) "
+            f"and uses GPU LOCAL_RANK"
+        )
+        return gpr, "all", slices
     # Tiles are bound by explicit list (ALCF's --gpu-bind=list), whole GPUs closest.
     bind: GpuBind = "list" if tiles > 1 else "closest"
     reasons.append(f"{avail} {unit}s / {k} ranks -> {gpr} {unit}(s) per rank, bound {bind}")
-    return gpr, bind, [tuple(ids[i * gpr : (i + 1) * gpr]) for i in range(k)]
+    return gpr, bind, slices
+
+
+def _closest(
+    site: Site,
+    compute: list[tuple[int, ...]],
+    gpr: int,
+    slices: list[tuple[str, ...]],
+    reasons: list[str],
+) -> list[tuple[str, ...]]:
+    """Each rank's GPUs as Slurm's ``--gpu-bind=closest`` picks them: the GPUs closest to the
+    rank's cores (``node.gpu_closest``, gres.conf ``Cores=``), in core order. Frontier's 8
+    ranks on cores 1-7, 9-15, ... get GCDs 4,5,2,3,6,7,0,1 (OLCF pytorch_frontier.rst, the
+    ``numa_api`` output of ``srun -n8 -c7 --gpus-per-task=1 --gpu-bind=closest``). A rank
+    whose cores are closest to fewer GPUs than it asks for gets what Slurm picks, which the
+    plan cannot say: the ids then keep the GPUs' order."""
+    node = site.node
+    out: list[tuple[str, ...]] = []
+    for cores, fallback in zip(compute, slices, strict=True):
+        near: list[str] = []
+        for c in cores:
+            g = str(node.closest_gpu(c))
+            if g not in near:
+                near.append(g)
+        out.append(tuple(near[:gpr]) if len(near) >= gpr else fallback)
+    if out != slices:
+        reasons.append(
+            "GPUs closest to each rank's cores (node.gpu_closest): "
+            + " ".join(",".join(ids) for ids in out)
+        )
+    return out
 
 
 def tasks_per_node(job: JobSpec) -> int | None:

@@ -100,10 +100,22 @@ class Node(Strict):
         strict=True,
         description="the site's documented default ranks per node",
     )
+    gpu_closest: list[Annotated[int, Field(ge=0, le=1023, strict=True)]] = Field(
+        default=[],
+        max_length=1024,
+        description="the GPU closest to each equal group of cores, in core order, as Slurm's "
+        "gres.conf Cores= says (Frontier's L3 regions: [4,5,2,3,6,7,0,1]); empty: GPU i is "
+        "closest to group i",
+    )
 
     @property
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
+
+    def closest_gpu(self, core: int) -> int:
+        """The GPU closest to ``core`` (``gpu_closest``; empty: the identity over GPUs)."""
+        order = self.gpu_closest or list(range(self.gpus))
+        return order[core * len(order) // self.cores]
 
     @model_validator(mode="after")
     def _reserved(self) -> Node:
@@ -116,6 +128,13 @@ class Node(Strict):
         ]
         if max(per_socket) >= self.cores_per_socket:
             raise ValueError("reserved_cores leave a socket without a usable core")
+        if self.gpu_closest:
+            order = self.gpu_closest
+            if sorted(order) != list(range(self.gpus)) or self.cores % len(order):
+                raise ValueError(
+                    f"gpu_closest {order} must list each of the node's {self.gpus} GPUs once, "
+                    f"one per equal group of its {self.cores} cores"
+                )
         return self
 
 
@@ -125,6 +144,13 @@ class Gpu(Strict):
     vendor: Literal["nvidia", "amd", "intel", "none"] = "none"
     driver: Version | None = None
     rocm: Version | None = None
+    visible: Literal["rank", "node"] = Field(
+        default="rank",
+        description="what a rank sees, as the site's PyTorch example has it: 'rank', its own "
+        "GPUs, bound closest (LOCAL_RANK then counts its own devices: 0 with one; OLCF's "
+        "Frontier example); 'node', every GPU of the node, picked by LOCAL_RANK (NERSC's and "
+        "CSCS's examples)",
+    )
 
     @model_validator(mode="after")
     def _runtime_named(self) -> Gpu:
