@@ -26,9 +26,11 @@ slurm_hardware() {
     awk -v f="$1" '{for(i=1;i<=NF;i++){if($i ~ /^RealMemory=/){split($i,a,"=");$i="RealMemory=" int(a[2]*f)}}; print}'
 }
 
-# slurm_conf_shared STATEDIR MUNGE_SOCKET CTLD_PORT: the slurm.conf lines both clusters share.
+# slurm_conf_shared STATEDIR MUNGE_SOCKET CTLD_PORT [TASK_PLUGIN]: the slurm.conf lines both
+# clusters share (TaskPlugin task/none unless given: the two-node rehearsal binds tasks to cores
+# with task/affinity, which its GRES GPUs' --gpu-bind needs).
 slurm_conf_shared() {
-  local s=$1 sock=$2 port=$3
+  local s=$1 sock=$2 port=$3 task=${4:-task/none}
   cat <<CONF
 SlurmUser=root
 SlurmctldPort=$port
@@ -40,7 +42,7 @@ SlurmctldPidFile=$s/slurmctld.pid
 SlurmctldLogFile=$s/log/slurmctld.log
 PlugStackConfig=$s/plugstack.conf
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt

@@ -106,3 +106,15 @@ def test_local_rank_is_the_local_rank_where_every_device_is_visible(tmp_path: Pa
     got = _rank_env(tmp_path, _srun_task(3, 3, "0,1,2,3", None))
     assert got["LOCAL_RANK"] == "3"
     assert _rank_env(tmp_path, _srun_task(1, 1, "0", None))["LOCAL_RANK"] == "1"
+
+
+def test_twins_keep_the_site_rules_and_drop_what_cannot_exist_here() -> None:
+    """The twins (site-configs/*-twin.yaml) extend the real sites: the GPU rule is the
+    site's; ``null`` in an extending file drops the base's value (Alps' EDF annotations on a
+    podman stand-in), the field's default applies."""
+    for name, visible in (("frontier", "rank"), ("perlmutter", "node"), ("alps-clariden", "node")):
+        twin = load_site(f"{name}-twin")
+        assert twin.gpu.visible == load_site(name).gpu.visible == visible
+        assert twin.rendezvous == load_site(name).rendezvous
+    assert load_site("alps-clariden-twin").runtime.annotations == {}
+    assert load_site("frontier-twin").node.gpu_closest == [1, 0]  # gres.conf's, like OLCF's map

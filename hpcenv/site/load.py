@@ -10,7 +10,7 @@ A site file may name a built-in site or another file (a path relative to itself)
 path ending in ``.yaml``/``.yml`` (its link target too) that is a regular file; a base that is not
 a site file (not YAML, not a mapping, keys that no site has) is refused naming only its path,
 never its content. Tables merge key by key; a list or a scalar replaces
-the base's. Provenance follows the values: a base's ``verified``/``assumed``/``placeholder``
+the base's, and ``null`` drops it (the field's default then applies). Provenance follows the values: a base's ``verified``/``assumed``/``placeholder``
 note on a field that the extending file sets is dropped (the new value has its own story).
 Every value keeps its origin (``file:line``), so errors point at the file that set the value and
 ``hpcenv sites show --resolved`` can say where each one came from.
@@ -65,6 +65,17 @@ def _line(lines: dict[Loc, int], loc: Loc) -> int:
     while key and key not in lines:
         key = key[:-1]
     return lines.get(key, 1)
+
+
+def _unset(merged: dict[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """A field the extending file sets to ``null`` goes back to the model's default, its
+    base's value dropped (a twin's ``runtime.annotations: null`` on a podman runtime)."""
+    for key, value in own.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _unset(merged[key], value)
+    return merged
 
 
 def _sets(data: Mapping[str, Any], dotted: str) -> bool:
@@ -147,7 +158,7 @@ def resolve(
         for kind in PROVENANCE_KINDS
     }
     _no_stale_versions(base, own, path, lines)
-    merged = merge({**base.data, "provenance": provenance}, own)
+    merged = _unset(merge({**base.data, "provenance": provenance}, own), own)
     merged["provenance"] = {k: v for k, v in merged["provenance"].items() if v}
     kept = {k: v for k, v in base.origins.items() if not _sets(own, k)}
     return ResolvedSite(merged, {**kept, **origins}, (*base.chain, path))
