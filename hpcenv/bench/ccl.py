@@ -15,6 +15,7 @@ from typing import Any
 
 from hpcenv.bench.context import HOST_CHECKS, IMAGE_CHECKS, NP, BenchContext, MiB
 from hpcenv.bench.report import Headline, Section, Table, fmt_num, fmt_ratio, ratio
+from hpcenv.jobs.launchenv import launch_env
 from hpcenv.shells import Container, podman
 from hpcenv.smoke._target import HOROVOD_OPS_ENV, ccl_env
 
@@ -73,7 +74,7 @@ def ccl_section(ctx: BenchContext) -> Section:
         )
         return sec
     placement = place(ctx.site, 1, NP, recipe=RECIPE)
-    env = dict(placement.env) | {str(k): str(v) for k, v in ctx.site.tuning.items()}
+    env = launch_env(ctx.site, placement)
     mpirun = shlex.join(Mpirun().command(ctx.site, placement))
     launchers = {"mpirun": mpirun, "horovodrun": f"horovodrun -np {NP} -H localhost:{NP} --gloo"}
     args = f"--min-bytes {SIZE} --max-bytes {SIZE} --exact-n 1000"

@@ -79,8 +79,10 @@ class BenchContext:
 
     @property
     def launch_env(self) -> dict[str, str]:
-        """hpcenv's launch environment without measured tuning: placement + site ``tuning:``."""
-        return dict(self.tuning.env) | {str(k): str(v) for k, v in self.site.tuning.items()}
+        """hpcenv's launch environment without measured tuning (:mod:`hpcenv.jobs.launchenv`)."""
+        from hpcenv.jobs.launchenv import launch_env
+
+        return launch_env(self.site, self.tuning)
 
     @property
     def hpcenv_env(self) -> dict[str, str]:
@@ -88,9 +90,11 @@ class BenchContext:
         tuning in force (its rules file is in the bench's work folder, mounted at IMAGE_WORK)."""
         if self.measured is None:
             return self.launch_env
+        from hpcenv.jobs.launchenv import launch_env
         from hpcenv.tuning.apply import RULES_NAME, environment
 
-        return self.launch_env | environment(self.measured, f"{IMAGE_WORK}/{RULES_NAME}")
+        measured = environment(self.measured, f"{IMAGE_WORK}/{RULES_NAME}")
+        return launch_env(self.site, self.tuning, measured)
 
     def image_script(self, name: str) -> str:
         folder = IMAGE_BENCH if (HOST_BENCH / name).is_file() else IMAGE_CHECKS

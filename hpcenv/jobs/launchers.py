@@ -178,6 +178,11 @@ class Mpirun(Launcher):
     name = "mpirun"
 
     def flags(self, site: Site, p: Placement) -> list[str]:
+        return ["-np", str(p.ranks), *self.placement_flags(p)]
+
+    @staticmethod
+    def placement_flags(p: Placement) -> list[str]:
+        """Where ranks run, without how many (the smoke suite's checks each give ``-np``)."""
         if p.ranks_per_socket:
             argv = ["--map-by", f"ppr:{p.ranks_per_socket}:socket:pe={p.cores_per_rank}"]
         else:
@@ -185,7 +190,7 @@ class Mpirun(Launcher):
         argv += ["--bind-to", "none" if p.oversubscribed else "core"]
         if p.oversubscribed:
             argv.append("--oversubscribe")
-        return ["-np", str(p.ranks), *argv]
+        return argv
 
     def per_node(self, nodes: int) -> list[str]:
         return ["mpirun", "-np", str(nodes), "--map-by", "ppr:1:node"]

@@ -297,19 +297,21 @@ def launch_settings(
 
     # the recipe shapes the placement: a CCL recipe gets oneCCL workers (CCL_WORKER_*)
     placement = place(site, 1, ranks, recipe=recipe, force=True)
-    from hpcenv.jobs.launchers import launch_argv
+    from hpcenv.jobs.launchenv import launch_env
+    from hpcenv.jobs.launchers import Mpirun
 
     # the in-image suite puts ``mpirun -np N`` before these for each check's rank count
-    flags = shlex.join(launch_argv(site, placement, launcher="mpirun")[3:])
-    env = dict(placement.env) | {str(k): str(v) for k, v in site.tuning.items()}
+    flags = shlex.join(Mpirun.placement_flags(placement))
     found = lookup(site, placement, image)
     rules = None
+    measured = None
     if found is not None and found.tuning is not None:
-        env |= environment(found.tuning, f"{RULES_MOUNT}/{RULES_NAME}")
+        measured = environment(found.tuning, f"{RULES_MOUNT}/{RULES_NAME}")
         rules = found.tuning.rules_text()
         note = f"measured tuning in force: {found.path} ({found.why})"
     elif found is not None:
         note = f"warning: {found.warning or found.why}"
     else:
         note = "no measured tuning for this site and layout (hpcenv tune --measure)"
+    env = launch_env(site, placement, measured)
     return LaunchSettings(f"{flags} --oversubscribe", env, rules, note)
