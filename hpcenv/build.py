@@ -32,7 +32,7 @@ from hpcenv.engines import BuildResult, Engine, StepCallback, get_engine
 from hpcenv.errors import ConfigError
 from hpcenv.lock import Lock
 from hpcenv.output import output_lock, publish_dir
-from hpcenv.paths import cache_dir, file_lock
+from hpcenv.paths import cache_dir, file_lock, private_dir
 from hpcenv.recipe import Recipe, load_recipe, with_additions
 from hpcenv.render import Rendered, pip_conf, render, stage_user_files, write
 from hpcenv.resolver import resolve
@@ -276,7 +276,7 @@ def build_lock(plan: BuildPlan, on_wait: Callable[[Path], None]) -> AbstractCont
     beside an interactive build) waits for the first (``on_wait`` is told the lock file
     first), then finds its layers and its SIF cached instead of building them twice at once
     and writing one log from two builds."""
-    lock = cache_dir() / "locks" / (build_log_path(plan).stem + ".lock")
+    lock = private_dir(cache_dir() / "locks") / (build_log_path(plan).stem + ".lock")
     return file_lock(lock, on_wait=lambda: on_wait(lock))
 
 
@@ -330,7 +330,7 @@ def build_image(
 
 def image_stamp_path(plan: BuildPlan) -> Path:
     """Where the inputs digest and image id of ``plan``'s last build are kept."""
-    return cache_dir() / "images" / (build_log_path(plan).stem + ".inputs")
+    return private_dir(cache_dir() / "images") / (build_log_path(plan).stem + ".inputs")
 
 
 def _inputs_digest(

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hpcenv.errors import HpcenvError
+from hpcenv.errors import ConfigError, HpcenvError
 
 # Flags that ask the engine to build or pull regardless of its cache: no stamp is trusted then.
 _ALWAYS_BUILD = re.compile(r"^--(no-cache|pull(=always|=newer|=true)?)$")
@@ -86,10 +86,15 @@ def trusts_stamps(flags: list[str]) -> bool:
 
 def read_stamp(stamp: Path) -> tuple[str, str] | None:
     """(inputs digest, image id) that ``stamp`` records; None when it is missing or unreadable
-    (a damaged stamp only costs a real build)."""
+    (a damaged stamp only costs a real build), and None for a stamp that is not the user's
+    own or that others may write (:func:`hpcenv.reads.open_own`): it then costs a real build,
+    never a skipped one."""
+    from hpcenv.reads import open_own
+
     try:
-        words = stamp.read_text().split()
-    except (OSError, UnicodeDecodeError):
+        with open_own(stamp, "build stamp") as handle:
+            words = handle.read(4096).decode("utf-8").split()
+    except (ConfigError, OSError, UnicodeDecodeError):
         return None
     if len(words) != 2 or not re.fullmatch(r"[0-9a-f]{64}", words[0]):
         return None
@@ -101,7 +106,6 @@ def read_stamp(stamp: Path) -> tuple[str, str] | None:
 def write_stamp(stamp: Path, digest: str, image_id: str) -> None:
     if not _IMAGE_ID.fullmatch(image_id):
         raise HpcenvError(f"the engine gave an image id hpcenv cannot record: {image_id!r}")
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    partial = stamp.with_name(stamp.name + ".partial")
-    partial.write_text(f"{digest} {image_id}\n")
-    partial.replace(stamp)
+    from hpcenv.output import write_private
+
+    write_private(stamp, f"{digest} {image_id}\n")  # never through a link at a fixed name

@@ -277,12 +277,21 @@ def _flat(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file() or path.read_text() != text:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return path
+    """``path`` holding ``text``: kept when it is the user's own unchanged file, else written
+    again (:func:`hpcenv.output.write_private`: a link at a fixed temporary name replaced
+    ``~/.bashrc`` before, issue 40); podman reads it, so a file someone else wrote or may change
+    is never left in place."""
+    from hpcenv.errors import ConfigError
+    from hpcenv.output import write_private
+    from hpcenv.reads import open_own
+
+    try:
+        with open_own(path, "podman configuration") as handle:
+            if handle.read(1 << 20) == text.encode():
+                return path
+    except ConfigError:
+        pass  # missing, a link, not the user's own: written again below
+    return write_private(path, text)
 
 
 @dataclass(frozen=True)

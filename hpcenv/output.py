@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from hpcenv.errors import OutputError
-from hpcenv.paths import file_lock
+from hpcenv.paths import file_lock, private_dir
 
 MARKER = ".hpcenv-output"
 _RENAME_EXCHANGE = 2
@@ -163,8 +163,14 @@ def _swap(tmp: Path, target: Path) -> None:
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically with mode 0600 (never world-readable, even briefly)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``text`` to ``path`` atomically with mode 0600 (never world-readable, even briefly).
+
+    The one way hpcenv writes a file it reads back (job records, image records, build stamps,
+    tuning files, podman's configuration): into a folder only this user may write
+    (:func:`hpcenv.paths.private_dir`), through a ``mkstemp`` name in it (``O_EXCL``: a link
+    planted at a fixed temporary name was followed before, issue 40), renamed over ``path``
+    (a link at ``path`` is replaced, never written through)."""
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

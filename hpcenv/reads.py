@@ -12,12 +12,13 @@ the file and never shows its content.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hpcenv.errors import ConfigError
 
@@ -29,11 +30,81 @@ def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
 
 
-def read_bounded(path: Path, limit: int = MAX_BYTES, what: str = "a file") -> bytes:
-    """The bytes of ``path``; ConfigError when it is larger than ``limit`` (checked before
-    reading), not readable, or a folder."""
+class NotYours(ConfigError):
+    """A file hpcenv reads back (an image record, a build stamp, a tuning file, a lock) that is
+    not this user's own, or that others may change: refused, never used (issue 40)."""
+
+
+def owner_name(uid: int) -> str:
+    import pwd
+
     try:
-        with open(path, "rb") as handle:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def trust_problem(info: os.stat_result, *, root_ok: bool = False) -> str | None:
+    """Why a file with this ``stat`` must not decide what hpcenv does; None when it may.
+
+    The one rule for every file hpcenv reads back from places others may reach (a cache on
+    group-writable project storage): a regular file, owned by this user (``root_ok``: or by
+    root, for a client configuration a site installs), that neither its group nor others may
+    write."""
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    if info.st_uid != os.geteuid() and not (root_ok and info.st_uid == 0):
+        return f"it belongs to {owner_name(info.st_uid)}, not to you"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others may write it (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def path_trust_problem(path: Path | str, *, root_ok: bool = False) -> str | None:
+    """:func:`trust_problem` of the file at ``path`` itself (a link is not followed: it is
+    refused); a missing or unreadable file is a problem too."""
+    try:
+        info = os.lstat(path)
+    except OSError as err:
+        return f"it cannot be read ({err.strerror or err})"
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link"
+    return trust_problem(info, root_ok=root_ok)
+
+
+def refusal(what: str, path: Path | str, problem: str) -> NotYours:
+    """The one line that refuses ``what`` at ``path`` for ``problem``."""
+    return NotYours(
+        f"refusing {what} {path}: {problem} (hpcenv uses only files of yours that nobody "
+        "else may change); delete it"
+    )
+
+
+def open_own(path: Path, what: str = "a file") -> BinaryIO:
+    """``path`` opened for reading when it is a file of this user's that nobody else may change
+    (:func:`trust_problem`), else :class:`NotYours`; a link is never followed (refused) and a
+    FIFO never waited on (``O_NONBLOCK``, then refused as not a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise refusal(what, path, "it is a symbolic link") from None
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    problem = trust_problem(os.fstat(fd))
+    if problem is not None:
+        os.close(fd)
+        raise refusal(what, path, problem)
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(
+    path: Path, limit: int = MAX_BYTES, what: str = "a file", *, own: bool = False
+) -> bytes:
+    """The bytes of ``path``; ConfigError when it is larger than ``limit`` (checked before
+    reading), not readable, or a folder. ``own``: a file hpcenv wrote and reads back, opened
+    with :func:`open_own`."""
+    try:
+        with open_own(path, what) if own else open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
             if stat.S_ISDIR(info.st_mode):
                 raise ConfigError(f"{path}: is a folder, not {what}")
@@ -67,10 +138,13 @@ def too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def load_json(path: Path, limit: int = MAX_BYTES, what: str = "a JSON file") -> Any:
-    """Parse a JSON file read with :func:`read_bounded`; ConfigError (one line, no content)
-    when it is too large, not UTF-8, not JSON, or nested deeper than :data:`MAX_DEPTH`."""
-    raw = read_bounded(path, limit, what)
+def load_json(
+    path: Path, limit: int = MAX_BYTES, what: str = "a JSON file", *, own: bool = False
+) -> Any:
+    """Parse a JSON file read with :func:`read_bounded` (``own``: a file hpcenv wrote, refused
+    when it is not the user's own); ConfigError (one line, no content) when it is too large,
+    not UTF-8, not JSON, or nested deeper than :data:`MAX_DEPTH`."""
+    raw = read_bounded(path, limit, what, own=own)
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:

@@ -9,8 +9,11 @@ from hpcenv import naming
 from hpcenv.build import BuildPlan, build_secrets, context_ready, ensure_base
 from hpcenv.build_inputs import hash_files
 from hpcenv.engines import get_engine
+from hpcenv.errors import ConfigError
 from hpcenv.naming import BASE_ARCHIVE, SifSource, SquashfsCompressor
-from hpcenv.paths import cache_dir
+from hpcenv.output import write_private
+from hpcenv.paths import cache_dir, private_dir
+from hpcenv.reads import open_own
 
 
 def sif_name(plan: BuildPlan, source: SifSource) -> str:
@@ -20,7 +23,7 @@ def sif_name(plan: BuildPlan, source: SifSource) -> str:
 
 def sif_path(plan: BuildPlan, source: SifSource) -> Path:
     name = naming.sif_file(recipe=plan.recipe, site=plan.site.name, source=source)
-    return cache_dir() / "sif" / name
+    return private_dir(cache_dir() / "sif") / name
 
 
 def build_sif(plan: BuildPlan, source: SifSource) -> Path:
@@ -47,8 +50,15 @@ def build_sif(plan: BuildPlan, source: SifSource) -> Path:
 
 
 def _already_built(sif: Path, stamp: Path, key: str) -> bool:
-    """True when ``sif`` exists and was made from the input ``key`` its stamp records."""
-    return sif.is_file() and stamp.is_file() and stamp.read_text().strip() == key
+    """True when ``sif`` exists and was made from the input ``key`` its stamp records (a stamp
+    not the user's own, or that others may write, records nothing: the SIF is built again)."""
+    if not sif.is_file():
+        return False
+    try:
+        with open_own(stamp, "SIF stamp") as handle:
+            return handle.read(4096).decode("utf-8", "replace").strip() == key
+    except ConfigError:
+        return False
 
 
 def _sif_from_image(plan: BuildPlan, sif: Path) -> None:
@@ -62,14 +72,14 @@ def _sif_from_image(plan: BuildPlan, sif: Path) -> None:
     if _already_built(sif, stamp, key):
         return  # converted from this very image, with this compressor, before
     archive = cache_dir() / "sif" / naming.sif_archive(recipe=plan.recipe, site=plan.site.name)
-    archive.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(archive.parent)
     fmt = plan.site.build.archive  # docker-archive where the site documents it (Summit)
     engine.save(plan.tag, archive, fmt)
     try:
         Apptainer().build_from_oci_archive(archive, sif, fmt=fmt, compression=compression)
     finally:
         archive.unlink(missing_ok=True)
-    stamp.write_text(key + "\n")
+    write_private(stamp, key + "\n")
 
 
 def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
@@ -95,7 +105,7 @@ def _sif_from_definition(plan: BuildPlan, sif: Path) -> None:
             Apptainer().build_from_def(
                 definition, sif, context, secrets_dir=folder, compression=compression
             )
-        stamp.write_text(digest + "\n")
+        write_private(stamp, digest + "\n")
 
 
 def def_inputs_digest(
