@@ -13,11 +13,10 @@ site-environment     the site file (``tuning``)       unless ``provenance.verifi
 site-cache           the site file (``caches``)       that exact field with its source
                                                       (``mpi.env.LD_PRELOAD: "<where read>"``);
                                                       checked when the site file is read
-measured-tuning      ``hpcenv tune --measure`` files  only what the tuner measures:
-                                                      :data:`TUNER_PREFIXES`, never a name that
-                                                      loads or runs something (:data:`LOADS`),
-                                                      never a :data:`STARTUP` name; checked
-                                                      when the file is read and again in
+measured-tuning      ``hpcenv tune --measure`` files  exactly the names the tuner can
+                                                      write (an allow-list the caller passes:
+                                                      :func:`hpcenv.tuning.model.measured_names`);
+                                                      checked when the file is read and again in
                                                       :func:`hpcenv.tuning.apply.environment`
 rendezvous           hpcenv's own code (from the      ``MASTER_ADDR``/``MASTER_PORT`` only
                      site's typed ``rendezvous``)     (:mod:`hpcenv.jobs.rendezvous`)
@@ -116,54 +115,6 @@ _STARTUP_PREFIXES = ("LD_",)
 # Apptainer and Singularity set NAME inside the container from APPTAINERENV_NAME.
 _INNER = ("APPTAINERENV_", "SINGULARITYENV_")
 
-# What ``hpcenv tune --measure`` writes or records (hpcenv/tuning/collectives.yaml and
-# measure.py: Open MPI MCA and UCX transports, coll_tuned, Horovod knobs, MPICH CVARs,
-# Intel MPI I_MPI_ADJUST_*, NCCL algorithms) and the tuning knobs of the same libraries.
-TUNER_PREFIXES: tuple[str, ...] = (
-    "OMPI_MCA_",
-    "UCX_",
-    "HOROVOD_",
-    "NCCL_",
-    "CCL_",
-    "I_MPI_",
-    "FI_",
-    "MPIR_CVAR_",
-    "MPICH_",
-    "OMP_",
-    "KMP_",
-)
-
-# Words that, in a tunable library's variable, name a program, library, plugin or file to load
-# or run (OMPI_MCA_plm_rsh_agent, FI_PROVIDER_PATH, I_MPI_PMI_LIBRARY, NCCL_NET_PLUGIN,
-# OMPI_MCA_mca_base_component_path): a measurement never chooses one.
-LOADS: frozenset[str] = frozenset(
-    {
-        "AGENT",
-        "CMD",
-        "COMMAND",
-        "DEBUGGER",
-        "DIR",
-        "EXEC",
-        "FILE",
-        "FILENAME",
-        "FILES",
-        "HOME",
-        "LAUNCHER",
-        "LIB",
-        "LIBRARY",
-        "LIBRARIES",
-        "LIBS",
-        "PATH",
-        "PLUGIN",
-        "PLUGINS",
-        "PREFIX",
-        "PRELOAD",
-        "ROOT",
-        "SCRIPT",
-        "TOOL",
-    }
-)
-
 
 class EnvNotAllowed(ConfigError):
     """A layer sets a variable it may not set (never silently dropped: the job would differ)."""
@@ -193,7 +144,8 @@ def refused(
     """Why ``layer`` may not set ``name`` (None: it may).
 
     ``documented``: names the site file documents with a source (site layers only);
-    ``allowed``: the exact names a record may carry (the schedulers' ``conf_env``).
+    ``allowed``: the exact names a record may carry (the schedulers' ``conf_env``), or a
+    measured tuning file (what ``tune --measure`` writes; none given: none allowed).
     """
     if layer in ("placement", "runtime", "host"):
         return None
@@ -219,16 +171,8 @@ def refused(
         why = startup_reason(name)
         if why is not None:
             return why
-        if not name.startswith(TUNER_PREFIXES):
-            return (
-                "not a variable hpcenv tune measures ("
-                + ", ".join(p + "*" for p in TUNER_PREFIXES)
-                + ")"
-            )
-        words = set(name.upper().split("_"))
-        hit = sorted(words & LOADS)
-        if hit:
-            return f"names something to load or run ({hit[0]}), which a measurement never chooses"
+        if name not in allowed:
+            return "not a variable hpcenv tune --measure writes (the list in collectives.yaml)"
         return None
     if layer == "record":
         return None if name in allowed else "a job record may carry only the scheduler's conf_env"

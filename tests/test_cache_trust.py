@@ -12,18 +12,26 @@ at a name hpcenv writes, pointing at a file in ``tmp_path`` that stands for the 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hpcenv import naming
 from hpcenv.build_inputs import read_stamp, write_stamp
+from hpcenv.envpolicy import EnvNotAllowed
 from hpcenv.errors import ConfigError
+from hpcenv.image_records import read_record, write_record
 from hpcenv.paths import file_lock, private_dir
+from hpcenv.reads import NotYours
+from hpcenv.tuning.model import Layout
+from hpcenv.tuning.store import in_force, load
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
 OTHER = 1234  # another project member
@@ -78,6 +86,178 @@ def one_line(proc: subprocess.CompletedProcess[str], *, after: str = "") -> str:
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
+
+
+# -- class 1: image records ------------------------------------------------------------------
+
+
+def _image_record(site: str = "frontier", recipe: str = "horovod-cpu") -> dict[str, Any]:
+    return {
+        "site": site,
+        "recipe": recipe,
+        "host": "login1.frontier.olcf.ornl.gov",
+        "folder": ".hpcenv-build/x",
+        "tag": naming.image_tag(recipe=recipe, site=site),
+        "image": "/lustre/orion/stf007/scratch/u/hpcenv/images/horovod-cpu-frontier.sif",
+        "image_id": "a" * 64,
+        "builder": "apptainer",
+        "built_at": "2026-11-28T00:00:00+00:00",
+        "log": "/c/logs/x.log",
+    }
+
+
+def test_an_image_record_this_user_wrote_is_read(cache: Path) -> None:
+    path = write_record("frontier", "horovod-cpu", _image_record())
+    assert _mode(path) == 0o600 and _mode(path.parent) == 0o700  # whatever the umask
+    assert read_record("frontier", "horovod-cpu") == _image_record()
+    assert read_record("frontier", "torch-cpu") is None  # none: the default image applies
+
+
+@pytest.mark.parametrize("how", ["other-owner", "group-writable", "link", "fifo"])
+def test_an_image_record_not_the_users_own_is_refused(cache: Path, how: str) -> None:
+    path = write_record("frontier", "horovod-cpu", _image_record())
+    if how == "other-owner":
+        _need_root()
+        os.chown(path, OTHER, OTHER)
+    elif how == "group-writable":
+        path.chmod(0o664)
+    elif how == "link":
+        mine = path.with_name("mine.json")
+        path.rename(mine)
+        path.symlink_to(mine)
+    else:
+        path.unlink()
+        os.mkfifo(path)
+    with pytest.raises(NotYours) as err:
+        read_record("frontier", "horovod-cpu")
+    text = str(err.value)
+    assert text.startswith(f"refusing image record {path}: ") and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"site": "local"},
+        {"recipe": "torch-cpu"},
+        {"tag": "localhost/evil:latest"},
+        {"image": "-v /:/host evil"},
+        {"image": 5},
+        {"extra": "x"},
+    ],
+)
+def test_an_image_record_not_from_this_sites_build_is_refused(
+    cache: Path, over: dict[str, Any]
+) -> None:
+    write_record("frontier", "horovod-cpu", _image_record() | over)
+    with pytest.raises(ConfigError, match="^refusing image record .*--on-login"):
+        read_record("frontier", "horovod-cpu")
+
+
+def test_process_image_record_of_another_user_exits_2(tmp_path: Path) -> None:
+    """submit would have run the image another project member recorded."""
+    _need_root()
+    cache = tmp_path / "cache"
+    path = cache / "images" / "generic-slurm-horovod-cpu.json"
+    path.parent.mkdir(parents=True)
+    record = _image_record("generic-slurm") | {"image": "/tmp/theirs.sif"}
+    path.write_text(json.dumps(record))
+    os.chown(path, OTHER, OTHER)
+    args = ("submit", "--site", "generic-slurm", "-r", "horovod-cpu", "--dry-run")
+    proc = run(*args, "--", "true", env={"HPCENV_CACHE": str(cache)})
+    line = one_line(proc)
+    assert line.startswith(f"error: refusing image record {path}: it belongs to "), line
+    assert f"uid {OTHER}" in line and "theirs.sif" not in proc.stdout
+    os.chown(path, 0, 0)
+    path.chmod(0o600)
+    ok = run(*args, "--", "true", env={"HPCENV_CACHE": str(cache)})
+    assert ok.returncode == 0, ok.stderr
+    assert "/tmp/theirs.sif" in ok.stdout  # the user's own record: used
+
+
+# -- class 1: tuning files -------------------------------------------------------------------
+
+
+LAYOUT = Layout(nodes=1, ranks_per_node=2, cores_per_rank=1)
+
+
+def _tuning(tmp_path: Path, env: dict[str, str]) -> Path:
+    path = tmp_path / "tuning" / "local" / f"{LAYOUT.key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "site": "local",
+        "image": "localhost/hpcenv/horovod-cpu:local",
+        "image_id": "a" * 64,
+        "layout": LAYOUT.model_dump(),
+        "mpi": "openmpi",
+        "date": "2026-11-28T00:00:00+00:00",
+        "env": env,
+    }
+    path.write_text(json.dumps(doc))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"HOROVOD_TIMELINE": ".bashrc"},
+        {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.66"},
+        {"OMPI_MCA_plm": "rsh"},
+    ],
+)
+def test_a_tuning_file_may_set_only_what_tune_measure_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    """Values that fit the value pattern, names no deny-list word caught: refused, not applied
+    and shown as "measured"."""
+    monkeypatch.setenv("HPCENV_TUNING_DIR", str(tmp_path / "tuning"))
+    path = _tuning(tmp_path, env)
+    with pytest.raises(EnvNotAllowed, match=f"may not set {next(iter(env))}: not a variable"):
+        in_force("local", LAYOUT, "x", "a" * 64)
+    path.write_text(path.read_text().replace(next(iter(env)), "OMPI_MCA_pml_ucx_tls"))
+    assert in_force("local", LAYOUT, "x", "a" * 64).tuning is not None
+
+
+@pytest.mark.parametrize("how", ["other-owner", "group-writable"])
+def test_a_tuning_file_not_the_users_own_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    monkeypatch.setenv("HPCENV_TUNING_DIR", str(tmp_path / "tuning"))
+    path = _tuning(tmp_path, {"OMPI_MCA_btl_vader_eager_limit": "32768"})
+    if how == "other-owner":
+        _need_root()
+        os.chown(path, OTHER, OTHER)
+    else:
+        path.chmod(0o666)
+    with pytest.raises(NotYours, match=f"^refusing tuning file {path}: "):
+        in_force("local", LAYOUT, "x", "a" * 64)  # refused, not "ignored"
+    with pytest.raises(NotYours):
+        load(path)
+
+
+def test_process_planted_tuning_file_exits_2(tmp_path: Path) -> None:
+    from hpcenv.jobs.placement import place
+    from hpcenv.site import load_site
+    from hpcenv.tuning.apply import layout_of
+
+    layout = layout_of(place(load_site("generic-slurm"), 1, None))
+    path = tmp_path / "tuning" / "generic-slurm" / f"{layout.key}.json"
+    path.parent.mkdir(parents=True)
+    doc = {
+        "site": "generic-slurm",
+        "image": "/tmp/x.sif",
+        "image_id": "a" * 64,
+        "layout": layout.model_dump(),
+        "mpi": "openmpi",
+        "date": "2026-11-28T00:00:00+00:00",
+        "env": {"HOROVOD_TIMELINE": ".bashrc"},
+    }
+    path.write_text(json.dumps(doc))
+    path.chmod(0o600)
+    env = {"HPCENV_TUNING_DIR": str(tmp_path / "tuning"), "HPCENV_CACHE": str(tmp_path / "c")}
+    args = ("submit", "--site", "generic-slurm", "--image", "/tmp/x.sif", "--dry-run", "--", "true")
+    line = one_line(run(*args, env=env))
+    assert str(path) in line and "HOROVOD_TIMELINE" in line
 
 
 # -- class 2: files at fixed names, folders, locks ------------------------------------------

@@ -28,7 +28,7 @@ from hpcenv.site import load_site
 from hpcenv.site.load import load_site_file
 from hpcenv.tuning import measure
 from hpcenv.tuning.apply import environment
-from hpcenv.tuning.model import Layout, MeasuredTuning
+from hpcenv.tuning.model import Layout, MeasuredTuning, measured_names
 from hpcenv.tuning.store import load
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
@@ -80,10 +80,17 @@ def test_the_job_may_set_loader_variables_but_not_shell_startup() -> None:
         "NCCL_NET_PLUGIN",
         "UCX_MODULE_DIR",
         "OMP_TOOL_LIBRARIES",
+        # issue 40: names the old deny-list of words let through (values fit the pattern)
+        "HOROVOD_TIMELINE",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+        "OMPI_MCA_plm",
+        "NCCL_SOCKET_IFNAME",
+        "UCX_NET_DEVICES",
+        "OMP_NUM_THREADS",
     ],
 )
 def test_measured_tuning_refuses_what_no_measurement_sets(name: str) -> None:
-    assert refused(name, "measured-tuning") is not None
+    assert refused(name, "measured-tuning", allowed=measured_names()) is not None
 
 
 def test_measured_tuning_takes_everything_the_tuner_writes() -> None:
@@ -97,7 +104,12 @@ def test_measured_tuning_takes_everything_the_tuner_writes() -> None:
                 names |= set(cand)
     assert len(names) > 8
     for name in names:
-        assert refused(name, "measured-tuning") is None, name
+        assert refused(name, "measured-tuning", allowed=measured_names()) is None, name
+    assert measured_names() == names  # exactly those: an allow-list, not a pattern
+
+
+def test_measured_tuning_without_the_list_allows_nothing() -> None:
+    assert refused("OMPI_MCA_pml", "measured-tuning") is not None
 
 
 def test_records_carry_only_the_schedulers_conf_env() -> None:
@@ -107,7 +119,12 @@ def test_records_carry_only_the_schedulers_conf_env() -> None:
 
 def test_check_names_where_and_the_variable_in_one_line() -> None:
     with pytest.raises(EnvNotAllowed) as err:
-        check({"OMPI_MCA_pml": "ucx", "BASH_ENV": "x"}, "measured-tuning", "/t/1n2r1c.json")
+        check(
+            {"OMPI_MCA_pml": "ucx", "BASH_ENV": "x"},
+            "measured-tuning",
+            "/t/1n2r1c.json",
+            allowed=measured_names(),
+        )
     text = str(err.value)
     assert text.startswith("/t/1n2r1c.json: measured-tuning may not set BASH_ENV: ")
     assert "\n" not in text

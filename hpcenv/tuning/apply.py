@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcenv.tuning.model import Layout, MeasuredTuning
+from hpcenv.tuning.model import Layout, MeasuredTuning, measured_names
 from hpcenv.tuning.store import InForce, in_force, tuning_path
 
 RULES_NAME = "allreduce.rules"
@@ -57,7 +57,12 @@ def environment(tuning: MeasuredTuning, rules_path: str | None) -> dict[str, str
     pass :mod:`hpcenv.envpolicy` here too, so every launch (job, smoke, bench) is checked."""
     from hpcenv.envpolicy import check
 
-    check(tuning.env, "measured-tuning", f"measured tuning for {tuning.site}")
+    check(
+        tuning.env,
+        "measured-tuning",
+        f"measured tuning for {tuning.site}",
+        allowed=measured_names(),
+    )
     env = dict(tuning.env)
     if tuning.collective_rules:
         if not rules_path:

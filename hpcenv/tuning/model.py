@@ -7,6 +7,8 @@ pattern, so a tampered file cannot smuggle shell syntax into a job script.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -14,6 +16,29 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 # Open MPI reads its MCA parameters from lower-case names (OMPI_MCA_btl_vader_eager_limit).
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 EnvValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:+=@-]{0,256}$")]
+
+
+@lru_cache(maxsize=1)
+def measured_names() -> frozenset[str]:
+    """Every variable name ``hpcenv tune --measure`` can write into a tuning file (its ``env``:
+    the Open MPI transports and Horovod knobs it sweeps; its ``rendered_only`` candidates: the
+    other MPIs' algorithm variables, Horovod's multi-node knob, NCCL's algorithm and protocol),
+    read from :file:`collectives.yaml`, the one list the sweep itself reads. A tuning file may set
+    exactly these (:mod:`hpcenv.envpolicy`, layer ``measured-tuning``): an allow-list, so a
+    planted file cannot set ``HOROVOD_TIMELINE``, a Gloo rendezvous address or
+    ``OMPI_MCA_plm`` because no word in their names looked like loading code (issue 40)."""
+    import yaml
+
+    # the file hpcenv.tuning.measure.collectives() sweeps from (read here too: measure is above)
+    kb = yaml.safe_load(Path(__file__).with_name("collectives.yaml").read_text(encoding="utf-8"))
+    names = {str(kb["mpich"]["variable"]), str(kb["intel-mpi"]["variable"])}
+    for transport in kb["openmpi"].get("transports", []):
+        names |= {str(k) for k in transport["env"]}
+    for key in ("horovod", "nccl"):
+        for group in ("candidates", "multi_node_only"):
+            for cand in kb[key].get(group, []):
+                names |= {str(k) for k in cand}
+    return frozenset(names)
 
 
 class _Strict(BaseModel):

@@ -5,8 +5,10 @@ One JSON file per site and rank layout: ``<cache>/tuning/<site>/<layout>.json`` 
 in force for a launch only when its site and layout match and it was measured on the same image
 digest as the image being launched; otherwise it is ignored and the reason is returned as a
 warning (never silently applied, never silently dropped). A file that sets a variable the tuner
-never measures (``BASH_ENV``, ``LD_PRELOAD``, ``OMPI_MCA_plm_rsh_agent``: :mod:`hpcenv.envpolicy`)
-is refused outright: it was not written by ``hpcenv tune``.
+never writes (any name outside :func:`hpcenv.tuning.model.measured_names`: ``BASH_ENV``,
+``HOROVOD_TIMELINE``, ``OMPI_MCA_plm``; :mod:`hpcenv.envpolicy`) is refused outright: it was not
+written by ``hpcenv tune``; so is one that is not the user's own or that others may write
+(:func:`hpcenv.reads.open_own`: the cache may sit on group-writable project storage).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from pydantic import ValidationError
 from hpcenv.envpolicy import EnvNotAllowed
 from hpcenv.errors import ConfigError
 from hpcenv.printable import printable
-from hpcenv.reads import load_json
-from hpcenv.tuning.model import Layout, MeasuredTuning
+from hpcenv.reads import NotYours, load_json
+from hpcenv.tuning.model import Layout, MeasuredTuning, measured_names
 
 TUNING_MAX_BYTES = 4 << 20  # a sweep of every collective and size is a few hundred KiB
 
@@ -39,38 +41,40 @@ def tuning_path(site: str, layout: Layout) -> Path:
 
 
 def check_env(tuning: MeasuredTuning, where: str) -> None:
-    """Refuse a variable the tuner does not measure (:mod:`hpcenv.envpolicy`), in one line."""
+    """Refuse a variable the tuner does not write (:mod:`hpcenv.envpolicy`), in one line."""
     from hpcenv.envpolicy import check
 
-    check(tuning.env, "measured-tuning", where)
+    check(tuning.env, "measured-tuning", where, allowed=measured_names())
     for cands in tuning.rendered_only.values():
         for cand in cands:
-            check(cand, "measured-tuning", where)
+            check(cand, "measured-tuning", where, allowed=measured_names())
 
 
 def save(tuning: MeasuredTuning) -> Path:
-    """Write the file atomically (temp name + rename); returns its path."""
+    """Write the file atomically (:func:`hpcenv.output.write_private`: 0600, a ``mkstemp`` name
+    in a folder only this user may write, then a rename); returns its path."""
+    from hpcenv.output import write_private
+
     path = tuning_path(tuning.site, tuning.layout)
     check_env(tuning, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(tuning.model_dump(), indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    text = json.dumps(tuning.model_dump(), indent=2, sort_keys=True) + "\n"
+    return write_private(path, text)
 
 
 def load(path: Path) -> MeasuredTuning:
     """Parse and validate a tuning file; ConfigError naming the file and field otherwise
     (size and nesting bounded before anything uses it: :func:`hpcenv.reads.load_json`)."""
     try:
-        doc = load_json(path, TUNING_MAX_BYTES, "a tuning file")
+        doc = load_json(path, TUNING_MAX_BYTES, "tuning file", own=True)
+    except NotYours:
+        raise  # another user's file, or one others may change: refused, not ignored
     except ConfigError as err:
         raise ConfigError(f"not a readable tuning file: {err}") from None
     env = doc.get("env") if isinstance(doc, dict) else None
     if isinstance(env, dict):  # the name decides before the value's shape: refused, not ignored
         from hpcenv.envpolicy import check
 
-        check({str(k): "" for k in env}, "measured-tuning", str(path))
+        check({str(k): "" for k in env}, "measured-tuning", str(path), allowed=measured_names())
     try:
         tuning = MeasuredTuning.model_validate(doc)
     except ValidationError as err:
@@ -99,8 +103,8 @@ def in_force(site: str, layout: Layout, image: str, image_id: str | None) -> InF
         return InForce(None, path, f"no measured tuning for {layout.describe()} ({hint})")
     try:
         tuning = load(path)
-    except EnvNotAllowed:
-        raise  # a variable no measurement sets: a tampered file, refused, not ignored
+    except (EnvNotAllowed, NotYours):
+        raise  # a variable no measurement sets, another user's file: refused, not ignored
     except ConfigError as err:
         return InForce(None, path, "ignored", f"tuning file ignored: {err}")
     if tuning.site != site or tuning.layout != layout:
