@@ -28,6 +28,7 @@ from hpcenv.build_inputs import read_stamp, write_stamp
 from hpcenv.envpolicy import EnvNotAllowed
 from hpcenv.errors import ConfigError
 from hpcenv.image_records import read_record, write_record
+from hpcenv.jobs.submit import check_record
 from hpcenv.paths import file_lock, private_dir
 from hpcenv.reads import NotYours
 from hpcenv.tuning.model import Layout
@@ -371,3 +372,76 @@ def test_process_cache_folder_of_another_user_exits_2(tmp_path: Path) -> None:
     args = ("build", "--site", "local", "--recipe", "horovod-cpu", "--format", "oci")
     line = one_line(run(*args, env={"HPCENV_CACHE": str(cache)}), after="build horovod-cpu")
     assert f"refusing folder {cache / 'locks'}: it belongs to " in line
+
+
+# -- class 3: a job record's ssh_config ------------------------------------------------------
+
+
+def _ssh_record(config: str) -> dict[str, Any]:
+    return {
+        "job_id": "123",
+        "name": "train",
+        "site": "local",
+        "scheduler": "slurm",
+        "workdir": "/scratch/u/hpcenv-jobs",
+        "transport": {"kind": "ssh", "host": "login1", "ssh_config": config},
+        "log_names": ["train-%j.out", "train-%j.err"],
+        "script_path": "/home/u/.cache/hpcenv/jobs/ssh-login1-123.sh",
+        "array": None,
+    }
+
+
+def _ssh_config(tmp_path: Path, marker: Path) -> Path:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n  ProxyCommand touch {marker}\n  LocalCommand touch {marker}\n")
+    config.chmod(0o644)
+    return config
+
+
+def test_a_records_ssh_config_must_be_the_users_or_roots_and_closed(tmp_path: Path) -> None:
+    config = _ssh_config(tmp_path, tmp_path / "PWNED")
+    assert check_record(_ssh_record(str(config))).transport.ssh_config == str(config)
+    assert check_record(_ssh_record("/dev/null")).transport.ssh_config == "/dev/null"
+    config.chmod(0o664)
+    with pytest.raises(ConfigError, match=r"^transport\.ssh_config: .*others may write it"):
+        check_record(_ssh_record(str(config)))
+    config.chmod(0o644)
+    if os.geteuid() == 0:
+        os.chown(config, OTHER, OTHER)
+        with pytest.raises(ConfigError, match=rf"^transport\.ssh_config: .*uid {OTHER}"):
+            check_record(_ssh_record(str(config)))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        check_record(_ssh_record(str(fifo)))
+
+
+def test_process_status_refuses_a_planted_ssh_config_and_runs_nothing(tmp_path: Path) -> None:
+    _need_root()
+    marker = tmp_path / "PWNED"
+    config = _ssh_config(tmp_path, marker)
+    os.chown(config, OTHER, OTHER)
+    jobs = tmp_path / "cache" / "jobs"
+    jobs.mkdir(parents=True, mode=0o700)
+    record = jobs / "ssh-login1-123.json"
+    record.write_text(json.dumps(_ssh_record(str(config))))
+    record.chmod(0o600)
+    env = {"HPCENV_CACHE": str(tmp_path / "cache")}
+    for command in (["status", "123"], ["logs", "123"], ["cancel", "123"]):
+        line = one_line(run(*command, env=env))
+        assert "transport.ssh_config" in line and str(config) in line and "refused" in line
+    listing = run("status", env=env)  # the listing shows the refusal, runs nothing
+    assert "transport.ssh_config" in listing.stdout + listing.stderr
+    assert not marker.exists()
+
+
+def test_a_job_record_not_the_users_own_is_refused(tmp_path: Path) -> None:
+    from hpcenv.jobs.submit import _read_record
+
+    record = tmp_path / "ssh-login1-123.json"
+    record.write_text(json.dumps(_ssh_record("/dev/null")))
+    record.chmod(0o600)
+    assert _read_record(record).job_id == "123"
+    record.chmod(0o620)
+    with pytest.raises(NotYours, match=r"^refusing a job record .*: others may write it"):
+        _read_record(record)

@@ -52,7 +52,7 @@ from hpcenv.jobs.transport import (
 from hpcenv.output import write_private
 from hpcenv.paths import cache_dir, templates_dir
 from hpcenv.printable import printable
-from hpcenv.reads import load_json
+from hpcenv.reads import NotYours, load_json, trust_problem
 from hpcenv.site import Site
 
 # What submit.sh prints before the workdir and before the id of a job that has the token.
@@ -255,6 +255,14 @@ def check_record(data: Any) -> Submission:
         value = getattr(spec, field)
         if value is not None:
             path(f"transport.{field}", value, absolute=False)
+    if spec.ssh_config is not None:  # ssh -F runs its ProxyCommand, LocalCommand, Match exec
+        problem = _ssh_config_problem(spec.ssh_config)
+        if problem is not None:
+            raise bad(
+                "transport.ssh_config",
+                f"{spec.ssh_config}: {problem} (ssh runs the commands an ssh config names; "
+                "hpcenv uses only one you or root own and nobody else may change)",
+            )
     allowed = {c.conf_env for c in SCHEDULERS.values() if c.conf_env}
     try:
         check(spec.env, "record", "transport.env", allowed=allowed)
@@ -285,20 +293,34 @@ def _trusted_client_conf(value: str, site_name: str, *, local: bool) -> bool:
         pass
     if not local:
         return False
+    return _client_file_problem(value) is None
+
+
+def _client_file_problem(value: str) -> str | None:
+    """Why a client configuration named in a record (SLURM_CONF, ``ssh -F``) must not be used:
+    :func:`hpcenv.reads.trust_problem` with root allowed (a site installs them), for the file
+    the client will open (a link is followed, as the client follows it, and the target checked)."""
     try:
         info = os.stat(value)
-    except OSError:
-        return False
-    return (
-        stat.S_ISREG(info.st_mode)
-        and info.st_uid in (0, os.getuid())
-        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
+    except OSError as err:
+        return f"it cannot be read ({err.strerror or err})"
+    return trust_problem(info, root_ok=True)
+
+
+def _ssh_config_problem(value: str) -> str | None:
+    """:func:`_client_file_problem` for a record's ``transport.ssh_config`` as ``ssh -F`` gets
+    it (``~`` expanded); ``/dev/null``, the usual "no configuration", holds none."""
+    expanded = os.path.expanduser(value)
+    if expanded == os.devnull:
+        return None
+    return _client_file_problem(expanded)
 
 
 def _read_record(path: Path) -> Submission:
     try:  # size and nesting bounded before anything uses it (hpcenv.reads.load_json)
-        data = load_json(path, what="a job record")
+        data = load_json(path, what="a job record", own=True)
+    except NotYours:
+        raise  # another user's file, or one others may change: its own line
     except ConfigError as err:
         raise ConfigError(
             f"job record is unreadable: {err}; delete it, or pass --site to ask the scheduler "
