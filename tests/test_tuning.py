@@ -144,7 +144,7 @@ def test_each_item_starts_one_round_in_turn_and_every_round_runs_them_all() -> N
 def test_a_transport_the_image_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:
     """An Open MPI image built without UCX: the UCX candidate's run fails; the sweep goes on
     with the others and says why UCX was not chosen (it used to abort the whole measure)."""
-    from hpcenv.bench.shells import Result
+    from hpcenv.shells import Result
 
     def run(line: str, env: Any, timeout: float) -> Result:
         if env.get("OMPI_MCA_pml") == "ucx":
@@ -177,7 +177,7 @@ def test_transport_rounds_rotate_pair_by_round_and_stop_when_the_budget_is_spent
 ) -> None:
     """Each round starts with another configuration; UCX, slower at 8 B in every round, is
     vetoed there; once the budget is spent no further round starts (not even the defaults)."""
-    from hpcenv.bench.shells import Result
+    from hpcenv.shells import Result
 
     order: list[str] = []
 
@@ -227,7 +227,7 @@ def test_transport_rounds_rotate_pair_by_round_and_stop_when_the_budget_is_spent
 
 
 def test_a_wrong_exact_sum_stops_the_sweep(tmp_path: Path) -> None:
-    from hpcenv.bench.shells import Result
+    from hpcenv.shells import Result
 
     def run(line: str, env: Any, timeout: float) -> Result:
         doc = {

@@ -370,7 +370,7 @@ class Ssh(Strict):
 
 
 def _runtime_kind(value: str) -> str:
-    from hpcenv.runtimes.registry import check_kind
+    from hpcenv.runtime_kinds import check_kind
 
     try:
         return check_kind(value)
@@ -381,13 +381,13 @@ def _runtime_kind(value: str) -> str:
 def _readers(field: str) -> list[str]:
     """The runtime kinds whose backends read site field ``runtime.<field>`` (each runtime owns
     the list of its fields: hpcenv.runtimes)."""
-    from hpcenv.runtimes.registry import known_kinds, runtime_class
+    from hpcenv.runtime_kinds import readers
 
-    return [k for k in known_kinds() if field in runtime_class(k).fields]
+    return readers(field)
 
 
 def _known_runtimes() -> list[str]:
-    from hpcenv.runtimes.registry import known_kinds
+    from hpcenv.runtime_kinds import known_kinds
 
     return known_kinds()
 

@@ -1,7 +1,7 @@
 """The sweep behind ``hpcenv tune --measure``: run each collective choice the image offers and
 keep what beats the library's own default, per message size.
 
-Runs in one container of the site's image (one exec per launch, :mod:`hpcenv.bench.shells`),
+Runs in one container of the site's image (one exec per launch, :mod:`hpcenv.shells`),
 with the image's ``mpirun`` and the placement's binding (``hpcenv tune``'s launcher flags for
 the layout), the same way ``smoke`` and ``bench`` launch. What it sweeps comes from
 :file:`collectives.yaml` and the image's own lock (``/opt/hpcenv/stack.lock.json``): Open MPI
@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from hpcenv.bench.shells import OMPI_ROOT_ENV, Result
 from hpcenv.errors import EnvironmentProblem, HpcenvError
+from hpcenv.shells import OMPI_ROOT_ENV, Result
 from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment
 from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules
 
@@ -641,7 +641,9 @@ def measure(
         echo(line)
     sw = Sweep(run, mpirun, work, layout, budget_s, echo, quick, rules_mount)
     rounds = 1 if quick else 3  # a shared 2-core machine: 3 rounds, best of each, survive a spike
-    base_env = dict(placement.env) | {str(k): str(v) for k, v in site.tuning.items()}
+    from hpcenv.jobs.launchenv import launch_env
+
+    base_env = launch_env(site, placement)
     rules: list[Rule] = []
     measurements: dict[str, Any] = {"mpirun": mpirun, "base_env": base_env}
     reasons = [

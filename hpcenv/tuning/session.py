@@ -57,7 +57,7 @@ def measure_site(
     echo: Callable[[str], None] = print,
 ) -> Measured:
     """Measure in a fresh container of ``image``; save and return the tuning file."""
-    from hpcenv.bench.shells import Container, Result
+    from hpcenv.shells import Container, Result
     from hpcenv.tuning.measure import measure, mpirun_line, read_lock
 
     if placement.nodes != 1:
