@@ -152,12 +152,13 @@ def test_torchrun_is_one_per_node_under_the_site_launcher() -> None:
     launch = plan.launch
     assert launch is not None and launch.rank_step == ()  # torchrun sets RANK itself
     head = list(launch.head)
-    assert head[:5] == [
+    assert head[:6] == [
         "srun",
         "--nodes=2",
+        "--ntasks=2",  # not the job's SLURM_NTASKS, which the step inherits
         "--ntasks-per-node=1",
         "--cpus-per-task=128",
-        "--gpus-per-task=4",
+        "--gpus-per-node=4",  # the step's task sees all four (the job asked one per task)
     ]
     assert launch.runner[:5] == (
         "torchrun",

@@ -93,10 +93,12 @@ RENDEZVOUS: dict[str, tuple[str, str | None]] = {
 # The per-rank GPU binding on the launcher line, and the runtime's way of passing it inside.
 GPU_BINDING: dict[str, tuple[str, ...]] = {
     "frontier": ("--gpus-per-task=1", "--gpu-bind=closest"),
-    "perlmutter": ("--gpus-per-task=1", "--gpu-bind=closest"),
+    # NERSC's and CSCS's PyTorch examples: every rank sees the node's GPUs (docs/sites/NAME.md,
+    # "What a rank sees"); LOCAL_RANK picks one.
+    "perlmutter": ("--gpus-per-node=4",),
     "aurora": ("--gpu-bind",),
     "summit": ("-g", "6"),  # one resource set per node: every rank sees all 6 (ibm-wml-ce.rst)
-    "alps-clariden": ("--gpus-per-task=1", "--gpu-bind=closest"),
+    "alps-clariden": ("--gpus-per-node=4",),
     "generic-slurm": (),
 }
 
