@@ -26,7 +26,7 @@ from hpcenv.jobs.submit import check_record
 from hpcenv.paths import site_configs_dir
 from hpcenv.site import load_site
 from hpcenv.site.load import load_site_file
-from hpcenv.tuning import measure
+from hpcenv.sweep import measure
 from hpcenv.tuning.apply import environment
 from hpcenv.tuning.model import Layout, MeasuredTuning, measured_names
 from hpcenv.tuning.store import load

@@ -15,9 +15,11 @@ import pytest
 
 from hpcenv.errors import ConfigError, HpcenvError
 from hpcenv.jobs import JobSpec, prepare
+from hpcenv.jobs.measured import for_job
 from hpcenv.runtimes.podman import Podman
 from hpcenv.site import load_site
-from hpcenv.tuning import apply, measure
+from hpcenv.sweep import measure
+from hpcenv.tuning import apply
 from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules
 from hpcenv.tuning.store import in_force, load, save, tuning_path
 
@@ -331,13 +333,13 @@ def test_for_job_applies_only_matching_digest(monkeypatch: pytest.MonkeyPatch) -
     save(sample())
     job = JobSpec(name="t", command=["x"], ranks_per_node=2, image="img")
     monkeypatch.setattr(Podman, "image_identity", lambda self, image: IID)
-    assert apply.for_job(site, job, "img") == (sample(), None)
+    assert for_job(site, job, "img") == (sample(), None)
     monkeypatch.setattr(Podman, "image_identity", lambda self, image: OTHER)
-    measured, warning = apply.for_job(site, job, "img")
+    measured, warning = for_job(site, job, "img")
     assert measured is None and "re-measure" in (warning or "")
     single = JobSpec(name="t", command=["x"], launch="single", image="img")
-    assert apply.for_job(site, single, "img") == (None, None)
-    assert apply.for_job(site, job, None)[0] is None  # host run
+    assert for_job(site, single, "img") == (None, None)
+    assert for_job(site, job, None)[0] is None  # host run
 
 
 def test_smoke_launch_settings_carry_placement_and_tuning(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,8 +41,7 @@ from hpcenv.bench.report import (
 from hpcenv.plots import plot_sweeps
 from hpcenv.shells import BenchCommandError, Result
 from hpcenv.smoke._target import HOROVOD_OPS_ENV
-from hpcenv.tuning.apply import RULES_NAME
-from hpcenv.tuning.measure import (
+from hpcenv.sweep.measure import (
     CONSISTENT_SHARE,
     KEEP_WITHIN,
     TRANSPORT_GAIN,
@@ -52,6 +51,7 @@ from hpcenv.tuning.measure import (
     round_order,
     rounds_slower,
 )
+from hpcenv.tuning.apply import RULES_NAME
 
 # Open MPI 4.1 coll_tuned allreduce algorithms (ompi_info --param coll tuned --level 9).
 ALLREDUCE_ALGORITHMS = {

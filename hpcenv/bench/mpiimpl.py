@@ -45,7 +45,7 @@ from hpcenv.errors import ConfigError, EnvironmentProblem
 from hpcenv.knowledge import kb
 from hpcenv.paths import cache_dir
 from hpcenv.plots import plot_sweeps
-from hpcenv.tuning.measure import (
+from hpcenv.sweep.measure import (
     CONSISTENT_SHARE,
     KEEP_WITHIN,
     TRANSPORT_GAIN,

@@ -265,8 +265,8 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
     applies, measure it now in the bench's container and save it, so the bench's "hpcenv
     default" is exactly what ``submit``/``smoke`` would use afterwards."""
     from hpcenv.runtimes.registry import get_runtime
+    from hpcenv.sweep.measure import measure, mpirun_line, read_lock
     from hpcenv.tuning.apply import RULES_NAME, lookup
-    from hpcenv.tuning.measure import measure, mpirun_line, read_lock
     from hpcenv.tuning.store import save
 
     ctr = ctx.ctr()

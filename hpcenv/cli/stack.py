@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
             from hpcenv.jobs.project import account_for
 
             account_for(site_obj, account, strict=True)  # a placeholder is refused here too
-        from hpcenv.tuning.apply import for_job
+        from hpcenv.jobs.measured import for_job
 
         image = default_image(site_obj, lock.recipe)
         measured, warning = for_job(site_obj, job, image)

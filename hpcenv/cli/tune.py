@@ -11,9 +11,9 @@ import typer
 from hpcenv.cli.options import JsonOpt, SiteOpt, positive_seconds
 
 if TYPE_CHECKING:
-    from hpcenv.tuning.measure import Plan
-    from hpcenv.tuning.service import TuneResult
-    from hpcenv.tuning.session import Measured
+    from hpcenv.sweep.measure import Plan
+    from hpcenv.sweep.service import TuneResult
+    from hpcenv.sweep.session import Measured
     from hpcenv.tuning.store import InForce
 
 
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         """Placement (ranks, cores, GPUs, threads, masks) and each launcher's flags for it; with
         --measure, the collective tuning measured in the site's image (used by submit, job.sh,
         smoke and bench by default); --show says what is in force and why."""
-        from hpcenv.tuning.service import TuneRequest, tune_request
+        from hpcenv.sweep.service import TuneRequest, tune_request
 
         req = TuneRequest(
             site=site,

@@ -461,7 +461,7 @@ def cores_per_task(site: Site, job: JobSpec) -> int | None:
 def job_placement(site: Site, job: JobSpec) -> Placement:
     """The placement of a job: its ranks for an MPI launch, else one task that gets every core
     the site leaves to jobs (not the reserved ones). The one place jobs (the plan) and the
-    measured-tuning lookup for a job (:func:`hpcenv.tuning.apply.for_job`) derive it."""
+    measured-tuning lookup for a job (:func:`hpcenv.jobs.measured.for_job`) derive it."""
     cores = cores_per_task(site, job)
     if job.launch == "mpi":
         return place(

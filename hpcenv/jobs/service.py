@@ -357,7 +357,7 @@ def submit_request(
     from hpcenv.jobs.render import prepare
     from hpcenv.jobs.submit import records_dir, submit
     from hpcenv.site import load_site, retirement_warning
-    from hpcenv.tuning.apply import for_job
+    from hpcenv.jobs.measured import for_job
 
     s = load_site(req.site)
     retired = retirement_warning(s)

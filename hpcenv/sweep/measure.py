@@ -30,16 +30,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
 
 from hpcenv.errors import EnvironmentProblem, HpcenvError
 from hpcenv.shells import OMPI_ROOT_ENV, Result
 from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment
-from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules
+from hpcenv.tuning.model import Layout, MeasuredTuning, Rule, coll_tuned_rules, collectives
 
 CHECKS = "/opt/hpcenv/checks"
 LOCK_IN_IMAGE = "/opt/hpcenv/stack.lock.json"
@@ -60,14 +57,6 @@ HOROVOD_MARGIN = 1.10
 MiB = 1 << 20
 
 Runner = Callable[[str, Mapping[str, str], float], Result]
-
-
-@lru_cache(maxsize=1)
-def collectives() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(
-        Path(__file__).with_name("collectives.yaml").read_text(encoding="utf-8")
-    )
-    return data
 
 
 @dataclass

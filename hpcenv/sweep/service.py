@@ -3,7 +3,7 @@
 Issue 18 ("a thin CLI"): the command parses its options into :class:`TuneRequest` and calls
 :func:`tune_request`, which checks how the options combine, places the ranks
 (:func:`hpcenv.jobs.placement.place`) and then, by mode, plans a sweep (``--plan``), measures
-one (``--measure``, :mod:`hpcenv.tuning.session`) or looks up the tuning in force (``--show``,
+one (``--measure``, :mod:`hpcenv.sweep.session`) or looks up the tuning in force (``--show``,
 :func:`hpcenv.tuning.apply.lookup`). The :class:`TuneResult` says what happened; printing it
 is the command's job. Heavy imports stay inside the function, as in the CLI.
 """
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hpcenv.jobs.placement import Placement
     from hpcenv.site import Site
-    from hpcenv.tuning.measure import Plan
-    from hpcenv.tuning.session import Measured
+    from hpcenv.sweep.measure import Plan
+    from hpcenv.sweep.session import Measured
     from hpcenv.tuning.store import InForce
 
 DEFAULT_RECIPE = "horovod-cpu"  # the image tune measures and checks when no recipe is named
@@ -89,8 +89,8 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
     if req.plan:
         from hpcenv.recipe import load_recipe
         from hpcenv.resolver import resolve
+        from hpcenv.sweep.measure import plan
         from hpcenv.tuning.apply import layout_of
-        from hpcenv.tuning.measure import plan
 
         lock = resolve(s, load_recipe(recipe)).to_dict()
         sweep = plan(lock, s, layout_of(t), gpu_visible=False)
@@ -98,7 +98,7 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
     if req.if_stale and not req.measure:
         raise ConfigError("--if-stale goes with --measure")
     if req.measure:
-        from hpcenv.tuning.session import measure_site
+        from hpcenv.sweep.session import measure_site
 
         if req.if_stale:
             from hpcenv.tuning.apply import lookup

@@ -58,7 +58,7 @@ def measure_site(
 ) -> Measured:
     """Measure in a fresh container of ``image``; save and return the tuning file."""
     from hpcenv.shells import Container, Result
-    from hpcenv.tuning.measure import measure, mpirun_line, read_lock
+    from hpcenv.sweep.measure import measure, mpirun_line, read_lock
 
     if placement.nodes != 1:
         raise ConfigError(

@@ -82,19 +82,3 @@ def describe(found: InForce | None) -> list[str]:
     lines = [f"measured tuning {found.path}: {found.why}, {t.layout.describe()}"]
     lines += [f"  why: {r}" for r in t.reasons]
     return lines
-
-
-def for_job(site: Any, job: Any, image: str | None) -> tuple[MeasuredTuning | None, str | None]:
-    """The measured tuning for an MPI job (``hpcenv.jobs.spec.JobSpec``) and a warning, if any.
-
-    Uses the same placement as the job script (``prepare``) so the layouts agree; single-task
-    jobs and host runs get none.
-    """
-    if job.launch != "mpi":
-        return None, None
-    from hpcenv.jobs.placement import job_placement
-
-    found = lookup(site, job_placement(site, job), image)
-    if found is None:
-        return None, None
-    return found.tuning, found.warning

@@ -19,6 +19,18 @@ EnvValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:+=@-]{0,256
 
 
 @lru_cache(maxsize=1)
+def collectives() -> dict[str, Any]:
+    """:file:`collectives.yaml`: what the sweep (:mod:`hpcenv.sweep.measure`) tries, and so what
+    a tuning file may set (:func:`measured_names`)."""
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(
+        Path(__file__).with_name("collectives.yaml").read_text(encoding="utf-8")
+    )
+    return data
+
+
+@lru_cache(maxsize=1)
 def measured_names() -> frozenset[str]:
     """Every variable name ``hpcenv tune --measure`` can write into a tuning file (its ``env``:
     the Open MPI transports and Horovod knobs it sweeps; its ``rendered_only`` candidates: the
@@ -27,10 +39,7 @@ def measured_names() -> frozenset[str]:
     exactly these (:mod:`hpcenv.envpolicy`, layer ``measured-tuning``): an allow-list, so a
     planted file cannot set ``HOROVOD_TIMELINE``, a Gloo rendezvous address or
     ``OMPI_MCA_plm`` because no word in their names looked like loading code (issue 40)."""
-    import yaml
-
-    # the file hpcenv.tuning.measure.collectives() sweeps from (read here too: measure is above)
-    kb = yaml.safe_load(Path(__file__).with_name("collectives.yaml").read_text(encoding="utf-8"))
+    kb = collectives()
     names = {str(kb["mpich"]["variable"]), str(kb["intel-mpi"]["variable"])}
     for transport in kb["openmpi"].get("transports", []):
         names |= {str(k) for k in transport["env"]}
