@@ -167,3 +167,23 @@ def test_a_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     finally:
         modules.cache_clear()
         imports.cache_clear()
+
+
+# Layers that point down (issue 35): a package's modules import nothing from the packages above it.
+ABOVE = {
+    "hpcenv.tuning": ("hpcenv.jobs", "hpcenv.sweep", "hpcenv.bench", "hpcenv.smoke", "hpcenv.cli"),
+    "hpcenv.shells": ("hpcenv.bench", "hpcenv.smoke", "hpcenv.tuning", "hpcenv.sweep"),
+    "hpcenv.jobs": ("hpcenv.sweep", "hpcenv.bench", "hpcenv.smoke", "hpcenv.cli"),
+    "hpcenv.runtime_kinds": ("hpcenv.",),  # the site model asks it: it stands on nothing
+}
+
+
+@pytest.mark.parametrize("layer", sorted(ABOVE))
+def test_layers_point_down(layer: str) -> None:
+    mine = [n for n in modules() if n == layer or n.startswith(layer + ".")]
+    assert mine, layer
+    bad = {
+        n: sorted(t for t in imports(n) if t.startswith(ABOVE[layer]) and t != "hpcenv.errors")
+        for n in mine
+    }
+    assert not {k: v for k, v in bad.items() if v}, bad
