@@ -10,10 +10,11 @@ RESULTS ?= results
 
 install: host venv
 
-host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI), qemu-user-static handlers, the local-bind site MPI and Apptainer
+host:                      ## system packages (podman, runc, debootstrap, slurm, munge, sshd, shellcheck, Open MPI), qemu-user-static handlers, the local-bind site MPI, MPICH 5 (MPI-5 ABI) and Apptainer
 	scripts/host-setup.sh
 	scripts/emulation-setup.sh
 	scripts/site-mpi-setup.sh
+	scripts/mpi-abi-setup.sh
 	scripts/site-apptainer-setup.sh
 	scripts/podman-hpc-setup.sh
 

@@ -18,11 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcenv import platforms
+from hpcenv import mpi_abi, platforms
 from hpcenv.errors import ConfigError, ConflictError
 from hpcenv.knowledge import kb, mpi_soname, releases, rule, rules, source
 from hpcenv.knowledge.rules import Fact, Verdict, applies, evaluate
 from hpcenv.lock import Choice, Lock
+from hpcenv.mpi_abi import AbiDecision
 from hpcenv.pins import COMPONENTS, Pin, check_pin, parse_overrides
 from hpcenv.recipe import Recipe
 from hpcenv.site import Site
@@ -61,6 +62,7 @@ class Resolver:
         self.planned: set[str] = set()
         self.pins_ahead_ignored = False
         self.conflicts: list[str] = []
+        self.mpi_abi: AbiDecision | None = None  # decide_mpi_abi
         self._seen: set[tuple[str, frozenset[str]]] = set()
         self.os = kb()["os"]
 
@@ -247,6 +249,7 @@ class Resolver:
         self.decide_network_plugin(accel)
         self.decide_mpi4py()
         self.decide_daal4py()
+        self.decide_mpi_abi()
         if self.conflicts:
             raise ConflictError("\n".join(self.conflicts))
         return Lock(
@@ -816,6 +819,23 @@ class Resolver:
             return
         picked.rules.append("daal4py-mpich-abi")
         self.choose("daal4py", picked, reason, "pip", options=options)
+
+    def decide_mpi_abi(self) -> None:
+        """The MPI-5 standard ABI (:mod:`hpcenv.mpi_abi`): the decision and its one line are
+        ``self.mpi_abi``; where it fits, the lock's MPI says so (``standard_abi`` and the
+        rules). Where it does not, the lock stays as it was: the line would change every
+        image's lock label, and with it every image built today."""
+        self.mpi_abi = mpi_abi.decide(self.site, self.recipe, self.components)
+        if not self.mpi_abi.fits:
+            return
+        mpi = self.components["mpi"]
+        for rule_id in self.mpi_abi.rules:
+            mpi.rules.append(self.use(rule_id))
+        mpi.options["standard_abi"] = mpi_abi.soname()
+        mpi.reason += (
+            f"; {self.mpi_abi.reason} (the image is still built for the bind model: building "
+            "its MPI programs against mpi_abi.h is not implemented yet)"
+        )
 
     def build_info(self, accel: str) -> dict[str, Any]:
         site = self.site

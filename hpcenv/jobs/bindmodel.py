@@ -19,15 +19,18 @@ libraries, instead of running N unconnected copies or silently keeping the image
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hpcenv.jobs.shell import expanding
 from hpcenv.knowledge import kb
+from hpcenv.mpi_abi import provides, soname
 from hpcenv.site import Site
 
 # Exit status of the preflight check on an ABI mismatch (distinct from a command's own failures).
 ABI_MISMATCH_EXIT = 3
+# The ABI name the preflight prints for libmpi_abi.so.1 (rule mpi-abi-providers).
+STANDARD_ABI = "MPI-5"
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,10 @@ def preflight_args(inj: SiteMpi) -> list[str]:
     :func:`known_abis`. Values that name variables (``$MPI_ROOT``, ``$CRAY_LD_LIBRARY_PATH``)
     expand in the job."""
     args = [inj.soname, inj.root, inj.ld_library_path, inj.spec, inj.abi, str(ABI_MISMATCH_EXIT)]
-    return [expanding(a) for a in args] + [inj.model] + known_abis()
+    pairs = known_abis()
+    if inj.abi == STANDARD_ABI:  # an image built against the ABI: its library is known too
+        pairs.append(f"{inj.soname}={STANDARD_ABI}")
+    return [expanding(a) for a in args] + [inj.model] + pairs
 
 
 def known_abis() -> list[str]:
@@ -94,6 +100,17 @@ def known_abis() -> list[str]:
     site MPI replaces, or names both libraries and exits :data:`ABI_MISMATCH_EXIT`."""
     families = [f for f in kb()["mpi_families"].values() if isinstance(f, dict)]
     return sorted({f"{f['soname']}={f['abi']}" for f in families})
+
+
+def standard_abi(inj: SiteMpi) -> SiteMpi | None:
+    """The injection for an image built against the MPI-5 standard ABI (:mod:`hpcenv.mpi_abi`):
+    the same mounts and loader path, with ``libmpi_abi.so.1`` as the library the preflight looks
+    for (it prints the site library's ABI version, or names the library the site has instead
+    and exits :data:`ABI_MISMATCH_EXIT`); None where the site's MPI does not provide the ABI by
+    rule ``mpi-abi-providers`` (the job then binds it as ``inj`` says)."""
+    if inj.model != "bind" or not provides(inj.spec):
+        return None
+    return replace(inj, soname=soname(), abi=STANDARD_ABI)
 
 
 def image_mpi_abis(lock: dict[str, Any]) -> dict[str, str]:

@@ -284,3 +284,38 @@ def _oneccl_pypi(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
         return True, ""
     known = ", ".join(rule.data["impi_rt"])
     return False, f"oneCCL {oneccl.value} from PyPI was not checked; usable: {known}"
+
+
+@code_rule("mpi-abi-providers")
+def _mpi_abi_providers(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
+    """The site's MPI provides the MPI-5 standard ABI (libmpi_abi.so.1) from a known version of
+    its family on; a family without one, or a spec without a version, does not."""
+    host = facts["host.mpi"]
+    name, version = _name_part(host.value), _version_part(host.value)
+    soname = rule.data["soname"]
+    since = rule.data["since"].get(name)
+    if since is None:
+        known = ", ".join(f"{n} >= {v}" for n, v in rule.data["since"].items())
+        return False, f"{name} does not provide {soname} (known providers: {known})"
+    if version is None:
+        return False, f"the site names {name} without a version; {soname} needs {name} >= {since}"
+    if not at_least(version, since):
+        return False, f"{name} {version} predates {soname} ({name} >= {since} provides it)"
+    return True, f"{name} {version} provides {soname} ({name} >= {since})"
+
+
+@code_rule("mpi-abi-programs")
+def _mpi_abi_programs(rule: Rule, facts: Mapping[str, Fact]) -> tuple[bool, str]:
+    """Every MPI program of the recipe (comma-separated in the fact) can be built against
+    mpi_abi.h; the first that cannot says why."""
+    programs = [p for p in facts["mpi.abi.programs"].value.split(",") if p]
+    if not programs:
+        return False, "the recipe has no MPI program to build against mpi_abi.h"
+    for program in programs:
+        if program not in rule.data["allowed"]:
+            why = rule.data["refused"].get(program, f"{program} was not built against mpi_abi.h")
+            return False, why
+    return (
+        True,
+        f"{', '.join(programs)} can be built against {rule.data.get('header', 'mpi_abi.h')}",
+    )

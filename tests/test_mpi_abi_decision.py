@@ -1,0 +1,81 @@
+"""The MPI-5 standard ABI decision (hpcenv/mpi_abi.py) and the job's ABI injection, as data: the
+rules mpi-abi-providers and mpi-abi-programs, one line why not for every kind of site, and the
+lock's record where it fits. tests/test_mpi_abi.py shows the same facts on the real libraries."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcenv import mpi_abi
+from hpcenv.jobs.bindmodel import STANDARD_ABI, preflight_args, site_mpi, standard_abi
+from hpcenv.recipe import Recipe, load_recipe
+from hpcenv.resolver import Resolver
+from hpcenv.site import Site, load_site
+
+
+def _with_mpi(site: str, spec: str) -> Site:
+    s = load_site(site)
+    return s.model_copy(update={"mpi": s.mpi.model_copy(update={"spec": spec})})
+
+
+MPI4PY_ONLY = Recipe.model_validate({"name": "mpi4py-abi", "components": {"mpi4py": "required"}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "provides"),
+    [
+        ("mpich@5.0.2", True),
+        ("mpich@4.2", False),
+        ("mpich", False),
+        ("intel-mpi@2021.18.1", True),
+        ("intel-mpi@2021.17", False),
+        ("openmpi@6.0.0", True),
+        ("openmpi@5.0.6", False),
+        ("cray-mpich@8.1.28", False),
+    ],
+)
+def test_which_site_mpis_provide_the_abi(spec: str, provides: bool) -> None:
+    assert mpi_abi.provides(spec) is provides
+
+
+def test_each_kind_of_site_gets_one_line_why_not() -> None:
+    horovod = load_recipe("horovod-cpu")
+    hybrid = mpi_abi.decide(load_site("local"), horovod)
+    assert not hybrid.fits and "the hybrid model runs the image's own MPI" in hybrid.reason
+    sitebuild = mpi_abi.decide(load_site("summit"), horovod)
+    assert not sitebuild.fits and "site-build model" in sitebuild.reason
+    cray = mpi_abi.decide(load_site("frontier"), horovod)
+    assert "cray-mpich does not provide libmpi_abi.so.1" in cray.reason
+    assert cray.reason.endswith("[rule mpi-abi-providers]")
+    old = mpi_abi.decide(_with_mpi("local-bind", "mpich@4.2"), horovod)
+    assert "mpich 4.2 predates libmpi_abi.so.1 (mpich >= 5.0 provides it)" in old.reason
+    programs = mpi_abi.decide(_with_mpi("local-bind", "mpich@5.0.2"), horovod)
+    assert "Horovod 0.28.1" in programs.reason and "[rule mpi-abi-programs]" in programs.reason
+    daal = mpi_abi.decide(_with_mpi("local-bind", "mpich@5.0.2"), load_recipe("daal4py"))
+    assert "loads libmpi.so.12" in daal.reason
+
+
+def test_the_lock_records_the_abi_only_where_it_fits() -> None:
+    res = Resolver(_with_mpi("local-bind", "mpich@5.0.2"), MPI4PY_ONLY, {})
+    mpi = res.resolve().components["mpi"]
+    assert res.mpi_abi is not None and res.mpi_abi.fits
+    assert mpi.options["standard_abi"] == "libmpi_abi.so.1"
+    assert {"mpi-abi-providers", "mpi-abi-programs"} <= set(mpi.rules)
+    assert "not implemented yet" in mpi.reason  # the image side is said to be missing
+    # Every built-in site x recipe keeps its lock (the golden files): none fits today.
+    res = Resolver(load_site("local-bind"), load_recipe("horovod-cpu"), {})
+    assert "standard_abi" not in res.resolve().components["mpi"].options
+    assert res.mpi_abi is not None and not res.mpi_abi.fits
+
+
+def test_the_preflight_looks_for_the_abi_library_where_the_site_provides_it() -> None:
+    inj = site_mpi(_with_mpi("local-bind", "mpich@5.0.2"))
+    assert inj is not None
+    abi = standard_abi(inj)
+    assert abi is not None and abi.soname == "libmpi_abi.so.1" and abi.abi == STANDARD_ABI
+    assert abi.mounts == inj.mounts and abi.library_path == inj.library_path
+    args = preflight_args(abi)
+    assert args[0] == "libmpi_abi.so.1" and args[-1] == f"libmpi_abi.so.1={STANDARD_ABI}"
+    assert "libmpi_abi.so.1" not in " ".join(preflight_args(inj))  # bind jobs as before
+    cray = site_mpi(load_site("frontier"))
+    assert cray is not None and standard_abi(cray) is None
