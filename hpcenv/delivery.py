@@ -163,17 +163,20 @@ def _run_command(step: DeliveryStep, env: Mapping[str, str] | None) -> Outcome:
         return Outcome(step, False, f"pending: {why}; on the site run: {shown}")
     from hpcenv.engines import engine_env
 
+    run_env = engine_env(dict(env) if env is not None else None)
     proc = subprocess.run(
         [exe, *(str(w) for w in argv[1:])],
         capture_output=True,
         text=True,
         check=False,
         stdin=subprocess.DEVNULL,
-        env=engine_env(dict(env) if env is not None else None),
+        env=run_env,
     )
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()
         raise EnvironmentProblem(
             redact(f"{shown} failed (exit {proc.returncode}): {last[-1] if last else 'no output'}")
         )
+    if step.verify is not None:
+        step.verify(run_env, proc.stdout + proc.stderr)
     return Outcome(step, True, step.describe())

@@ -20,6 +20,10 @@
 #   $SQUASH_DIR (default /var/tmp/podman-hpc/squash)  the squashed-image store `migrate` fills
 # Env: HPCENV_PODMAN_HPC_PREFIX (default /opt/site/podman-hpc), HPCENV_PODMAN_HPC_VERSION (1.2.2),
 #      HPCENV_SITE_MPI_PREFIX (default /opt/site/intel-mpi: what the --mpi module binds).
+# hpcenv's rehearsal site site-configs/local-podman-hpc.yaml runs on this install as it is: its
+# builds and jobs set none of the variables below, so `hpcenv build` migrates into the wrapper's
+# default squash store and the job's `podman-hpc run --mpi` reads it (a test gives the job an
+# empty graph root, PODMANHPC_GRAPH_ROOT/RUN_ROOT, as a compute node's).
 #
 # System packages (podman-hpc's documented needs): squashfs-tools, squashfuse (mounts a squashed
 # image's layer at run time, from fuse-overlayfs-wrap), fuse-overlayfs (the mount program), and

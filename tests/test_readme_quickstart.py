@@ -54,3 +54,43 @@ def test_every_quick_start_command_runs(block: list[str], tmp_path: Path) -> Non
         assert out.returncode == 0, f"{line}: {out.stderr.strip()}"
         if argv[1] == "submit":  # the job runs the user's image, in the user's folder
             assert "-user" in out.stdout and f"HPCENV_CHDIR={tmp_path}" in out.stdout
+
+
+def _perlmutter_paragraph() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("**On Perlmutter**")
+    return text[start : text.index("\n\n", start)]
+
+
+PERLMUTTER = [
+    c for c in re.findall(r"`(hpcenv [^`]+)`", _perlmutter_paragraph()) if " --site " in c
+]
+
+
+def test_the_perlmutter_paragraph_names_its_commands() -> None:
+    sites = [shlex.split(c)[shlex.split(c).index("--site") + 1] for c in PERLMUTTER]
+    assert sites == ["perlmutter", "perlmutter", "local-podman-hpc", "local-podman-hpc"]
+
+
+@pytest.mark.parametrize("line", PERLMUTTER, ids=[f"{i}" for i in range(len(PERLMUTTER))])
+def test_every_perlmutter_command_runs_dry(line: str, tmp_path: Path) -> None:
+    """Each command of README's Perlmutter paragraph, with --dry-run: a build is podman-hpc
+    build then podman-hpc migrate (the image the job runs), a job's ranks run podman-hpc run."""
+    (tmp_path / "train.py").write_text("print('ok')\n")
+    argv = shlex.split(line.replace("<project>", "m4321"))
+    cut = argv.index("--") if "--" in argv else len(argv)
+    argv = [str(HPCENV), *argv[1:cut], "--dry-run", *argv[cut:]]
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"{line}: {out.stderr.strip()}"
+    site = argv[argv.index("--site") + 1]
+    recipe = argv[argv.index("-r") + 1]
+    tag = f"localhost/hpcenv/{recipe}:{site}"
+    if argv[1] == "build":
+        assert "build: podman-hpc build --layers --format docker -f " in out.stdout, out.stdout
+        assert f"deliver: podman-hpc migrate {tag} (" in out.stdout, out.stdout
+        assert f"job runs: {tag}" in out.stdout, out.stdout
+    else:
+        srun = next(ln for ln in out.stdout.splitlines() if ln.startswith("srun "))
+        flags = "--gpu --mpi --nccl" if site == "perlmutter" else "--mpi"
+        assert f"podman-hpc run --rm {flags} " in srun and f" {tag} " in srun, srun
+        assert ("--mpi=cray_shasta" if site == "perlmutter" else "--mpi=pmi2") in srun, srun

@@ -17,6 +17,7 @@ runtimes ``--volume`` and ``--env``. Runtimes whose own flags inject the site MP
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -42,6 +43,12 @@ class DeliveryStep:
     command: tuple[str, ...] = ()
     why: str = ""
     site_tool: bool = True
+    #: Run after the command exits 0, with the environment it ran in and its output: raises
+    #: :class:`~hpcenv.errors.EnvironmentProblem` when the step did not do its work (a tool
+    #: that exits 0 on failure, as ``podman-hpc migrate`` does).
+    verify: Callable[[Mapping[str, str], str], None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def shown(self) -> str:
         """The command as a person types it on the site (``$SCRATCH`` still expands)."""
