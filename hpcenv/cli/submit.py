@@ -135,7 +135,10 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--stage-out", help="copy {output} here atomically")
         ] = None,
         array: Annotated[
-            int | None, typer.Option("--array", help="job array of N tasks ({task})")
+            str | None,
+            typer.Option(
+                "--array", help="job array: N tasks, or 0-LAST as in Slurm; %P: P at once ({task})"
+            ),
         ] = None,
         after: Annotated[
             list[str] | None, typer.Option("--after", help="start after this job succeeds")

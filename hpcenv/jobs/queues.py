@@ -10,7 +10,7 @@ routable one that takes it, and the plan says so in one line. Checked at render,
 
 from __future__ import annotations
 
-from hpcenv.errors import ConfigError
+from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.safe import walltime_seconds
 from hpcenv.site import Site
@@ -46,9 +46,49 @@ def misfit(limits: QueueLimits, nodes: int, seconds: int) -> str | None:
     return None
 
 
+_OPTION = {"queue": "-p/--partition", "qos": "-q/--qos"}
+_WORD = {"queue": "partition", "qos": "QOS"}
+
+
+def check_names(site: Site, job: JobSpec) -> None:
+    """The user's partition and QOS are names the site documents (``scheduler.queue_limits``
+    and its defaults), of that kind: ``-p debug`` where debug is a QOS is refused with the
+    option that takes it, an unknown name with the site's names. A site that documents no
+    name of a kind takes any (nothing to check against)."""
+    limits = site.scheduler.queue_limits
+    for kind, given, default in (
+        ("queue", job.queue, site.scheduler.queue),
+        ("qos", job.qos, site.scheduler.qos),
+    ):
+        if given is None:
+            continue
+        other = "qos" if kind == "queue" else "queue"
+        lim = limits.get(given)
+        if lim is not None and lim.selects == kind:
+            continue
+        if lim is not None:
+            raise ConfigError(
+                f"{_OPTION[kind]} {given}: {given!r} is a {_WORD[other]} on site "
+                f"{site.name!r}, not a {_WORD[kind]}: give {_OPTION[other]} {given} "
+                "(scheduler.queue_limits)"
+            )
+        known = [n for n, q in limits.items() if q.selects == kind]
+        if not known:
+            continue  # the site documents none of this kind
+        if default and default not in known:
+            known.insert(0, default)
+        raise ConfigError(
+            f"{_OPTION[kind]} {given}: site {site.name!r} has no {_WORD[kind]} {given!r}"
+            f"{did_you_mean(given, known)}; its {_WORD[kind]}s: {', '.join(known)} "
+            "(scheduler.queue_limits: add a documented one to the site file)"
+        )
+
+
 def route(site: Site, job: JobSpec) -> tuple[JobSpec, str | None]:
     """``job`` with the queue (or QOS) that takes it, and the line saying it was routed; a
-    ConfigError when the queue was the user's, or none takes the job."""
+    ConfigError when the queue was the user's, or none takes the job, or the user's name is
+    not one the site has (:func:`check_names`)."""
+    check_names(site, job)
     limits = site.scheduler.queue_limits
     if not limits:
         return job, None

@@ -143,13 +143,41 @@ class Scheduler(ABC):
         if node_local and site.node_local:
             extra += site.node_local.request
         pairs = [*self.resources(site, job, tuning), *directive_pairs(extra)]
-        pairs += self.job_options(job)
+        users = self.job_options(job)
         for text in job.scheduler_options:
             flag, value = option_pair(text)
             if not job.option_override:
                 self.refuse_owned(text, flag, value)
-            pairs.append((flag, value))
-        return [self.line(f, v) for f, v in _merge(pairs, self.merge)]
+            users.append((flag, value))
+        self.refuse_silent_merge(site, pairs, users)
+        return [self.line(f, v) for f, v in _merge([*pairs, *users], self.merge)]
+
+    def refuse_silent_merge(
+        self,
+        site: Site,
+        sites: list[tuple[str, str | None]],
+        users: list[tuple[str, str | None]],
+    ) -> None:
+        """A user's ``-C cpu`` where the site's directives already say ``-C gpu`` would be
+        merged into ``gpu&cpu``, nodes that may not exist: refused unless the user's own
+        expression already has every site term (``-C 'gpu&hbm80g'`` narrows the site's nodes)."""
+        for flag, value in users:
+            sep = self.merge.get(flag)
+            if sep is None or value is None or flag not in self.feature_flags:
+                continue
+            mine = value.split(sep) if sep != " " else value.split()
+            for f, v in sites:
+                if f != flag or not v:
+                    continue
+                theirs = v.split(sep) if sep != " " else v.split()
+                if not set(theirs) <= set(mine):
+                    both = sep.join([*theirs, *[m for m in mine if m not in theirs]])
+                    raise ConfigError(
+                        f"{flag} {value!r}: site {site.name!r} already asks for {flag} {v!r} "
+                        f"(scheduler.extra_directives), so {self.name} would get {both!r}: "
+                        f"give the whole expression ({flag} {both!r}) if you mean that, or "
+                        "use a site file for those nodes"
+                    )
 
     # The directives hpcenv writes itself (logs it reads back, where the job runs, its name, the
     # environment it exports, the job's shape and the dependencies and token of `submit`), by
@@ -191,6 +219,9 @@ class Scheduler(ABC):
     # Flags for --qos and --constraint; a scheduler without one refuses the option.
     qos_flag: ClassVar[str | None] = None
     constraint_flag: ClassVar[str | None] = None
+    # Merged flags whose terms all must hold (node features): a user's term is not silently
+    # added to the site's (other merged flags, such as LSF's -alloc_flags, just add up).
+    feature_flags: ClassVar[frozenset[str]] = frozenset()
 
     def job_options(self, job: JobSpec) -> list[tuple[str, str | None]]:
         pairs: list[tuple[str, str | None]] = []
@@ -269,6 +300,19 @@ class Scheduler(ABC):
         return {}
 
     # -- submission -------------------------------------------------------------------------
+    # What ``--after`` takes: a job id as this scheduler writes it, and that form in words.
+    after_pattern: ClassVar[re.Pattern[str]] = re.compile(r"\d{1,20}")
+    after_form: ClassVar[str] = "a job id (12345)"
+
+    def check_after(self, ids: Sequence[str]) -> list[str]:
+        """``--after`` ids, each in this scheduler's job id form (``notajob`` would reach the
+        dependency option and be rejected by the scheduler, or by a dry run never)."""
+        for value in ids:
+            if not self.after_pattern.fullmatch(value):
+                shown = repr(value[:60]) + ("..." if len(value) > 60 else "")
+                raise ConfigError(f"--after {shown}: not a {self.name} job id: {self.after_form}")
+        return list(ids)
+
     @abstractmethod
     def submit_argv(self, after: list[str]) -> list[str]:
         """argv that reads a job script on stdin and waits for ``after`` to succeed."""
@@ -426,7 +470,11 @@ class Slurm(Scheduler):
     first_node = 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1'
     task_id_expr = "${SLURM_ARRAY_TASK_ID}"
     merge = {"-C": "&", "--constraint": "&"}
+    feature_flags = frozenset(merge)
     id_pattern = re.compile(r"^(\d+)(?:;\S+)?$")
+    # sbatch --dependency afterok:job_id[_task_id] (sbatch(1) "-d, --dependency")
+    after_pattern = re.compile(r"\d{1,20}(?:_\d{1,10})?")
+    after_form = "a job id (12345) or an array task (12345_7)"
     qos_flag = "--qos"
     constraint_flag = "-C"  # the flag site files use, so the two merge into one expression
     submit_command = "sbatch"
@@ -628,6 +676,9 @@ class Lsf(Scheduler):
     task_id_expr = "$((LSB_JOBINDEX - 1))"
     merge = {"-alloc_flags": " "}
     id_pattern = re.compile(r"^Job <(\d+)> is submitted")
+    # bsub -w "done(job_ID)" / "done(job_ID[index])" (IBM Spectrum LSF, bsub -w)
+    after_pattern = re.compile(r"\d{1,20}(?:\[\d{1,10}\])?")
+    after_form = "a job id (12345) or an array element (12345[7])"
     submit_command = "bsub"
     account_flag = "-P"
     account_option = f"--account ({submit_command} {account_flag})"
@@ -792,6 +843,11 @@ class Pbs(Scheduler):
     first_node = 'head -n 1 "$PBS_NODEFILE"'  # the batch shell's own node (mother superior)
     task_id_expr = "${PBS_ARRAY_INDEX}"
     id_pattern = re.compile(r"^(\d+(?:\[\])?(?:\.[A-Za-z0-9_.-]+)?)$")
+    # qsub -W depend=afterok:jobid, as qsub prints it (12345.server, 12345[].server)
+    after_pattern = re.compile(
+        r"\d{1,20}(?:\[\d{0,10}\])?(?:\.[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127})?"
+    )
+    after_form = "a job id as qsub prints it (12345.server or 12345[].server)"
     submit_command = "qsub"
     account_flag = "-A"
     needs_account = True

@@ -27,10 +27,12 @@ from hpcenv.errors import JobError
 
 if TYPE_CHECKING:
     from hpcenv.jobs.render import RenderedJob
+    from hpcenv.jobs.schedulers import Scheduler
     from hpcenv.jobs.spec import JobSpec
     from hpcenv.jobs.status import JobStatus
     from hpcenv.jobs.submit import Submission
     from hpcenv.jobs.transport import Transport
+    from hpcenv.recipe import Recipe
     from hpcenv.site import Site
 
 WAIT_MAX_POLL = 30.0  # submit --wait backs off to this (seconds): kind to the scheduler
@@ -90,7 +92,7 @@ class SubmitRequest:
     single: bool = False
     stage_in: str | None = None
     stage_out: str | None = None
-    array: int | None = None
+    array: str | int | None = None  # a task count, or Slurm's 0-LAST[%P] (ArraySpec.parse)
     after: tuple[str, ...] = ()
     force: bool = False
     dry_run: bool = False
@@ -241,6 +243,64 @@ def check_chdir(chdir: str, command: tuple[str, ...]) -> None:
         )
 
 
+def check_recipe(site: Site, recipe: Recipe, req: SubmitRequest) -> None:
+    """The recipe's image can run on ``site`` as ``build`` decides it: a GPU recipe on a site
+    without GPUs is build's own refusal (the resolver's accelerator); a recipe without a GPU
+    stack on a GPU site would hold every GPU the placement binds and use none, so it is
+    refused unless the job asks for no GPUs. Only where the recipe's image runs (not with
+    ``--image`` or ``--no-container``); a recipe on a prebuilt base is checked by build."""
+    from hpcenv.errors import ConfigError
+    from hpcenv.recipe import load_recipe, recipe_names
+    from hpcenv.resolver import Resolver
+
+    if req.image or req.no_container or recipe.content.base:
+        return
+    accel = Resolver(site, recipe, {}).accelerator()  # ConflictError: GPU recipe, no GPUs
+    if accel != "none" or site.gpu.vendor == "none" or 0 in (req.gpus_per_node, req.gpus_per_task):
+        return
+    gpu = [
+        n
+        for n in recipe_names()
+        if load_recipe(n).accelerator == "site"
+        or (load_recipe(n).accelerator == "intel" and site.gpu.vendor == "intel")
+    ]
+    raise ConfigError(
+        f"recipe {recipe.name} has no GPU stack (accelerator: {recipe.accelerator}) and site "
+        f"{site.name}'s ranks each hold {site.gpu.vendor} GPUs: use a GPU recipe "
+        f"({', '.join(gpu)}), or give --gpus-per-node 0 to run it on the CPUs"
+    )
+
+
+def check_launcher(site: Site, name: str) -> None:
+    """``--launcher``: the site's own (``scheduler.launcher``, what its MPI and scheduler take)
+    or torchrun (one per node, started by the site's); another is refused in one line, also
+    when the scheduler would take it (``mpirun`` on a Cray MPICH site has no mpirun)."""
+    from hpcenv.errors import ConfigError, did_you_mean
+    from hpcenv.jobs.launchers import LAUNCHERS
+    from hpcenv.knowledge import kb
+
+    own = site.scheduler.launcher
+    offered = [own, "torchrun"]
+    if name in offered:
+        return
+    give = f"give {' or '.join(offered)}, or leave --launcher out"
+    if name not in LAUNCHERS:
+        raise ConfigError(
+            f"--launcher {name}: no such launcher{did_you_mean(name, offered)}; {give}"
+        )
+    kind = site.scheduler.kind
+    fits = kb()["launchers"].get(kind, [])
+    if name not in fits:
+        raise ConfigError(
+            f"--launcher {name}: scheduler {kind} does not take it (it takes "
+            f"{', '.join(fits) or 'none'}); {give}"
+        )
+    raise ConfigError(
+        f"--launcher {name}: site {site.name} starts ranks with {own} (scheduler.launcher, "
+        f"for its {site.mpi.spec}); {give}"
+    )
+
+
 def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSpec:
     """The request's job, after the checks that need the options together."""
     from pydantic import ValidationError
@@ -264,6 +324,10 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
     image = req.image
     from hpcenv.recipe import is_path, load_recipe, recipe_name, with_additions
 
+    if req.recipe:  # a mistyped name is one line with did-you-mean, as in build
+        check_recipe(site, load_recipe(req.recipe), req)
+    if req.launcher is not None:
+        check_launcher(site, req.launcher)
     recipe = recipe_name(req.recipe) if req.recipe else None  # a recipe file: its name
     image_recipe = recipe
     if req.requirements or req.pip:  # the short form: the image `build` made with the same options
@@ -326,12 +390,36 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
             stage_out=(
                 StageOut(dest=req.stage_out, force=req.force) if req.stage_out is not None else None
             ),
-            array=ArraySpec(count=req.array) if req.array is not None else None,
+            array=ArraySpec.parse(str(req.array)) if req.array is not None else None,
             force=req.force,
             site_mpi=site_mpi,
         )
     except ValidationError as err:
         raise ConfigError(validation_message(err, "invalid job")) from None
+
+
+def _scheduler(site: Site) -> Scheduler:
+    from hpcenv.errors import ConfigError
+    from hpcenv.jobs.schedulers import get_scheduler
+
+    if site.scheduler.kind == "none":
+        raise ConfigError(f"site {site.name!r} has no batch scheduler (scheduler.kind: none)")
+    return get_scheduler(site.scheduler.kind)
+
+
+def _not_checked(req: SubmitRequest, job: JobSpec) -> list[str]:
+    """What only a real submit checks, because it is on the machine that submits (the site's
+    login node): the job's folder and script, the image, the stage-in data's manifest."""
+    out = []
+    if job.chdir and req.transport is TransportKind.local:
+        script = command_script(tuple(job.command))
+        if req.chdir is not None or script:
+            out.append(f"{script + ' in ' if script else ''}the job's folder {job.chdir}")
+    if job.image and req.transport is TransportKind.local:
+        out.append(f"that the image {job.image} exists")
+    if req.stage_in:
+        out.append(f"the stage-in data {req.stage_in} and its manifest")
+    return out
 
 
 def _chdir(req: SubmitRequest) -> str | None:
@@ -354,16 +442,17 @@ def submit_request(
     ``notify`` gets one-line warnings and notes (the CLI puts them on stderr); ``on_change``
     gets each state change while waiting."""
     from hpcenv.errors import ConfigError
+    from hpcenv.jobs.measured import for_job
     from hpcenv.jobs.render import prepare
     from hpcenv.jobs.submit import records_dir, submit
     from hpcenv.site import load_site, retirement_warning
-    from hpcenv.jobs.measured import for_job
 
     s = load_site(req.site)
     retired = retirement_warning(s)
     if retired:
         notify(retired)
     job = _job_spec(req, s, notify)
+    after = _scheduler(s).check_after(req.after) if req.after else []
     measured, warning = for_job(s, job, job.image)
     if warning:
         notify(f"warning: {warning}")
@@ -378,6 +467,12 @@ def submit_request(
         if note.endswith("(scheduler.queue_limits)") or note.startswith("dry run:"):
             notify(f"note: {note}")
     if req.dry_run:
+        unchecked = _not_checked(req, job)
+        if unchecked:
+            notify(
+                "note: dry run: not checked here (a real submit checks them where it submits): "
+                + "; ".join(unchecked)
+            )
         return SubmitResult(s.name, rendered)
     if job.chdir and req.transport is TransportKind.local:
         check_chdir(job.chdir, tuple(job.command))
@@ -393,7 +488,7 @@ def submit_request(
             check_local_image(s, job.image, job.site_mpi, req.force)
         if req.stage_in and local and "$" not in req.stage_in:
             ensure_manifest(Path(req.stage_in), notify)
-        sub = submit(s, job, t, after=list(req.after), rendered=rendered)
+        sub = submit(s, job, t, after=after, rendered=rendered)
         if req.wait:
             st = follow(sub, t, req.timeout, on_change)
     finally:

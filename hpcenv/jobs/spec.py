@@ -8,6 +8,7 @@ arguments are quoted as given, except the placeholders ``{data}``, ``{output}``,
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
@@ -30,6 +31,14 @@ JobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{
 # A log file name in the job's workdir (where ``status`` and ``logs`` read it), with Slurm's
 # patterns %j %A %a %x; each scheduler translates them (``Scheduler.log_names``).
 LogName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_%+-][A-Za-z0-9_.%+-]{0,254}$")]
+# Node features (Slurm -C): names joined by & (all) or | (any), as ``gpu&hbm80g``.
+Features = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:*-]*(?:[&|][A-Za-z0-9_][A-Za-z0-9_.:*-]*)*$",
+        max_length=256,
+    ),
+]
 
 
 def _image(value: str) -> str:
@@ -80,6 +89,33 @@ class ArraySpec(_Strict):
     parallel: int | None = Field(
         default=None, ge=1, strict=True, description="at most this many at once"
     )
+
+    @classmethod
+    def parse(cls, text: str) -> ArraySpec:
+        """``--array``: a task count ``N``, or Slurm's ``0-LAST`` (``0-9`` is 10 tasks), each
+        with ``%P`` for at most P at once. Task ids are 0..N-1 on every scheduler (PBS and LSF
+        arrays are shifted to that), so a range starts at 0; lists and steps (``1,3``,
+        ``0-9:2``) are refused, never read as something else (``0-9`` is not ``-9``)."""
+        how = "give a task count (10) or a range from 0 (0-9), with %P for at most P at once"
+        m = re.fullmatch(r"(?:(\d{1,6})|(\d{1,6})-(\d{1,6}))(?:%(\d{1,6}))?", text.strip())
+        if not m:
+            raise ConfigError(f"--array {text!r}: {how}")
+        count_text, first, last, parallel = m.groups()
+        if count_text is not None:
+            count = int(count_text)
+        else:
+            if int(first) != 0:
+                raise ConfigError(
+                    f"--array {text!r}: task ids start at 0 (HPCENV_TASK_ID): give "
+                    f"0-{int(last) - int(first)}, or use {{task}} plus an offset in the command"
+                )
+            count = int(last) + 1
+        if count < 1:
+            raise ConfigError(f"--array {text!r}: must be at least 1 (got {count}); {how}")
+        try:
+            return cls(count=count, parallel=int(parallel) if parallel is not None else None)
+        except ValueError as err:  # pydantic's, for a count over the limit
+            raise ConfigError(f"--array {text!r}: {how} (at most 100000 tasks)") from err
 
 
 class Stitch(_Strict):
@@ -144,7 +180,9 @@ class JobSpec(_Strict):
     account: Word | None = Field(default=None, description="project/account to charge")
     queue: Word | None = Field(default=None, description="partition (Slurm) or queue")
     qos: Word | None = None
-    constraint: Word | None = Field(default=None, description="node features (Slurm -C)")
+    constraint: Features | None = Field(
+        default=None, description="node features (Slurm -C): gpu, or gpu&hbm80g for both"
+    )
     scheduler_options: list[ShellText] = Field(
         default=[], description="more directives, one option (flag and value) per item"
     )
