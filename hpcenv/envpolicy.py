@@ -21,6 +21,8 @@ measured-tuning      ``hpcenv tune --measure`` files  exactly the names the tune
 rendezvous           hpcenv's own code (from the      ``MASTER_ADDR``/``MASTER_PORT`` only
                      site's typed ``rendezvous``)     (:mod:`hpcenv.jobs.rendezvous`)
 job                  the user's own job               anything but :data:`SHELL_STARTUP`
+user                 ``submit --env`` (the user's     anything but :data:`STARTUP` names and
+                     shell, ``hpcenv.yaml``)          the names the launch sets (:data:`LAUNCH`)
 recipe               a recipe's ``user.env`` (image)  anything but :data:`STARTUP` names and
                                                       ``HPCENV_*`` (hpcenv's own); checked when
                                                       the recipe is read
@@ -55,6 +57,7 @@ Layer = Literal[
     "measured-tuning",
     "rendezvous",
     "job",
+    "user",
     "recipe",
     "runtime",
     "host",
@@ -109,11 +112,63 @@ LOADER: dict[str, str] = {
 
 STARTUP: dict[str, str] = SHELL_STARTUP | LOADER
 
+# Names hpcenv's launch sets per job or per rank (hpcenv.jobs.rendezvous, the placement's GPU
+# binding): a value from ``--env`` would give every rank the same rank, or every rank all GPUs.
+LAUNCH: dict[str, str] = {
+    **dict.fromkeys(
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+        "hpcenv sets it per rank from the launcher's own variables (rank-env.sh)",
+    ),
+    **dict.fromkeys(
+        ("MASTER_ADDR", "MASTER_PORT"),
+        "hpcenv sets the rendezvous from the allocation (the site's rendezvous)",
+    ),
+    **dict.fromkeys(
+        (
+            "CUDA_VISIBLE_DEVICES",
+            "ROCR_VISIBLE_DEVICES",
+            "HIP_VISIBLE_DEVICES",
+            "GPU_DEVICE_ORDINAL",
+            "ZE_AFFINITY_MASK",
+        ),
+        "the placement binds GPUs per rank (give --gpus-per-task or --gpus-per-node)",
+    ),
+}
+# Namespaces of the scheduler, launcher, process manager and runtime, and hpcenv's own.
+LAUNCH_PREFIXES: tuple[str, ...] = (
+    "HPCENV_",
+    "SLURM_",
+    "SBATCH_",
+    "SRUN_",
+    "PMI_",
+    "PMIX_",
+    "OMPI_COMM_WORLD_",
+    "PALS_",
+    "PBS_",
+    "LSB_",
+    "LSF_",
+    "JSM_",
+    "APPTAINER_",
+    "SINGULARITY_",
+    "ENROOT_",
+    "PYXIS_",
+)
+
 # Every LD_ name is the loader's (LD_DEBUG_OUTPUT writes files, LD_PROFILE, LD_BIND_NOW ...).
 _STARTUP_PREFIXES = ("LD_",)
 
 # Apptainer and Singularity set NAME inside the container from APPTAINERENV_NAME.
 _INNER = ("APPTAINERENV_", "SINGULARITYENV_")
+
+
+# A secret's name (issue 37: *_TOKEN, *_KEY): ``--env NAME=VALUE`` would write its value into
+# the job script and the plan, so a secret is passed by name only (``--env NAME``).
+SECRET_SUFFIXES: tuple[str, ...] = ("TOKEN", "_KEY", "SECRET", "PASSWORD", "PASSWD")
+
+
+def is_secret(name: str) -> bool:
+    upper = inner_name(name).upper()
+    return upper == "KEY" or upper.endswith(SECRET_SUFFIXES)
 
 
 class EnvNotAllowed(ConfigError):
@@ -160,6 +215,16 @@ def refused(
     if layer == "job":
         inner = inner_name(name)
         return f"{SHELL_STARTUP[inner]}" if inner in SHELL_STARTUP else None
+    if layer == "user":
+        why = startup_reason(name)
+        if why is not None:
+            return f"{why}; it would change how the job starts, not what it runs"
+        inner = inner_name(name)
+        if inner in LAUNCH:
+            return LAUNCH[inner]
+        if inner.startswith(LAUNCH_PREFIXES):
+            return "the scheduler, launcher, runtime or hpcenv sets these names itself"
+        return None
     if layer == "recipe":
         why = startup_reason(name)
         if why is not None:

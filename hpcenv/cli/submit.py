@@ -143,6 +143,14 @@ def register(app: typer.Typer) -> None:
         after: Annotated[
             list[str] | None, typer.Option("--after", help="start after this job succeeds")
         ] = None,
+        env: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--env",
+                help="NAME=VALUE for every rank, or NAME: this shell's value, passed by name "
+                "(secrets: never written); repeatable",
+            ),
+        ] = None,
         force: Annotated[
             bool, typer.Option("--force", help="allow over-subscription / overwrite")
         ] = False,
@@ -210,6 +218,7 @@ def register(app: typer.Typer) -> None:
             stage_out=stage_out,
             array=array,
             after=tuple(after or ()),
+            env=tuple(env or ()),
             force=force,
             dry_run=dry_run,
             site_mpi=not no_site_mpi,

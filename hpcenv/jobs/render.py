@@ -481,6 +481,7 @@ def plan_job(
     if job.command and job.launch == "mpi":
         env.add(rendezvous_env(site, scheduler), "rendezvous", {"MASTER_ADDR", "MASTER_PORT"})
     env.add(job.env, "job")
+    env.add(job.passed_env(), "job", set(job.pass_env))  # --env NAME: by name (issue 37)
 
     steps: list[Step] = []
     before, after = _staging_steps(job, paths, placement, launcher)

@@ -907,6 +907,9 @@ class Pbs(Scheduler):
             pairs.append(("-J", f"0-{job.array.count - 1}"))
             if job.array.parallel:
                 pairs.append(("-W", f"max_run_subjobs={job.array.parallel}"))
+        if job.pass_env:  # --env NAME: qsub passes no environment but what -v names; a name
+            # without =value takes qsub's own (POSIX qsub(1p) -v variable_list): names only here
+            pairs.append(("-v", ",".join(job.pass_env)))
         return pairs
 
     def submit_argv(self, after: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ stay inside the functions, as in the CLI, so importing this module is cheap.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ class SubmitRequest:
     stage_out: str | None = None
     array: str | int | None = None  # a task count, or Slurm's 0-LAST[%P] (ArraySpec.parse)
     after: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()  # --env NAME=VALUE, or NAME: passed by name (spec.user_env)
     force: bool = False
     dry_run: bool = False
     site_mpi: bool = True
@@ -307,12 +309,25 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
 
     from hpcenv.errors import ConfigError
     from hpcenv.jobs.schedulers import option_pair
-    from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut
+    from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut, user_env
     from hpcenv.runtimes.registry import default_image
     from hpcenv.safe import validation_message
 
     for opt in req.options:
         option_pair(opt)  # one clear line per bad --option, before the job model
+    env, passed = user_env(req.env)
+    if req.transport is TransportKind.local:  # the submitting shell is this one
+        unset = [n for n in passed if n not in os.environ]
+        if unset:
+            raise ConfigError(
+                f"--env {unset[0]}: not set in this shell, so the job would not get it: export "
+                f"{unset[0]} first, or give --env {unset[0]}=VALUE"
+            )
+    elif passed:
+        notify(
+            f"note: --env {', '.join(passed)}: the job gets the value the login shell over "
+            "SSH has (set it there, e.g. in ~/.bashrc)"
+        )
     refuse_empty(
         image=req.image,
         stage_in=req.stage_in,
@@ -385,6 +400,8 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
             qos=req.qos,
             constraint=req.constraint,
             scheduler_options=list(req.options),
+            env=env,
+            pass_env=passed,
             option_override=req.option_override,
             stage_in=StageIn(source=req.stage_in) if req.stage_in is not None else None,
             stage_out=(

@@ -9,9 +9,10 @@ arguments are quoted as given, except the placeholders ``{data}``, ``{output}``,
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.launchers import check_command
@@ -51,6 +52,48 @@ def _image(value: str) -> str:
 Image = Annotated[str, AfterValidator(_image)]
 
 MANIFEST_NAME = ".hpcenv-manifest"
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def user_env(items: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """``--env NAME=VALUE`` and ``--env NAME`` (repeatable) -> (values, names passed by name).
+
+    Names go through the ``user`` layer of :mod:`hpcenv.envpolicy` (not what changes how the
+    job starts: ``LD_PRELOAD``, ``RANK``, ``MASTER_ADDR``...). A value is written into the job
+    script quoted for the shell, and a newline or control character is refused (it could start
+    a line of its own); a secret's name (``*_TOKEN``, ``*_KEY``) takes no value, so that it is
+    passed by name and never lands in a file. No message shows a value."""
+    from hpcenv.envpolicy import check, is_secret
+
+    values: dict[str, str] = {}
+    names: list[str] = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"--env {name[:60]!r}: not a variable name (letters, digits and _, "
+                "not starting with a digit); give NAME or NAME=VALUE"
+            )
+        if name in values or name in names:
+            raise ConfigError(f"--env {name}: given twice")
+        check({name: ""}, "user", "--env")
+        if not eq:
+            names.append(name)
+            continue
+        if is_secret(name):
+            raise ConfigError(
+                f"--env {name}=...: a secret's value would be written into the job script; "
+                f"export {name} in your shell and give --env {name} (passed by name)"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ConfigError(
+                f"--env {name}=...: the value has a newline or control character (not shown); "
+                "give it without"
+            )
+        values[name] = value
+    return values, names
 
 
 class _Strict(SafeModel):
@@ -191,6 +234,11 @@ class JobSpec(_Strict):
         description="scheduler_options may replace hpcenv's own directives (logs, workdir...)",
     )
     env: dict[EnvName, str] = {}
+    pass_env: list[EnvName] = Field(
+        default=[],
+        description="variables every rank gets from the submitting shell by name (--env NAME); "
+        "their values are never written into the script or the plan",
+    )
     stage_in: StageIn | None = None
     stage_out: StageOut | None = None
     array: ArraySpec | None = None
@@ -200,6 +248,22 @@ class JobSpec(_Strict):
         default=True,
         description="bind model: inject the site MPI (False: the image's own MPI, a control run)",
     )
+
+    @field_validator("pass_env")
+    @classmethod
+    def _passed_names(cls, names: list[str]) -> list[str]:
+        from hpcenv.envpolicy import check
+
+        check(dict.fromkeys(names, ""), "user", "--env")
+        return names
+
+    def passed_env(self) -> dict[str, str]:
+        """``--env NAME`` in the job's environment: the batch shell's own value, by name (the
+        scheduler brings it from the submitting shell); unset there, the job stops at once."""
+        return {
+            n: f"${{{n}?hpcenv: --env {n}: not set where the job was submitted}}"
+            for n in self.pass_env
+        }
 
     @model_validator(mode="after")
     def _command_fits_launcher(self) -> JobSpec:
