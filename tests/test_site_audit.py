@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from hpcenv.recipe import load_recipe
 from hpcenv.site import load_site
 
 HPCENV = Path(sys.executable).with_name("hpcenv")
@@ -152,14 +153,17 @@ def test_rendered_job_carries_what_the_site_documents(
         assert env["MASTER_PORT"]["value"] == port
     assert any("rank-env.sh" in str(a) for a in launch["rank_step"])
 
-    # GPUs per rank: the launcher binds, the runtime lets the rank's binding in.
+    # GPUs per rank: the launcher binds, the runtime lets the rank's binding in; a recipe with
+    # no GPU stack asks for none (it would hold them unused).
     site_model = load_site(site)
     head = " ".join(launch["launcher_argv"])
+    gpu_recipe = load_recipe(recipe).accelerator != "none"
     for flag in GPU_BINDING[site]:
-        assert flag in launch["launcher_argv"] or flag in head, f"{site}: {flag} not in {head}"
+        held = flag in launch["launcher_argv"] or flag in head
+        assert held == gpu_recipe, f"{site}/{recipe}: {flag} {'not ' * gpu_recipe}in {head}"
     prefix = [str(a) for a in launch["container_prefix"]]
     assert "--cleanenv" not in prefix and "--containall" not in prefix
-    if site_model.runtime.kind in ("podman", "podman-hpc") and site_model.node.gpus:
+    if site_model.runtime.kind in ("podman", "podman-hpc") and site_model.node.gpus and gpu_recipe:
         from hpcenv.runtimes.base import gpu_visibility
 
         assert f"--env={gpu_visibility(site_model)}" in prefix

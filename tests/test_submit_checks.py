@@ -42,13 +42,6 @@ CASES = [
         id="mistyped-recipe",
     ),
     pytest.param(
-        [*FRONTIER, "-r", "horovod-cpu"],
-        "recipe horovod-cpu has no GPU stack (accelerator: none) and site frontier's ranks "
-        "each hold amd GPUs: use a GPU recipe (horovod-gpu, torch-gpu), or give "
-        "--gpus-per-node 0",
-        id="cpu-recipe-on-gpu-site",
-    ),
-    pytest.param(
         ["--site", "generic-slurm", "-r", "torch-gpu"],
         "recipe torch-gpu needs GPUs but site generic-slurm has none (gpu.vendor: none)",
         id="gpu-recipe-on-cpu-site",
@@ -179,3 +172,19 @@ def test_array_spec_refuses(text: str) -> None:
     with pytest.raises(ConfigError) as err:
         ArraySpec.parse(text)
     assert str(err.value).startswith(f"--array {text!r}: ")
+
+
+def test_a_cpu_recipe_on_a_gpu_site_asks_for_no_gpus(tmp_path: Path) -> None:
+    """A recipe without a GPU stack would hold every GPU the placement binds and use none: the
+    job asks for none, and says so in one note (``--gpus-per-node N`` holds them anyway)."""
+    (tmp_path / "x.py").write_text("print(1)\n")
+    argv = [str(HPCENV), "submit", *FRONTIER, "-r", "daal4py", "-N", "1", "--dry-run"]
+    proc = subprocess.run(
+        [*argv, "--", "python3", "x.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "note: recipe daal4py has no GPU stack (accelerator: none): the job asks frontier " in (
+        proc.stderr
+    )
+    launch = [ln for ln in proc.stdout.splitlines() if ln.lstrip().startswith("srun ")]
+    assert launch and all("--gpus-per-task" not in ln and "--gpu-bind" not in ln for ln in launch)

@@ -245,31 +245,24 @@ def check_chdir(chdir: str, command: tuple[str, ...]) -> None:
         )
 
 
-def check_recipe(site: Site, recipe: Recipe, req: SubmitRequest) -> None:
+def check_recipe(site: Site, recipe: Recipe, req: SubmitRequest) -> str | None:
     """The recipe's image can run on ``site`` as ``build`` decides it: a GPU recipe on a site
-    without GPUs is build's own refusal (the resolver's accelerator); a recipe without a GPU
-    stack on a GPU site would hold every GPU the placement binds and use none, so it is
-    refused unless the job asks for no GPUs. Only where the recipe's image runs (not with
-    ``--image`` or ``--no-container``); a recipe on a prebuilt base is checked by build."""
-    from hpcenv.errors import ConfigError
-    from hpcenv.recipe import load_recipe, recipe_names
+    without GPUs is build's own refusal (the resolver's accelerator). A recipe without a GPU
+    stack on a GPU site would hold every GPU the placement binds and use none: the job asks
+    for no GPUs, and the returned note says so (None: nothing to change). Only where the
+    recipe's image runs (not with ``--image`` or ``--no-container``); a recipe on a prebuilt
+    base is checked by build."""
     from hpcenv.resolver import Resolver
 
     if req.image or req.no_container or recipe.content.base:
-        return
+        return None
     accel = Resolver(site, recipe, {}).accelerator()  # ConflictError: GPU recipe, no GPUs
-    if accel != "none" or site.gpu.vendor == "none" or 0 in (req.gpus_per_node, req.gpus_per_task):
-        return
-    gpu = [
-        n
-        for n in recipe_names()
-        if load_recipe(n).accelerator == "site"
-        or (load_recipe(n).accelerator == "intel" and site.gpu.vendor == "intel")
-    ]
-    raise ConfigError(
-        f"recipe {recipe.name} has no GPU stack (accelerator: {recipe.accelerator}) and site "
-        f"{site.name}'s ranks each hold {site.gpu.vendor} GPUs: use a GPU recipe "
-        f"({', '.join(gpu)}), or give --gpus-per-node 0 to run it on the CPUs"
+    asked = (req.gpus_per_node, req.gpus_per_task) != (None, None)
+    if accel != "none" or site.gpu.vendor == "none" or asked:
+        return None
+    return (
+        f"note: recipe {recipe.name} has no GPU stack (accelerator: {recipe.accelerator}): the "
+        f"job asks {site.name} for no GPUs (give --gpus-per-node N to hold them anyway)"
     )
 
 
@@ -339,8 +332,11 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
     image = req.image
     from hpcenv.recipe import is_path, load_recipe, recipe_name, with_additions
 
+    no_gpus = None
     if req.recipe:  # a mistyped name is one line with did-you-mean, as in build
-        check_recipe(site, load_recipe(req.recipe), req)
+        no_gpus = check_recipe(site, load_recipe(req.recipe), req)
+        if no_gpus:
+            notify(no_gpus)
     if req.launcher is not None:
         check_launcher(site, req.launcher)
     recipe = recipe_name(req.recipe) if req.recipe else None  # a recipe file: its name
@@ -386,7 +382,7 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
             cpus_per_task=req.cpus_per_task,
             cores_per_rank=req.cores_per_rank,
             gpus_per_task=req.gpus_per_task,
-            gpus_per_node=req.gpus_per_node,
+            gpus_per_node=0 if no_gpus else req.gpus_per_node,
             ccl_workers=req.ccl_workers,
             recipe=recipe,
             image=None if req.no_container else image,
