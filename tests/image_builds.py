@@ -35,6 +35,8 @@ BUILDS: dict[str, tuple[str, ...]] = {
     # test_rehearsal_bind.py: Horovod on Debian's MPICH for the bind model, then its SIF
     "bind": ("--recipe", "horovod-cpu", "--site", "local-bind", "--format", "oci"),
     "bind-sif": ("--recipe", "horovod-cpu", "--site", "local-bind-sif"),
+    # test_rehearsal_podman_hpc.py: local-bind's layers built by podman-hpc, then migrated
+    "podman-hpc": ("--recipe", "horovod-cpu", "--site", "local-podman-hpc"),
     # test_rehearsal_sitebuild.py: mpi4py compiled against the mounted site MPI, then its SIF
     "sitebuild": ("--recipe", "daal4py", "--site", "local-sitebuild", "--format", "oci"),
     "sitebuild-sif": ("--recipe", "daal4py", "--site", "local-sitebuild-sif"),
