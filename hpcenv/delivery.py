@@ -1,6 +1,6 @@
 """Image delivery: after a build, make what the site's job runs, with the steps its runtime gives.
 
-Each runtime owns its steps (:meth:`hpcenv.runtimes.base.ContainerRuntime.delivery`; the image a
+Each runtime owns its steps (:meth:`hpcenv.jobs.runtimes.base.ContainerRuntime.delivery`; the image a
 job names is the last step's target, so no job names an artifact no step makes):
 
 - apptainer / singularity: the SIF goes to ``<scratch>/hpcenv/images/<recipe>-<site>.sif``;
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from hpcenv.credentials import redact
 from hpcenv.errors import ConfigError, EnvironmentProblem
-from hpcenv.runtimes.base import DeliveryStep
-from hpcenv.runtimes.registry import runtime_of
+from hpcenv.jobs.runtimes.base import DeliveryStep
+from hpcenv.jobs.runtimes.registry import runtime_of
 from hpcenv.site import Site
 
 _REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")

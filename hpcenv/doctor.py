@@ -476,9 +476,9 @@ def check_two_node(host: Host) -> Check:
 
 # -- site container runtimes other than Apptainer ------------------------------------------------
 def check_site_runtime(host: Host, kind: str) -> Check:
-    """The site's runtime by its own probe (:attr:`hpcenv.runtimes.base.ContainerRuntime.probe`:
+    """The site's runtime by its own probe (:attr:`hpcenv.jobs.runtimes.base.ContainerRuntime.probe`:
     podman-hpc and shifter their command, pyxis an option of srun, the Container Engine enroot)."""
-    from hpcenv.runtimes.registry import get_runtime
+    from hpcenv.jobs.runtimes.registry import get_runtime
 
     probe = get_runtime(kind).probe
     if probe is None:

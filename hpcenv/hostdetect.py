@@ -546,8 +546,8 @@ def _mpi(host: CommandHost, d: Detection, on: str) -> None:
 
 def _runtime_commands() -> dict[str, list[str]]:
     """Each detectable runtime's probe, by kind, in the runtimes' detection order
-    (:attr:`hpcenv.runtimes.base.ContainerRuntime.detect_rank`)."""
-    from hpcenv.runtimes.registry import known_kinds, runtime_class
+    (:attr:`hpcenv.jobs.runtimes.base.ContainerRuntime.detect_rank`)."""
+    from hpcenv.jobs.runtimes.registry import known_kinds, runtime_class
 
     ranked = []
     for kind in known_kinds():

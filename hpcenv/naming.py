@@ -7,7 +7,7 @@ arguments (the order cannot be swapped), and every other module calls it. This m
 nothing from hpcenv, so any module may use it without a cycle; folders (the cache, a site's
 scratch) are the caller's, names are this module's.
 
-Which name a site's jobs run is its runtime's (hpcenv.runtimes: the last delivery step's target).
+Which name a site's jobs run is its runtime's (hpcenv.jobs.runtimes: the last delivery step's target).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def remote_folder(plan: BuildPlan) -> str:
 def builder(plan: BuildPlan, engine_name: str | None = None) -> str:
     """The engine the site's runtime builds with (``podman-hpc`` where jobs run podman-hpc: NERSC
     builds with it, so ``migrate`` finds the image in its store), else ``engine_name``."""
-    from hpcenv.runtimes.registry import runtime_of
+    from hpcenv.jobs.runtimes.registry import runtime_of
 
     own = runtime_of(plan.site).build_engine(plan.site)
     return own if own != plan.site.build.engine else (engine_name or own)

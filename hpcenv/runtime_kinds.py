@@ -1,13 +1,13 @@
 """Which container runtimes exist, by kind, without importing them.
 
-Each module of the :mod:`hpcenv.runtimes` package that does not start with ``_`` and is not
+Each module of the :mod:`hpcenv.jobs.runtimes` package that does not start with ``_`` and is not
 ``base`` or ``registry`` is a runtime: its kind is the module name with ``-`` for ``_`` (``podman_hpc`` ->
 ``podman-hpc``) and its ``RUNTIME`` attribute is the class. A runtime that lives outside the
 package (a site's plugin, a test) is added with :func:`register`. Unknown kinds are one clean error
 that lists the known ones (ReFrame's registries), never a ``KeyError``.
 
 This module sits low (it imports nothing from hpcenv but the error family), so the site model may
-ask it; the classes themselves are reached through :mod:`hpcenv.runtimes.registry`.
+ask it; the classes themselves are reached through :mod:`hpcenv.jobs.runtimes.registry`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 from hpcenv.errors import ConfigError
 
 _NOT_RUNTIMES = frozenset({"base", "registry"})
-_PACKAGE = "hpcenv.runtimes"
+_PACKAGE = "hpcenv.jobs.runtimes"
 _ADDED: dict[str, str] = {}  # kind -> "module:attribute", added by register()
 
 
 @cache
 def _builtin() -> dict[str, str]:
-    folder = Path(__file__).resolve().parent / "runtimes"
+    folder = Path(__file__).resolve().parent / "jobs" / "runtimes"
     out = {}
     for info in pkgutil.iter_modules([str(folder)]):
         if info.name.startswith("_") or info.name in _NOT_RUNTIMES:

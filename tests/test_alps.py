@@ -18,10 +18,10 @@ from hpcenv.errors import ConfigError, HpcenvError
 from hpcenv.jobs import JobSpec, default_image
 from hpcenv.jobs.edf import edf_text, edf_value, mount, toml_string
 from hpcenv.jobs.render import plan_job
+from hpcenv.jobs.runtimes.cscs_ce import EDF_STEP
 from hpcenv.recipe import load_recipe
 from hpcenv.render import render
 from hpcenv.resolver import resolve
-from hpcenv.runtimes.cscs_ce import EDF_STEP
 from hpcenv.site import load_site
 
 ROOT = Path(__file__).resolve().parents[1]

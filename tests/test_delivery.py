@@ -13,7 +13,7 @@ import pytest
 
 from hpcenv.delivery import DeliveryStep, deliver, plan_delivery
 from hpcenv.errors import ConfigError
-from hpcenv.runtimes.registry import default_image
+from hpcenv.jobs.runtimes.registry import default_image
 from hpcenv.site import Site, load_site
 
 HPCENV = Path(sys.executable).with_name("hpcenv")

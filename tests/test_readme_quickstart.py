@@ -28,6 +28,12 @@ def _blocks() -> list[list[str]]:
 BLOCKS = _blocks()
 
 
+def _unquoted(text: str) -> str:
+    """Shell text without its quotes and braces, to compare a path however each format writes it
+    (``$SCRATCH/x``, ``"${SCRATCH}/x"``, an EDF's ``${SCRATCH}``)."""
+    return re.sub(r"[\"'{}]", "", text)
+
+
 def _site(block: list[str]) -> str:
     return shlex.split(block[0])[shlex.split(block[0]).index("--site") + 1]
 
@@ -52,8 +58,12 @@ def test_every_quick_start_command_runs(block: list[str], tmp_path: Path) -> Non
         argv = [str(HPCENV), *argv[1:cut], "--dry-run", *argv[cut:]]
         out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{line}: {out.stderr.strip()}"
+        if argv[1] == "build":  # the delivery's last step makes what the job will run
+            (delivered,) = re.findall(r"^  job runs: (\S+)$", out.stdout, re.M)
         if argv[1] == "submit":  # the job runs the user's image, in the user's folder
             assert "-user" in out.stdout and f"HPCENV_CHDIR={tmp_path}" in out.stdout
+            # ... and exactly what the build delivers (path or reference, variables unexpanded)
+            assert _unquoted(delivered) in _unquoted(out.stdout), delivered
 
 
 def _perlmutter_paragraph() -> str:

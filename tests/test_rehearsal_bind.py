@@ -169,8 +169,8 @@ def test_site_mpi_replaces_the_image_mpi_in_sif_ranks(site_mpi_prefix: Path, wd:
     from hpcenv.engines import engine_env
     from hpcenv.jobs.bindmodel import preflight_args, site_mpi
     from hpcenv.jobs.render import step_script
-    from hpcenv.runtimes.base import RunContext
-    from hpcenv.runtimes.registry import get_runtime
+    from hpcenv.jobs.runtimes.base import RunContext
+    from hpcenv.jobs.runtimes.registry import get_runtime
     from hpcenv.site import Runtime, load_site
 
     need_file(SIF, "the local SIF", "its ranks run in it")

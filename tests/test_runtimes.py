@@ -1,4 +1,4 @@
-"""Container runtimes as backends (hpcenv.runtimes): a runtime is one module.
+"""Container runtimes as backends (hpcenv.jobs.runtimes): a runtime is one module.
 
 A toy runtime, written as its own module and named in a real site file, goes through every path
 a runtime serves (default image, delivery, build --dry-run's steps, doctor, host detection, the
@@ -21,7 +21,7 @@ from hpcenv.delivery import deliver, plan_delivery
 from hpcenv.errors import ConfigError
 from hpcenv.jobs import JobSpec, default_image
 from hpcenv.jobs.render import plan_job
-from hpcenv.runtimes import registry
+from hpcenv.jobs.runtimes import registry
 from hpcenv.site import load_site
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ HPCENV = Path(sys.executable).with_name("hpcenv")
 TOY = """
 from typing import ClassVar
 
-from hpcenv.runtimes.base import (
+from hpcenv.jobs.runtimes.base import (
     ContainerLaunch, ContainerRuntime, DeliveryStep, Probe, RunContext, binds, scratch,
 )
 
@@ -98,12 +98,13 @@ def test_a_toy_runtime_goes_through_every_path(
     assert plan.launch is not None and plan.launch.prefix[0] == "toyrun"
     assert plan.launch.prefix[-1] == made and plan.runtime == "toy"
     # the tuning key is its image identity
+    from hpcenv.jobs.measured import lookup
     from hpcenv.tuning import apply
 
     seen = []
     monkeypatch.setattr(apply, "tuning_path", lambda *a: toy)  # "a file exists"
     monkeypatch.setattr(apply, "in_force", lambda s, layout, img, iid: seen.append(iid))
-    apply.lookup(site, plan.placement, made)
+    lookup(site, plan.placement, made)
     assert seen == ["ab" * 32]
 
 

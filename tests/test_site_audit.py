@@ -164,7 +164,7 @@ def test_rendered_job_carries_what_the_site_documents(
     prefix = [str(a) for a in launch["container_prefix"]]
     assert "--cleanenv" not in prefix and "--containall" not in prefix
     if site_model.runtime.kind in ("podman", "podman-hpc") and site_model.node.gpus and gpu_recipe:
-        from hpcenv.runtimes.base import gpu_visibility
+        from hpcenv.jobs.runtimes.base import gpu_visibility
 
         assert f"--env={gpu_visibility(site_model)}" in prefix
 

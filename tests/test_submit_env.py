@@ -115,7 +115,7 @@ def _plan(site_name: str):  # type: ignore[no-untyped-def]
         env={"FOO": "a b'$(x)"},
         pass_env=["WANDB_API_KEY"],
     )
-    from hpcenv.runtimes.registry import default_image
+    from hpcenv.jobs.runtimes.registry import default_image
 
     image = job.image or default_image(site, recipe)
     return site, plan_job(site, job, image, preview=True)

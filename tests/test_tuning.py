@@ -16,7 +16,7 @@ import pytest
 from hpcenv.errors import ConfigError, HpcenvError
 from hpcenv.jobs import JobSpec, prepare
 from hpcenv.jobs.measured import for_job
-from hpcenv.runtimes.podman import Podman
+from hpcenv.jobs.runtimes.podman import Podman
 from hpcenv.site import load_site
 from hpcenv.sweep import measure
 from hpcenv.tuning import apply

@@ -26,7 +26,7 @@ def run(*args: str, env: dict[str, str], timeout: int = 900) -> subprocess.Compl
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict, str]:
-    from hpcenv.runtimes.registry import get_runtime
+    from hpcenv.jobs.runtimes.registry import get_runtime
 
     need_image(IMAGE, "the tuning sweep runs in it")
     assert get_runtime("podman").image_identity(IMAGE) is not None

@@ -264,9 +264,10 @@ def measured_tuning(ctx: BenchContext, meta: dict[str, Any]) -> None:
     """The measured tuning in force for the image (``hpcenv tune --measure``'s file); when none
     applies, measure it now in the bench's container and save it, so the bench's "hpcenv
     default" is exactly what ``submit``/``smoke`` would use afterwards."""
-    from hpcenv.runtimes.registry import get_runtime
+    from hpcenv.jobs.measured import lookup
+    from hpcenv.jobs.runtimes.registry import get_runtime
     from hpcenv.sweep.measure import measure, mpirun_line, read_lock
-    from hpcenv.tuning.apply import RULES_NAME, lookup
+    from hpcenv.tuning.apply import RULES_NAME
     from hpcenv.tuning.store import save
 
     ctr = ctx.ctr()

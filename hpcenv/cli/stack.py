@@ -126,10 +126,10 @@ def register(app: typer.Typer) -> None:
         """
         from hpcenv.errors import ConfigError
         from hpcenv.jobs.render import render_job
+        from hpcenv.jobs.runtimes.registry import default_image
         from hpcenv.jobs.spec import JobSpec
         from hpcenv.output import check_target, publish_dir
         from hpcenv.render import render, stage_user_files, write
-        from hpcenv.runtimes.registry import default_image
 
         if fmt is not None and fmt not in ARTIFACTS:
             from hpcenv.errors import did_you_mean
@@ -288,8 +288,8 @@ def register(app: typer.Typer) -> None:
         """Resolve, render, build and deliver the site's images to where its jobs look for them."""
         from hpcenv.build import build_image, make_plans
         from hpcenv.delivery import deliver, delivery_env, plan_delivery
+        from hpcenv.jobs.runtimes.registry import runtime_of
         from hpcenv.resolver import parse_overrides
-        from hpcenv.runtimes.registry import runtime_of
         from hpcenv.site import load_site, retirement_warning
 
         site_obj = load_site(site)

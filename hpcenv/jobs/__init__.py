@@ -16,6 +16,7 @@ Public API:
 from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.placement import Placement, place
 from hpcenv.jobs.render import RenderedJob, prepare, render_job
+from hpcenv.jobs.runtimes.registry import default_image, get_runtime
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut, Stitch
 from hpcenv.jobs.staging import array_chain, training_chain, verify_manifest, write_manifest
@@ -31,7 +32,6 @@ from hpcenv.jobs.submit import (
     wait,
 )
 from hpcenv.jobs.transport import LocalTransport, SshTransport, Transport, TransportSpec
-from hpcenv.runtimes.registry import default_image, get_runtime
 
 __all__ = [
     "ArraySpec",

@@ -9,12 +9,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcenv.jobs.placement import job_placement
-from hpcenv.tuning.apply import lookup
+from hpcenv.jobs.runtimes.registry import runtime_of
+from hpcenv.tuning import apply
 
 if TYPE_CHECKING:
+    from hpcenv.jobs.placement import Placement
     from hpcenv.jobs.spec import JobSpec
     from hpcenv.site import Site
     from hpcenv.tuning.model import MeasuredTuning
+    from hpcenv.tuning.store import InForce
+
+
+def lookup(site: Site, placement: Placement, image: str | None) -> InForce | None:
+    """The measured tuning in force for ``image`` launched with ``placement`` on ``site``
+    (:func:`hpcenv.tuning.apply.lookup`), the image known by the site's runtime."""
+    return apply.lookup(site, placement, image, runtime_of(site).image_identity)
 
 
 def for_job(

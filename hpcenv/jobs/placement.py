@@ -3,7 +3,7 @@
 :func:`place` returns a :class:`Placement` (nodes, ranks per node, cores and core lists per rank,
 GPUs per rank and their binding, environment); it names no launcher flag. Each launcher
 (:mod:`hpcenv.jobs.launchers`: srun, jsrun, mpiexec, mpirun) and each container runtime
-(:mod:`hpcenv.runtimes`) turns it into its own flags, so a launch line is built in one
+(:mod:`hpcenv.jobs.runtimes`) turns it into its own flags, so a launch line is built in one
 place. ``Placement.env`` is a plain mapping that later layers (site tuning, measured tuning files)
 extend; nothing else carries environment.
 

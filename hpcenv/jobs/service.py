@@ -181,8 +181,8 @@ def make_transport(site: Site, kind: TransportKind, ssh: SshOptions) -> Transpor
 
 def check_local_image(site: Site, image: str, inject: bool, force: bool) -> None:
     """Fail early when this host can tell the job's image is not there or cannot take the
-    site's injected MPI (the site's runtime checks: hpcenv.runtimes)."""
-    from hpcenv.runtimes.registry import runtime_of
+    site's injected MPI (the site's runtime checks: hpcenv.jobs.runtimes)."""
+    from hpcenv.jobs.runtimes.registry import runtime_of
 
     runtime_of(site).check_local_image(site, image, inject=inject, force=force)
 
@@ -301,9 +301,9 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
     from pydantic import ValidationError
 
     from hpcenv.errors import ConfigError
+    from hpcenv.jobs.runtimes.registry import default_image
     from hpcenv.jobs.schedulers import option_pair
     from hpcenv.jobs.spec import ArraySpec, JobSpec, StageIn, StageOut, user_env
-    from hpcenv.runtimes.registry import default_image
     from hpcenv.safe import validation_message
 
     for opt in req.options:

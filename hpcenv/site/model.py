@@ -380,7 +380,7 @@ def _runtime_kind(value: str) -> str:
 
 def _readers(field: str) -> list[str]:
     """The runtime kinds whose backends read site field ``runtime.<field>`` (each runtime owns
-    the list of its fields: hpcenv.runtimes)."""
+    the list of its fields: hpcenv.jobs.runtimes)."""
     from hpcenv.runtime_kinds import readers
 
     return readers(field)

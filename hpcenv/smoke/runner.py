@@ -292,8 +292,9 @@ def launch_settings(
     placement's mpirun flags and environment, the site's ``tuning:`` and the measured tuning in
     force for this image digest and layout (a stale or foreign file is ignored, with the reason
     in ``note``)."""
+    from hpcenv.jobs.measured import lookup
     from hpcenv.jobs.placement import place
-    from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment, lookup
+    from hpcenv.tuning.apply import RULES_MOUNT, RULES_NAME, environment
 
     # the recipe shapes the placement: a CCL recipe gets oneCCL workers (CCL_WORKER_*)
     placement = place(site, 1, ranks, recipe=recipe, force=True)

@@ -65,8 +65,8 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
     ``echo`` gets ``--measure``'s progress lines."""
     from hpcenv.errors import ConfigError
     from hpcenv.jobs.placement import place
+    from hpcenv.jobs.runtimes.registry import default_image
     from hpcenv.jobs.service import refuse_empty
-    from hpcenv.runtimes.registry import default_image
     from hpcenv.site import load_site
 
     if sum((req.measure, req.show, req.plan)) > 1:
@@ -101,7 +101,7 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
         from hpcenv.sweep.session import measure_site
 
         if req.if_stale:
-            from hpcenv.tuning.apply import lookup
+            from hpcenv.jobs.measured import lookup
 
             found = lookup(s, t, img)
             if found is not None and found.tuning is not None:
@@ -109,7 +109,7 @@ def tune_request(req: TuneRequest, *, echo: Callable[[str], None] = print) -> Tu
         done = measure_site(s, t, img, budget_s=req.budget, quick=req.quick, echo=echo)
         return TuneResult(s, t, img, measured=done)
     if req.show:
-        from hpcenv.tuning.apply import lookup
+        from hpcenv.jobs.measured import lookup
 
         return TuneResult(s, t, img, found=lookup(s, t, img))
     return TuneResult(s, t, img)

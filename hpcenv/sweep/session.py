@@ -29,7 +29,7 @@ class Measured:
 
 def require_image(site: Any, image: str) -> str:
     """The podman image ID of ``image``, or a clear error for sites this host cannot run."""
-    from hpcenv.runtimes.registry import runtime_of
+    from hpcenv.jobs.runtimes.registry import runtime_of
 
     runtime = runtime_of(site)
     if not runtime.runs_local_podman_images:

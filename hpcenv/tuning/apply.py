@@ -8,6 +8,7 @@ read it (job.sh writes it into the job's workdir; smoke and bench mount it at ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hpcenv.tuning.model import Layout, MeasuredTuning, measured_names
@@ -27,8 +28,12 @@ def layout_of(placement: Any) -> Layout:
     )
 
 
-def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
-    """The tuning in force for ``image`` launched with ``placement`` on ``site``.
+def lookup(
+    site: Any, placement: Any, image: str | None, identity: Callable[[str], str | None]
+) -> InForce | None:
+    """The tuning in force for ``image`` launched with ``placement`` on ``site``; ``identity``
+    tells what ``image`` is on this host (its runtime's image identity: the file is for one
+    image), asked only where a file could apply (:func:`hpcenv.jobs.measured.lookup`).
 
     None when nothing was ever measured for this site and layout (no warning worth giving);
     else an :class:`InForce` whose ``tuning`` is None when the file does not apply (``warning``
@@ -45,10 +50,7 @@ def lookup(site: Any, placement: Any, image: str | None) -> InForce | None:
             "measured tuning not applied: the job runs on the host, not in the "
             "image it was measured in",
         )
-    from hpcenv.runtimes.registry import runtime_of
-
-    iid = runtime_of(site).image_identity(image)
-    return in_force(site.name, layout, image, iid)
+    return in_force(site.name, layout, image, identity(image))
 
 
 def environment(tuning: MeasuredTuning, rules_path: str | None) -> dict[str, str]:

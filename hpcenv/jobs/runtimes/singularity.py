@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hpcenv.runtimes.apptainer import Apptainer
-from hpcenv.runtimes.base import Probe
+from hpcenv.jobs.runtimes.apptainer import Apptainer
+from hpcenv.jobs.runtimes.base import Probe
 
 
 class Singularity(Apptainer):

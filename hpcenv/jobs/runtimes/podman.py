@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from hpcenv.errors import ConfigError, EnvironmentProblem
 from hpcenv.jobs.plan import step_path
-from hpcenv.runtimes.base import (
+from hpcenv.jobs.runtimes.base import (
     ContainerLaunch,
     ContainerRuntime,
     Probe,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from hpcenv.jobs.runtimes.base import ContainerLaunch, ContainerRuntime, Probe, RunContext, binds
 from hpcenv.jobs.shell import expanding
-from hpcenv.runtimes.base import ContainerLaunch, ContainerRuntime, Probe, RunContext, binds
 from hpcenv.site import Site
 
 

@@ -3,7 +3,7 @@
 A runtime (``runtime.kind`` in a site file) owns everything that differs between the ways a site
 runs images: the image kind it runs (OCI, SIF, squashfs), its default image, the engine that
 builds for it, its delivery steps (what turns a built image into what the job runs), how a rank
-enters the image (:meth:`~hpcenv.runtimes.base.ContainerRuntime.launch`, with its step files),
+enters the image (:meth:`~hpcenv.jobs.runtimes.base.ContainerRuntime.launch`, with its step files),
 its doctor probe and host detection, the image identity tuning keys use, the local image check
 and the validation of its own site fields. Callers ask the runtime; none branches on its kind.
 

@@ -26,7 +26,7 @@ from functools import partial
 from typing import ClassVar
 
 from hpcenv.errors import EnvironmentProblem
-from hpcenv.runtimes.base import (
+from hpcenv.jobs.runtimes.base import (
     ContainerLaunch,
     ContainerRuntime,
     DeliveryStep,

@@ -13,8 +13,7 @@ from typing import ClassVar
 
 from hpcenv import naming
 from hpcenv.errors import EnvironmentProblem
-from hpcenv.jobs.shell import expanding
-from hpcenv.runtimes.base import (
+from hpcenv.jobs.runtimes.base import (
     ContainerLaunch,
     ContainerRuntime,
     DeliveryStep,
@@ -25,6 +24,7 @@ from hpcenv.runtimes.base import (
     injection_note,
     scratch,
 )
+from hpcenv.jobs.shell import expanding
 from hpcenv.site import Site
 
 

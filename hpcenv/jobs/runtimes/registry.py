@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from hpcenv.runtime_kinds import check_kind, known_kinds, load_class, register, unregister
 
 if TYPE_CHECKING:  # runtimes.base imports hpcenv.jobs, whose package imports this module
-    from hpcenv.runtimes.base import ContainerRuntime
+    from hpcenv.jobs.runtimes.base import ContainerRuntime
     from hpcenv.site import Site
 
 __all__ = [

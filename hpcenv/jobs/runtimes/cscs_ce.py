@@ -26,8 +26,7 @@ from typing import ClassVar
 from hpcenv import naming
 from hpcenv.jobs import edf
 from hpcenv.jobs.plan import STEPS, StepFile
-from hpcenv.jobs.shell import Expand
-from hpcenv.runtimes.base import (
+from hpcenv.jobs.runtimes.base import (
     ContainerLaunch,
     ContainerRuntime,
     DeliveryStep,
@@ -36,6 +35,7 @@ from hpcenv.runtimes.base import (
     binds,
     scratch,
 )
+from hpcenv.jobs.shell import Expand
 from hpcenv.site import Site
 
 #: The EDF every ``srun --environment`` step of the job reads (a step file).

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError
-from hpcenv.jobs.shell import expanding
-from hpcenv.runtimes.base import (
+from hpcenv.jobs.runtimes.base import (
     ContainerLaunch,
     ContainerRuntime,
     DeliveryStep,
@@ -23,6 +22,7 @@ from hpcenv.runtimes.base import (
     runtime_flags,
     self_injected,
 )
+from hpcenv.jobs.shell import expanding
 from hpcenv.site import Site
 
 
