@@ -27,8 +27,8 @@ from hpcenv.jobs import (
 )
 from hpcenv.jobs.launchers import get_launcher
 from hpcenv.jobs.render import STEP_TEMPLATES, plan_job, render_plan, step_script
+from hpcenv.jobs.runtimes.registry import get_runtime
 from hpcenv.jobs.spec import ArraySpec, Stitch
-from hpcenv.runtimes.registry import get_runtime
 from hpcenv.site import Site, load_site, site_names
 
 needs_shellcheck = needs_tool("shellcheck", why="rendered job scripts are shellchecked")
@@ -484,9 +484,10 @@ def test_queue_node_ranges_are_checked_where_they_enter() -> None:
 @needs_shellcheck
 @pytest.mark.parametrize("name", sorted(STEP_TEMPLATES))
 def test_every_step_file_is_shellchecked_as_a_file(name: str, tmp_path: Path) -> None:
-    """Shell steps are shipped files (never programs built as strings): each, as the job writes
-    it into its steps folder, passes shellcheck on its own (a heredoc body is not checked as
-    part of job.sh)."""
+    """Shell steps are shipped files (never programs built as strings): each, standalone (with
+    its own copy of the step library), passes shellcheck on its own (a heredoc body is not
+    checked as part of job.sh). As a job writes them, sourcing its one lib.sh:
+    tests/test_job_readable.py."""
     shellcheck(step_script(STEP_TEMPLATES[name]) + "\n", tmp_path, name)
 
 

@@ -11,12 +11,15 @@ site + :class:`~hpcenv.jobs.spec.JobSpec` -> :func:`hpcenv.jobs.render.plan_job`
 - the paths (work folder, node-local folder, staged data, output, image);
 - the step files the job writes into its steps folder (``$HPCENV_STEPS``): shipped shell scripts
   that take arguments (stage-in, the bind-model preflight, the per-rank podman wrapper, stitch,
-  stage-out) and data files (measured Open MPI rules);
+  stage-out), the step library those of them that need it source (:data:`LIBRARY`, written
+  once per job), and data files (measured Open MPI rules);
 - the ordered steps, each an argv (:class:`~hpcenv.jobs.shell.Expand` items keep their variables),
   the launch among them as a :class:`Launch` (launcher argv, container prefix, the user's command).
 
-``hpcenv submit --dry-run --json`` prints :meth:`JobPlan.to_dict`; tests assert on plan data, as
-Spack's container tests assert on context properties.
+The script opens, after the scheduler's directives, with :meth:`JobPlan.summary` (nodes, ranks,
+devices per rank, image, data in and out, walltime), for the person who reviews it before
+spending an allocation. ``hpcenv submit --dry-run --json`` prints :meth:`JobPlan.to_dict`;
+tests assert on plan data, as Spack's container tests assert on context properties.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from hpcenv.jobs.placement import Placement
 from hpcenv.jobs.shell import Expand, command_arg, join, q
 
 STEPS = "$HPCENV_STEPS"  # the job's steps folder, as the job script names it
+LIBRARY = "lib.sh"  # the step library: one step file per job, sourced by the steps that use it
 
 
 def step_path(name: str) -> str:
@@ -76,6 +80,7 @@ class StepFile:
     name: str
     text: str
     what: str
+    sources: tuple[str, ...] = ()  # step files it sources from its own folder (LIBRARY)
 
     @property
     def marker(self) -> str:
@@ -134,7 +139,9 @@ class JobPaths:
     """Where the job keeps its things. ``workdir``: hpcenv's own (the steps folder ``.hpcenv``,
     logs, default output); ``chdir``: where the launch runs and the container starts, the
     folder ``submit`` was called from by default (Slurm's default), exported as
-    ``$HPCENV_CHDIR`` (None: the workdir). Staged data is found through ``$HPCENV_DATA``."""
+    ``$HPCENV_CHDIR`` (None: the workdir). Staged data is found through ``$HPCENV_DATA``;
+    ``data_source`` is where stage-in copies it from, ``output_dest`` where stage-out
+    publishes ``output``."""
 
     workdir: str
     chdir: str | None = None
@@ -142,6 +149,8 @@ class JobPaths:
     data: str | None = None
     output: str | None = None
     image: str | None = None
+    data_source: str | None = None
+    output_dest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,10 +181,44 @@ class JobPlan:
     modules_unload: list[str] = field(default_factory=list)  # after `module load`
     setup: list[str] = field(default_factory=list)  # site scripts sourced before the steps
     cache_dirs: list[str] = field(default_factory=list)  # shared cache folders, made before launch
+    walltime: str = ""  # the time limit the directives ask for
+    device: str = "GPU"  # what a rank's GPUs are: GPUs, or tiles of one (node.gpu_tiles)
 
     @property
     def launch(self) -> Launch | None:
         return next((s.launch for s in self.steps if s.launch), None)
+
+    def summary(self) -> list[str]:
+        """What the job spends and moves, one line each, for the person about to submit it:
+        the script opens with these lines as comments, right after the scheduler's directives
+        (which must come first for the scheduler to read them)."""
+        p, launch, paths = self.placement, self.launch, self.paths
+        by = f", by {launch.launcher}" if launch and launch.launcher else ""
+        ranks = f" ({launch.what}{by})" if launch else ""
+        image = f"{paths.image} ({self.runtime}; {self.mpi})" if paths.image else None
+        lines = [
+            f"hpcenv job {self.name} on {self.site} ({self.scheduler}):",
+            f"  nodes     {p.nodes}{ranks}",
+            f"  per rank  {p.cores_per_rank} cores, {self._gpus_per_rank()}",
+            f"  image     {image or f'none, on the host ({self.mpi})'}",
+        ]
+        if paths.data_source:
+            lines.append(f"  data in   {paths.data_source} -> {paths.data}, verified")
+        if paths.output:
+            dest = f" -> {paths.output_dest}, verified" if paths.output_dest else ""
+            lines.append(f"  data out  {paths.output}{dest}")
+        lines.append(f"  walltime  {self.walltime}")
+        if launch is not None:
+            lines.append(f"  command   {' '.join(command_arg(a) for a in launch.command)}")
+        return lines
+
+    def _gpus_per_rank(self) -> str:
+        p = self.placement
+        if not p.gpus_per_rank:
+            return "the node's GPUs, shared and unbound" if p.gpu_bind == "shared" else "no GPU"
+        count = f"{p.gpus_per_rank} {self.device}{'s' if p.gpus_per_rank > 1 else ''}"
+        bound = {"closest": "bound closest", "list": "bound by list"}.get(p.gpu_bind)
+        return f"{count} ({bound})" if bound else count
 
     def env(self) -> dict[str, str]:
         return {v.name: v.value for v in self.environment}
@@ -205,8 +248,12 @@ class JobPlan:
                 "data": self.paths.data,
                 "output": self.paths.output,
                 "image": self.paths.image,
+                "data_source": self.paths.data_source,
+                "output_dest": self.paths.output_dest,
                 "steps": "$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID",
             },
+            "walltime": self.walltime,
+            "summary": self.summary(),
             "environment": [
                 {"name": v.name, "value": v.value, "source": v.source} for v in self.environment
             ],

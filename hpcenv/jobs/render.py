@@ -13,18 +13,20 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 import jinja2
+from jinja2 import meta
 
 from hpcenv.envpolicy import check as check_env
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import preflight_args, site_mpi
-from hpcenv.jobs.containers import ContainerLaunch, RunContext, get_runtime
+from hpcenv.jobs.launchenv import launch_layers
 from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
 from hpcenv.jobs.placement import Placement, job_placement
 from hpcenv.jobs.plan import (
+    LIBRARY,
     STEPS,
     EnvSource,
     EnvVar,
@@ -39,6 +41,7 @@ from hpcenv.jobs.project import PREVIEW_ACCOUNT, account_for, prelude, preview_n
 from hpcenv.jobs.queues import route
 from hpcenv.jobs.rendezvous import CACHES_VAR, RANK_NAMES, RANK_STEP
 from hpcenv.jobs.rendezvous import environment as rendezvous_env
+from hpcenv.jobs.runtimes.registry import runtime_of
 from hpcenv.jobs.schedulers import Scheduler, get_scheduler
 from hpcenv.jobs.shell import (
     PLACEHOLDERS,
@@ -55,6 +58,7 @@ from hpcenv.safe import Lines, checked_lines, finalize
 from hpcenv.site import Site
 
 if TYPE_CHECKING:
+    from hpcenv.jobs.runtimes.base import ContainerLaunch
     from hpcenv.recipe import Recipe
     from hpcenv.tuning.model import MeasuredTuning
 
@@ -113,26 +117,89 @@ def _env() -> jinja2.Environment:
     return env
 
 
+_COMMENT_LINE = re.compile(r"[ \t]*#(?!!| shellcheck )")
+
+
+def code_lines(text: str) -> str:
+    """``text`` without its comment lines (``#!`` and shellcheck directives stay). A step file
+    as the job writes it is its code: the person reading the job sees what each one is (its
+    ``what``) and where it runs (the steps); why each part is so stays in the shipped file
+    (``templates/jobs``). A line inside a quoted string that spans lines is data and stays;
+    a heredoc (whose lines are data too) is refused."""
+    if "<<" in text:
+        raise ValueError("code_lines: a heredoc's lines may start with '#'; not stripping them")
+    out, quote = [], ""
+    for line in text.splitlines(keepends=True):
+        if quote or not _COMMENT_LINE.match(line):
+            out.append(line)
+            quote = _open_quote(line, quote)
+    return "".join(out)
+
+
+def _open_quote(line: str, quote: str) -> str:
+    """The quote still open at the end of shell ``line`` (``'``, ``"``, ``$'`` or none), given
+    the one open at its start; a comment ends the line's code."""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote == "'":
+            if c == "'":
+                quote = ""
+        elif quote:  # " or $': a backslash escapes the next character
+            if c == "\\":
+                i += 1
+            elif c == quote[-1]:
+                quote = ""
+        elif c == "\\":
+            i += 1
+        elif c in "'\"":
+            quote = "$'" if c == "'" and line[i - 1 : i] == "$" else c
+        elif c == "#" and line[i - 1 : i] in ("", " ", "\t", ";", "|", "&", "("):
+            break
+        i += 1
+    return quote
+
+
 # Step files: the file name in the job's steps folder -> its template (templates/jobs/).
 STEP_TEMPLATES = {
     "stage-in.sh": "stage_in",
     "bind-preflight.sh": "bind_preflight",
-    "podman-rank.sh": "podman_rank",  # containers.PODMAN_RANK_STEP
+    "podman-rank.sh": "podman_rank",  # hpcenv.jobs.runtimes.podman.RANK_STEP
     "rank-env.sh": "rank_env",  # rendezvous.RANK_STEP
     "stitch.sh": "stitch",
     "stage-out.sh": "stage_out",
     "node-local.sh": "node_local",
+    "lib.sh": "lib",  # plan.LIBRARY: the step library, sourced by the steps that use it
 }
 
 
-def step_script(name: str) -> str:
+def step_script(name: str, *, library: bool = False, **job: str) -> str:
     """A step script (``stage_in``, ``stage_out``, ``stitch``, ``bind_preflight``,
-    ``podman_rank``) as a standalone text."""
-    return Lines(_env().get_template(f"jobs/{name}.sh.j2").render().rstrip("\n"))
+    ``podman_rank``) as a standalone text; ``library``: as the job writes it, sourcing the step
+    library (``lib.sh``, written once per job beside it) instead of carrying its own copy;
+    ``job``: the job's values of arguments the template has branches for (the preflight's
+    soname and model), so that it holds only the branches the job takes."""
+    template = _env().get_template(f"jobs/{name}.sh.j2")
+    return Lines(template.render(library=library, **job).rstrip("\n"))
 
 
-def step_file(name: str, what: str) -> StepFile:
-    return StepFile(name=name, text=step_script(STEP_TEMPLATES[name]), what=what)
+@cache
+def sources_library(name: str) -> bool:
+    """The step template ``name`` uses the step library (includes ``jobs/_library.j2``)."""
+    env = _env()
+    assert env.loader is not None
+    source, _, _ = env.loader.get_source(env, f"jobs/{name}.sh.j2")
+    return "jobs/_library.j2" in meta.find_referenced_templates(env.parse(source))
+
+
+def step_file(name: str, what: str, **job: str) -> StepFile:
+    """The step file ``name`` as the job writes it: its code (:func:`code_lines`), the branches
+    the job takes (``job``: :func:`step_script`), and the steps that use the step library source
+    the job's one copy of it (:data:`~hpcenv.jobs.plan.LIBRARY`) instead of carrying their own."""
+    template = STEP_TEMPLATES[name]
+    uses = sources_library(template)
+    text = Lines(code_lines(step_script(template, library=uses, **job)))
+    return StepFile(name=name, text=text, what=what, sources=(LIBRARY,) if uses else ())
 
 
 def default_workdir(site: Site) -> str:
@@ -221,6 +288,8 @@ def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPa
         data=data,
         output=output,
         image=image,
+        data_source=job.stage_in.source if job.stage_in else None,
+        output_dest=job.stage_out.dest if job.stage_out else None,
     )
 
 
@@ -291,20 +360,18 @@ def _container_launch(
     names = [*env.names(), *PLACEHOLDERS.values(), *(["HPCENV_CHDIR"] if paths.chdir else [])]
     if job.launch == "mpi":  # rank-env.sh sets them on the node, before the runtime
         names += [n for n in RANK_NAMES if n not in names]
+    from hpcenv.jobs.runtimes.base import RunContext  # runtimes.base imports hpcenv.jobs' modules
+
     ctx = RunContext(paths.chdir or paths.workdir, binds, names, inject_site_mpi=job.site_mpi)
-    return get_runtime(site.runtime.kind).launch(site, paths.image, ctx)
+    return runtime_of(site).launch(site, paths.image, ctx)
 
 
-def _host_env(site: Site, env: _EnvLayers) -> dict[str, str]:
-    """What this host's podman needs (hpcenv.hostconf), unless the job set it: expands on the
-    node, so the variable may still be given there."""
-    if site.runtime.kind != "podman":
-        return {}
-    from hpcenv.hostconf import podman_conf
-
+def _host_env(container: ContainerLaunch, env: _EnvLayers) -> dict[str, str]:
+    """What this host's runtime needs (the runtime says: podman's hpcenv.hostconf), unless the
+    job set it: expands on the node, so the variable may still be given there."""
     out = {}
-    for key, path in podman_conf().env.items():
-        conf = word(path, "containers.conf path")
+    for key, path in container.host_env.items():
+        conf = word(path, f"{key} path")
         if key not in env:
             out[key] = f"${{{key}:-{conf}}}"
     return out
@@ -324,7 +391,7 @@ def _launch_step(
     if job.launch == "mpi":
         head = launch_argv(site, placement, launcher=launcher.name, extra=launcher_args)
         what = f"{placement.ranks} ranks, {placement.ranks_per_node} per node"
-        runner = tuple(launcher.runner(site, placement))
+        runner = tuple(launcher.runner(site, placement, job.command))
         if launcher.sets_ranks:
             what += f", one {launcher.name} per node"
         else:  # torch's env:// names per rank from the launcher's own variables
@@ -357,7 +424,10 @@ def _preflight_step(
         return None
     argv = (*container.prefix, "sh", step_path("bind-preflight.sh"), *preflight_args(inj))
     what = "Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI)."
-    return step_file("bind-preflight.sh", "the bind-model preflight"), Step("preflight", what, argv)
+    file = step_file(
+        "bind-preflight.sh", "the bind-model preflight", soname=inj.soname, model=inj.model
+    )
+    return file, Step("preflight", what, argv)
 
 
 def _staging_steps(
@@ -447,22 +517,26 @@ def plan_job(
     paths = _paths(site, job, used, image)
     account = account_for(site, job.account, strict=submitting, preview=preview)
 
-    env = _EnvLayers()
-    env.add(placement.env, "placement")
-    env.add(site.mpi.env, "site-mpi")
-    env.add(site.tuning, "site-environment")
-    env.add(*_cache_env(site))
     notes = [f"tuning: {r}" for r in placement.reasons] + ([routed] if routed else [])
     if preview and account == PREVIEW_ACCOUNT:
         notes.append(preview_note(site))
     files: list[StepFile] = []
+    measured_env: dict[str, str] | None = None
+    expands: set[str] = set()
     if measured is not None:
         from hpcenv.tuning.apply import OMPI_RULES_ENV, RULES_NAME, environment
 
         rules_text = measured.rules_text()
         rules = f"{STEPS}/{RULES_NAME}" if rules_text else None
         expands = {OMPI_RULES_ENV} if rules_text and OMPI_RULES_ENV not in job.env else set()
-        env.add(environment(measured, rules), "measured-tuning", expands)
+        measured_env = environment(measured, rules)
+    env = _EnvLayers()
+    # the layers every launch shares (hpcenv.jobs.launchenv); a job runs under the site MPI's
+    # environment, bound in or the hybrid image's own
+    for layer, values in launch_layers(site, placement, measured_env, injected=True):
+        env.add(values, layer, expands if layer == "measured-tuning" else set())
+    env.add(*_cache_env(site))
+    if measured is not None:
         if rules_text:  # numbers only (generated from validated integers), one record per line
             text = checked_lines(rules_text.splitlines(), "\n")
             files.append(
@@ -492,13 +566,12 @@ def plan_job(
         if container is not None:
             env.add(container.env, "runtime")
             notes += container.notes
-            host = _host_env(site, env)
+            host = _host_env(container, env)
             env.add(host, "host", set(host))
             preflight = _preflight_step(site, job, container)
             if preflight:
                 pre.append(preflight)
-            if site.runtime.kind == "podman":
-                files.append(step_file("podman-rank.sh", "the per-rank podman wrapper"))
+            files += [step_file(name, what) for name, what in container.steps]
             files += container.files
         launch = _launch_step(site, job, placement, ranks, container)
         if launch.launch and launch.launch.rank_step:
@@ -515,6 +588,9 @@ def plan_job(
         files.insert(
             0, step_file("node-local.sh", "this job's node-local folder, made and checked")
         )
+    if any(LIBRARY in f.sources for f in files):  # once per job, before the steps that source it
+        what = "the step library (hpcenv_* functions) the steps below source"
+        files.insert(0, step_file(LIBRARY, what))
     return JobPlan(
         site=site.name,
         name=job.name,
@@ -547,6 +623,8 @@ def plan_job(
         cache_dirs=[c.path for c in site.caches.values() if c.scope == "shared"]
         if job.command
         else [],
+        walltime=job.walltime or site.scheduler.walltime,
+        device="GPU tile" if site.node.gpu_tiles > 1 else "GPU",
     )
 
 
