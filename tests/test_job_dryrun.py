@@ -183,6 +183,7 @@ def test_frontier_launch_as_olcf_documents(tmp_path: Path) -> None:
     assert argv == [
         "srun",
         "--nodes=2",
+        "--ntasks=16",
         "--ntasks-per-node=8",
         "--cpus-per-task=7",
         "--gpus-per-task=1",
@@ -315,10 +316,10 @@ def test_perlmutter_launch_as_nersc_documents(tmp_path: Path) -> None:
     assert argv[:12] == [
         "srun",
         "--nodes=2",
+        "--ntasks=8",
         "--ntasks-per-node=4",
         "--cpus-per-task=32",
-        "--gpus-per-task=1",
-        "--gpu-bind=closest",
+        "--gpus-per-node=4",  # every rank sees the node's GPUs (NERSC's Launchers page)
         "--mpi=cray_shasta",
         "--cpu-bind=cores",
         "podman-hpc",

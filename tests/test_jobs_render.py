@@ -107,7 +107,9 @@ def test_every_runtime_on_slurm(kind: str, tmp_path: Path) -> None:
         "pyxis": "--container-image=localhost/hpcenv/horovod-cpu:local",
     }[kind]
     assert expected in run
-    assert run.startswith("srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix")
+    assert run.startswith(
+        "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix"
+    )
 
 
 def test_podman_rank_recipe(tmp_path: Path) -> None:
@@ -237,7 +239,7 @@ def test_slurm_directives_merge_constraints() -> None:
         "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=4",
         "#SBATCH --cpus-per-task=32",
-        "#SBATCH --gpus-per-task=1",
+        "#SBATCH --gpus-per-node=4",  # every rank sees the node's GPUs (NERSC)
         "#SBATCH --account=stf007",
         "#SBATCH --time=00:30:00",
         "#SBATCH --qos=regular",
@@ -268,7 +270,9 @@ def test_frontier_bind_model_and_nvme_request() -> None:
     script = render_job(site, full_job(site), image="/lustre/orion/x.sif")
     assert "#SBATCH -C nvme" in script
     run = next(
-        ln for ln in script.splitlines() if ln.startswith("srun --nodes=2 --ntasks-per-node=8")
+        ln
+        for ln in script.splitlines()
+        if ln.startswith("srun --nodes=2 --ntasks=16 --ntasks-per-node=8")
     )
     assert "--mpi=cray_shasta" in run and "apptainer exec --rocm" in run
     # Low-noise mode: 56 usable cores, 7 per rank, as OLCF's examples (-c 7).

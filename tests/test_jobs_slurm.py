@@ -149,7 +149,7 @@ def test_allreduce_bare_host_srun_pmix(site: Site, transport: Transport, tmp_pat
         "allreduce rank=1 size=2 sum=3.0",
     ]
     assert (
-        "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix"
+        "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix"
         in Path(sub.script_path).read_text()
     )
 

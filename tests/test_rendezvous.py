@@ -235,4 +235,7 @@ def test_unknown_launcher_is_refused() -> None:
         "python3",
         "train.py",
     )
-    assert proc.returncode == 2 and "unknown launcher 'torchrunn'" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "--launcher torchrunn: no such launcher (did you mean 'torchrun'?)" in proc.stderr
+    )

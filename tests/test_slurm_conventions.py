@@ -151,8 +151,7 @@ def test_options_map_to_each_scheduler() -> None:
             "--",
             "true",
         ),
-        "-q is Slurm's QOS",
-        "-p/--queue",
+        "'debug' is a partition on site 'aurora', not a QOS: give -p/--partition debug",
     )
     p = plan(*FRONTIER, "-q", "debug", "-p", "batch", "-J", "t1", "-t", "0-01:00", "--", "true")
     assert {

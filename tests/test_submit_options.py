@@ -163,7 +163,9 @@ def test_local_default_job_runs_two_ranks() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --ntasks-per-node=2" in proc.stdout
-    assert "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix" in proc.stdout
+    assert (
+        "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix" in proc.stdout
+    )
 
 
 @needs_tool("mpirun", why="the allreduce check runs as a one-rank Open MPI job")

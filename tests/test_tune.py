@@ -54,6 +54,7 @@ def test_ccl_workers_kept_out_of_compute_domain() -> None:
     assert flags(site, "mpiexec", **kw)[-1] == "list:0-23:28-51"
     assert flags(site, "srun", **kw) == [
         "--nodes=1",
+        "--ntasks=2",
         "--ntasks-per-node=2",
         "--cpus-per-task=28",
         "--mpi=pmix",

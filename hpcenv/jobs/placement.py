@@ -80,7 +80,8 @@ ONECCL_COMPONENTS = ("oneccl", "torch-ccl")
 
 def _recipe_has_oneccl(recipe: str | None) -> bool:
     """Whether the recipe (built-in name or file; the lock is resolved from its components)
-    puts oneCCL in the image. A recipe hpcenv cannot read (an ``--image`` of unknown content)
+    puts oneCCL in the image (a required component: an optional one the lock may leave out). A
+    recipe hpcenv cannot read (an ``--image`` of unknown content)
     has none it knows of."""
     if recipe is None:
         return False
@@ -91,7 +92,7 @@ def _recipe_has_oneccl(recipe: str | None) -> bool:
         loaded = load_recipe(recipe)
     except ConfigError:
         return False
-    return any(loaded.wants(c) for c in ONECCL_COMPONENTS)
+    return any(loaded.requires(c) for c in ONECCL_COMPONENTS)  # optional ones may be left out
 
 
 def default_ccl_workers(site: Site, recipe: str | None) -> int:
