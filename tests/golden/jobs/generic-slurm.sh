@@ -17,7 +17,7 @@
 #   command   python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 # tuning: 2 ranks per node: one per socket (default)
 # tuning: 1 rank(s) per socket x 2 socket(s); 28 usable cores per socket -> 28 cores per rank
-# tuning: 4 oneCCL worker(s) per rank on the last cores of its domain -> OMP_NUM_THREADS=24; compute and worker cores are disjoint
+# tuning: OMP_NUM_THREADS=28: one thread per core of the rank's domain
 # tuning: KMP_BLOCKTIME=1: threads stop spinning soon after a parallel region
 set -eo pipefail
 set -u
@@ -352,12 +352,10 @@ hpcenv_cleanup() { srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none bash "$HPCENV_STEPS/node-local.sh" make
 
 # Placement, site MPI, site environment, measured tuning, the job's and the runtime's variables.
-export OMP_NUM_THREADS=24
+export OMP_NUM_THREADS=28
 export KMP_AFFINITY=granularity=fine,compact,1,0
 export KMP_BLOCKTIME=1
-export I_MPI_PIN_DOMAIN='[0xffffff,0xffffff0000000]'
-export CCL_WORKER_COUNT=4
-export CCL_WORKER_AFFINITY=24,25,26,27,52,53,54,55
+export I_MPI_PIN_DOMAIN='[0xfffffff,0xfffffff0000000]'
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 export MASTER_ADDR
 MASTER_PORT="$((29500 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 1000))"
