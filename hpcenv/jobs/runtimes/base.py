@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from hpcenv import naming
-from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import SiteMpi, site_mpi
 from hpcenv.jobs.plan import StepFile
 from hpcenv.jobs.shell import expanding, join
@@ -114,7 +113,8 @@ class ContainerRuntime(ABC):
     probe: ClassVar[Probe | None] = None
     #: Whether this host's podman storage holds the images it runs (tuning keys, local checks).
     runs_local_podman_images: ClassVar[bool] = False
-    #: Site ``runtime`` fields that apply to this runtime (others are refused in a site file).
+    #: Site ``runtime`` fields this runtime reads; a site file that sets another is refused
+    #: (hpcenv.runtime_kinds.readers, asked by the site model).
     fields: ClassVar[frozenset[str]] = frozenset({"binds", "flags"})
     #: ``sites init`` tries runtimes with a rank in rank order (None: not detected by a
     #: command of its own, the site file names it).
@@ -146,8 +146,8 @@ class ContainerRuntime(ABC):
         """The image a job runs for ``recipe``: by construction the target of the last delivery
         step of a build of it (the job cannot name an artifact no step makes)."""
         tag = naming.image_tag(recipe=recipe, site=site.name)
-        fmt = "sif" if self.image_kind == "sif" else "oci"
-        return self.delivery(site, recipe, tag, fmt, self.build_engine(site))[-1].target
+        steps = self.delivery(site, recipe, tag, self.default_format(), self.build_engine(site))
+        return steps[-1].target
 
     def check_local_image(self, site: Site, image: str, *, inject: bool, force: bool) -> None:
         """Fail before queueing when this host can see that ``image`` is not there (or cannot
@@ -161,17 +161,6 @@ class ContainerRuntime(ABC):
 
     @abstractmethod
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch: ...
-
-    def check_fields(self, site: Site) -> None:
-        """Refuse site ``runtime`` fields this runtime does not read."""
-        set_fields = {name for name in site.runtime.model_fields_set if name != "kind"}
-        set_fields |= {"binds"} if site.runtime.binds else set()
-        wrong = sorted(n for n in set_fields if n not in self.fields and getattr(site.runtime, n))
-        if wrong:
-            raise ConfigError(
-                f"site {site.name}: runtime.{wrong[0]} does not apply to the {self.kind} runtime "
-                f"(it reads: {', '.join(sorted(self.fields))})"
-            )
 
 
 # Runtime flags that make the runtime inject the site MPI itself (NERSC podman-hpc modules
