@@ -118,3 +118,18 @@ def test_twins_keep_the_site_rules_and_drop_what_cannot_exist_here() -> None:
         assert twin.rendezvous == load_site(name).rendezvous
     assert load_site("alps-clariden-twin").runtime.annotations == {}
     assert load_site("frontier-twin").node.gpu_closest == [1, 0]  # gres.conf's, like OLCF's map
+
+
+def test_probe_records_survive_lines_cut_and_interleaved_by_slurm() -> None:
+    """Slurm forwards a task's output in 1,024-byte messages: a record is written in lines under
+    that size, and ranks' lines interleaved line by line still parse back to every record."""
+    big = {"env": {f"V{i}": "x" * 40 for i in range(60)}, "rank": 1}
+    small = {"env": {}, "rank": 2}
+    a = rank_probe.lines(big, "n1:7:aa")
+    b = rank_probe.lines(small, "n1:7:bb")
+    assert len(a) > 2 and all(len(line.encode()) <= rank_probe.CHUNK for line in a)
+    mixed = [a[0], b[0], *a[1:]]
+    text = "srun: noise\n" + "".join(mixed)
+    assert sorted(r["rank"] for r in rank_probe.parse(text)) == [1, 2]
+    with pytest.raises(ValueError, match="parts"):
+        rank_probe.parse("".join(a[:-1]))

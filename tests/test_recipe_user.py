@@ -345,10 +345,10 @@ def test_docker_quoting(value: str, quoted: str) -> None:
 # -- refusals, as the installed hpcenv ------------------------------------------------------------
 
 
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess[str]:
     assert HPCENV.is_file(), f"the installed console script is missing: {HPCENV}"
     return subprocess.run(
-        [str(HPCENV), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+        [str(HPCENV), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
     )
 
 
@@ -488,6 +488,7 @@ def test_podman_user_recipe_builds_on_the_cached_matched_stack(tmp_path: Path) -
         "oci",
         "--json",
         cwd=folder,
+        timeout=900,  # a cache hit takes seconds; under CI's load the user layers took > 120 s
     )
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]

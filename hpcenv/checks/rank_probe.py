@@ -1,6 +1,9 @@
 """What one rank sees, as a user's first lines would: run it as the job's command.
 
-Prints one line per rank, ``rank-probe {json}``: torch.distributed's env:// names (``RANK``,
+Prints one record per rank, ``rank-probe {json}``, in lines of at most ``CHUNK`` bytes
+(``rank-probe ID PART/PARTS TEXT``): Slurm forwards a task's output in 1,024-byte messages, so
+a longer line from one rank can be cut by another rank's line in the job's output file. The
+record holds torch.distributed's env:// names (``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), the
 device variables every GPU runtime reads (``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``,
 ``HIP_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK``), the device that
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 TAG = "rank-probe"
+CHUNK = 900  # bytes per output line, under Slurm's 1,024-byte I/O message
 RANK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # In the order the frameworks read them: CUDA (torch.cuda), then ROCm's, then Level Zero's.
 DEVICE_NAMES = (
@@ -162,19 +166,45 @@ def problems(
     return out
 
 
+def lines(record: Mapping[str, Any], ident: str) -> list[str]:
+    """``record`` as output lines of at most :data:`CHUNK` bytes each, ``ident`` naming the rank."""
+    text = json.dumps(record, sort_keys=True, ensure_ascii=True)
+    head = len(f"{TAG} {ident} 999/999 \n")
+    step = max(CHUNK - head, 1)
+    parts = [text[i : i + step] for i in range(0, len(text), step)] or [""]
+    return [f"{TAG} {ident} {n}/{len(parts)} {part}\n" for n, part in enumerate(parts, 1)]
+
+
 def parse(text: str) -> list[dict[str, Any]]:
-    """Every ``rank-probe`` line of a job's output."""
-    return [
-        json.loads(line.split(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(TAG + " ")
-    ]
+    """Every rank's record in a job's output, its parts put back together in order; a record
+    with a part missing is an error (a rank that printed half a line did not finish)."""
+    parts: dict[str, dict[int, str]] = {}
+    totals: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith(TAG + " "):
+            continue
+        fields = line.split(" ", 3)
+        if len(fields) != 4 or "/" not in fields[2]:
+            raise ValueError(f"not a rank-probe line: {line[:120]!r}")
+        ident, (num, total) = fields[1], fields[2].split("/", 1)
+        parts.setdefault(ident, {})[int(num)] = fields[3]
+        totals[ident] = int(total)
+    records = []
+    for ident, got in parts.items():
+        if sorted(got) != list(range(1, totals[ident] + 1)):
+            raise ValueError(f"rank-probe {ident}: parts {sorted(got)} of {totals[ident]}")
+        records.append(json.loads("".join(got[n] for n in sorted(got))))
+    return records
 
 
 def main(argv: Sequence[str]) -> int:
     extra = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--folder"]
-    # One write per line: every node's ranks append to the same job output file.
-    os.write(1, f"{TAG} {json.dumps(probe(os.environ, extra), sort_keys=True)}\n".encode())
+    # Ranks in their own PID namespaces may share a PID and a host name.
+    ident = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+    # One write per line, each under Slurm's message size: every node's ranks append to the
+    # same job output file.
+    for line in lines(probe(os.environ, extra), ident):
+        os.write(1, line.encode())
     return 0
 
 
