@@ -256,13 +256,18 @@ elif [ -n "${JSM_NAMESPACE_RANK:-}" ]; then
   WORLD_SIZE=$JSM_NAMESPACE_SIZE local_size=${JSM_NAMESPACE_LOCAL_SIZE:-}
 elif [ -n "${PALS_RANKID:-}" ]; then
   RANK=$PALS_RANKID LOCAL_RANK=$PALS_LOCAL_RANKID
-  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-}
+  WORLD_SIZE=$PMI_SIZE local_size=${PALS_LOCAL_SIZE:-${PMI_LOCAL_SIZE:-}}
 elif [ -n "${PMI_RANK:-}" ] && [ -n "${MPI_LOCALRANKID:-}" ]; then
   RANK=$PMI_RANK LOCAL_RANK=$MPI_LOCALRANKID
   WORLD_SIZE=$PMI_SIZE local_size=${MPI_LOCALNRANKS:-}
 elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
   RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID
   WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-$SLURM_NTASKS}
+else
+  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
+  exit 3
+fi
+if [ -z "$local_size" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
   node=${SLURM_NODEID:-0} rest=${SLURM_STEP_TASKS_PER_NODE:-}
   while [ -n "$rest" ]; do
     item=${rest%%,*}
@@ -272,9 +277,6 @@ elif [ -n "${SLURM_PROCID:-}" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
     if [ "$node" -lt "$times" ]; then local_size=$count; break; fi
     node=$((node - times))
   done
-else
-  echo "hpcenv rank-env: no launcher variables (srun, mpirun, mpiexec or jsrun) on $(hostname)" >&2
-  exit 3
 fi
 case ${HPCENV_GPU_BIND:-} in closest|list)
   rest=${CUDA_VISIBLE_DEVICES:-${ROCR_VISIBLE_DEVICES:-${ZE_AFFINITY_MASK:-}}} count=0
@@ -289,7 +291,11 @@ for name in ${HPCENV_CACHES:-}; do
   eval "dir=\${$name:-}"
   [ -z "$dir" ] || mkdir -p -- "$dir" || echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
 done
-if [ -n "$local_size" ]; then export LOCAL_WORLD_SIZE="$local_size"; fi
+if [ -n "$local_size" ]; then
+  export LOCAL_WORLD_SIZE="$local_size"
+else
+  echo "hpcenv rank-env: no local task count from the launcher on $(hostname): LOCAL_WORLD_SIZE unset" >&2
+fi
 exec "$@"
 HPCENV_RANK_ENV
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN' # step file: stage-in
