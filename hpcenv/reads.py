@@ -97,14 +97,55 @@ def open_own(path: Path, what: str = "a file") -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def open_regular(path: Path | str, what: str = "a file") -> BinaryIO:
+    """``path`` opened for reading when it is a regular file (a link to one is followed), else
+    one ConfigError line: a FIFO is never waited on (opened ``O_NONBLOCK``, then looked at)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: is {_kind(mode)}, not {what}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _open(path: Path, what: str, *, own: bool, regular: bool) -> BinaryIO:
+    if own:
+        return open_own(path, what)
+    if regular:
+        return open_regular(path, what)
+    return open(path, "rb")
+
+
 def read_bounded(
-    path: Path, limit: int = MAX_BYTES, what: str = "a file", *, own: bool = False
+    path: Path,
+    limit: int = MAX_BYTES,
+    what: str = "a file",
+    *,
+    own: bool = False,
+    regular: bool = False,
 ) -> bytes:
     """The bytes of ``path``; ConfigError when it is larger than ``limit`` (checked before
     reading), not readable, or a folder. ``own``: a file hpcenv wrote and reads back, opened
-    with :func:`open_own`."""
+    with :func:`open_own`; ``regular``: a FIFO, socket or device is refused before any read
+    (:func:`open_regular`)."""
     try:
-        with open_own(path, what) if own else open(path, "rb") as handle:
+        with _open(path, what, own=own, regular=regular) as handle:
             info = os.fstat(handle.fileno())
             if stat.S_ISDIR(info.st_mode):
                 raise ConfigError(f"{path}: is a folder, not {what}")

@@ -219,13 +219,48 @@ def confined(folder: Path, rel: str, what: str) -> Path:
 _OPTION = re.compile(r"(-r|--requirement)(?:\s+|=)(\S+)")
 
 
+# Bounded work (issue 40): '-r' chains nest at most this deep, and one top-level file pulls in
+# at most this many files and bytes in all; a file included twice (a diamond) is read once.
+MAX_INCLUDE_DEPTH = 16
+MAX_INCLUDE_FILES = 256
+MAX_INCLUDE_BYTES = 4 << 20
+
+
+@dataclass
+class _Walk:
+    """What one top-level requirements file has pulled in so far."""
+
+    read: set[Path] = field(default_factory=set)
+    size: int = 0
+
+
 def read_requirements(
-    path: Path, root: Path, label: str, seen: tuple[Path, ...] = ()
+    path: Path,
+    root: Path,
+    label: str,
+    seen: tuple[Path, ...] = (),
+    walk: _Walk | None = None,
 ) -> list[UserRequirement]:
-    """The requirements in a pip requirements file (``-r`` followed inside ``root``)."""
-    if path in seen:
+    """The requirements in a pip requirements file (``-r`` followed inside ``root``; each
+    file once, :data:`MAX_INCLUDE_DEPTH` deep, :data:`MAX_INCLUDE_FILES` files and
+    :data:`MAX_INCLUDE_BYTES` in all; a FIFO or device refused before it is opened)."""
+    walk = walk if walk is not None else _Walk()
+    key = path.resolve()
+    if key in seen:
         raise ConfigError(f"{label}: '-r' includes {path.name} again (a cycle)")
-    raw = read_bounded(path, MAX_REQUIREMENT_FILE, "a requirements file")
+    if key in walk.read:
+        return []  # already included through another '-r' (a diamond): pip takes it once
+    if len(seen) >= MAX_INCLUDE_DEPTH:
+        raise ConfigError(f"{label}: '-r' includes nest deeper than {MAX_INCLUDE_DEPTH} levels")
+    if len(walk.read) >= MAX_INCLUDE_FILES:
+        raise ConfigError(f"{label}: '-r' includes more than {MAX_INCLUDE_FILES} files in all")
+    walk.read.add(key)
+    raw = read_bounded(path, MAX_REQUIREMENT_FILE, "a requirements file", regular=True)
+    walk.size += len(raw)
+    if walk.size > MAX_INCLUDE_BYTES:
+        raise ConfigError(
+            f"{label}: '-r' includes more than {MAX_INCLUDE_BYTES >> 20} MiB of requirements in all"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -251,7 +286,7 @@ def read_requirements(
             target = confined(path.parent, rel, f"{where}: -r")
             if not target.is_relative_to(root):
                 raise ConfigError(f"{where}: -r {rel!r} leads out of the recipe's folder {root}")
-            out += read_requirements(target, root, f"{label}>{rel}", (*seen, path))
+            out += read_requirements(target, root, f"{label}>{rel}", (*seen, key), walk)
             continue
         if line.startswith("-"):
             option = line.split()[0].split("=")[0]

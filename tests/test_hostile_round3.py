@@ -1,0 +1,110 @@
+"""Issue 40, class 8 (hangs, memory and tracebacks) and "bounded work": each case as it was
+found, run through the installed ``hpcenv`` as a process with a time limit, and the unit under
+it where that says more."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcenv.errors import ConfigError
+
+HPCENV = Path(sys.executable).with_name("hpcenv")
+
+
+def run_hpcenv(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "HPCENV_CACHE": str(cwd / "cache"), **(env or {})}
+    return subprocess.run(
+        [str(HPCENV), *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        env=full,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# 1. Requirement '-r' chains -------------------------------------------------------------------
+
+
+def _diamond(folder: Path, levels: int) -> Path:
+    folder.mkdir()
+    for i in range(levels):
+        for side in "ab":
+            (folder / f"{side}{i}.txt").write_text(
+                f"-r a{i + 1}.txt\n-r b{i + 1}.txt\n", encoding="utf-8"
+            )
+    (folder / f"a{levels}.txt").write_text("six\n", encoding="utf-8")
+    (folder / f"b{levels}.txt").write_text("tabulate\n", encoding="utf-8")
+    return folder / "a0.txt"
+
+
+def _resolve_with(tmp_path: Path, req: Path) -> subprocess.CompletedProcess[str]:
+    return run_hpcenv(
+        "resolve", "-s", "generic-slurm", "-r", "horovod-cpu", "--requirements", str(req),
+        cwd=tmp_path, timeout=30,
+    )  # fmt: skip
+
+
+def test_a_diamond_of_includes_is_read_once_per_file(tmp_path: Path) -> None:
+    """15 levels of two files each including both of the next: 2**15 paths, 32 files."""
+    proc = _resolve_with(tmp_path, _diamond(tmp_path / "d", 15))
+    assert proc.returncode == 0, proc.stderr
+    assert "six" in proc.stdout and "tabulate" in proc.stdout
+
+
+def test_a_22_level_diamond_is_refused_quickly(tmp_path: Path) -> None:
+    line = one_line_error(_resolve_with(tmp_path, _diamond(tmp_path / "d", 22)))
+    assert "nest deeper than 16 levels" in line and "a0.txt>a1.txt>" in line
+
+
+def test_1500_levels_of_includes_is_one_line_not_a_recursion_error(tmp_path: Path) -> None:
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    for i in range(1500):
+        (folder / f"r{i}.txt").write_text(f"-r r{i + 1}.txt\n", encoding="utf-8")
+    (folder / "r1500.txt").write_text("six\n", encoding="utf-8")
+    one_line_error(_resolve_with(tmp_path, folder / "r0.txt"), "nest deeper than 16 levels")
+
+
+def test_an_included_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text("-r p.txt\n", encoding="utf-8")
+    os.mkfifo(tmp_path / "p.txt")
+    one_line_error(_resolve_with(tmp_path, tmp_path / "r.txt"), "p.txt", "FIFO")
+
+
+def test_includes_are_bounded_in_count_and_size(tmp_path: Path) -> None:
+    from hpcenv import usercontent
+
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    n = usercontent.MAX_INCLUDE_FILES + 1
+    (wide / "top.txt").write_text("".join(f"-r f{i}.txt\n" for i in range(n)), encoding="utf-8")
+    for i in range(n):
+        (wide / f"f{i}.txt").write_text("six\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="more than 256 files"):
+        usercontent.read_requirements(wide / "top.txt", wide, "top.txt")
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "top.txt").write_text("".join(f"-r f{i}.txt\n" for i in range(6)), encoding="utf-8")
+    for i in range(6):  # 6 files of ~0.9 MiB: each under the per-file limit, 5.4 MiB in all
+        (big / f"f{i}.txt").write_text("# pad\n" * 150_000 + "six\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="MiB of requirements in all"):
+        usercontent.read_requirements(big / "top.txt", big, "top.txt")
