@@ -180,39 +180,75 @@ class Scheduler(ABC):
                     )
 
     # The directives hpcenv writes itself (logs it reads back, where the job runs, its name, the
-    # environment it exports, the job's shape and the dependencies and token of `submit`), by
-    # flag, with what each is for: ``--option`` may add directives, not replace these (unless
-    # ``--option-override``). ``owned_values``: flags whose value's key decides (PBS ``-l
-    # select=``). ``getopt``: the submit command parses with getopt_long (Slurm, PBS), so
-    # ``-ofile`` is ``-o file`` and a long option may be abbreviated (``--out=x``).
+    # environment it exports, the job's shape and the dependencies and token of `submit`), and
+    # the options that break what hpcenv does after submitting (a submit command that blocks, logs
+    # moved where status and logs do not look, another cluster, a signal that kills the batch
+    # shell before its EXIT trap), by flag, with what each is for and what to give hpcenv instead:
+    # ``--option`` may add directives, not replace these (unless ``--option-override``).
+    # ``owned_values``: flags whose value's keys decide (PBS ``-l select=``; several
+    # ``key=value`` joined by ``,``; keys compared case-insensitively, as PBS compares resource
+    # names). ``owned_patterns``: flags whose value decides, by a regular expression.
+    # ``getopt``: the submit command parses with getopt (Slurm, PBS), so ``-ofile`` is
+    # ``-o file``; with ``long_options`` it is getopt_long, where a long option may be
+    # abbreviated to any unique prefix (``--j=x`` is ``--job-name=x``) and ``short_options``
+    # names each short flag's long one.
     owned: ClassVar[dict[str, str]] = {}
     owned_values: ClassVar[dict[str, dict[str, str]]] = {}
+    owned_patterns: ClassVar[dict[str, tuple[tuple[str, str], ...]]] = {}
     getopt: ClassVar[bool] = False
-    own_options: ClassVar[frozenset[str]] = frozenset()  # options that are prefixes of owned
+    long_options: ClassVar[frozenset[str]] = frozenset()
+    short_options: ClassVar[dict[str, str]] = {}
+
+    def long_name(self, flag: str) -> str:
+        """``flag`` as getopt_long reads it: itself when it is an option's whole name, else
+        the one option it is a prefix of; an ambiguous prefix (the submit command would refuse
+        it) is a ConfigError; a name it does not know is returned as it is."""
+        names = self.long_options | {
+            f for f in (*self.owned, *self.owned_values, *self.owned_patterns) if f[:2] == "--"
+        }
+        if flag in names or not self.long_options:
+            return flag
+        hits = sorted(n for n in names if n.startswith(flag))
+        if len(hits) > 1:
+            shown = ", ".join(hits[:6]) + (", ..." if len(hits) > 6 else "")
+            raise ConfigError(
+                f"--option {flag}: {self.submit_command} would refuse it as ambiguous ({shown}): "
+                "give the whole option name"
+            )
+        return hits[0] if hits else flag
+
+    def option_name(self, flag: str, value: str | None) -> tuple[str, str | None]:
+        """(the option's whole name, its value) as the submit command reads ``flag`` and
+        ``value``: ``--j`` is ``--job-name``, ``-J`` is ``--job-name`` where the command has
+        long names, ``-lselect=2`` is ``-l`` with ``select=2``."""
+        if self.getopt and flag.startswith("--"):
+            return self.long_name(flag), value
+        if self.getopt and len(flag) > 2:  # -ofile, -lselect=2 (getopt: the rest is the value)
+            value = flag[2:] + ("" if value is None else f"={value}")
+            flag = flag[:2]
+        return self.short_options.get(flag, flag), value
 
     def owner_of(self, flag: str, value: str | None) -> str | None:
-        """The hpcenv directive that ``flag`` (with ``value``) would replace, if any."""
-        if flag in self.owned:
-            return self.owned[flag]
-        attached = None
-        if self.getopt and flag.startswith("--"):
-            if len(flag) > 3 and flag not in self.own_options:
-                hit = next((o for o in self.owned if o.startswith(flag)), None)
-                if hit:
-                    return self.owned[hit]
-        elif self.getopt and len(flag) > 2:
-            if flag[:2] in self.owned:
-                return self.owned[flag[:2]]
-            flag, attached = flag[:2], flag[2:]
-        keys = self.owned_values.get(flag, {})
-        key = (attached or value or "").split("=", 1)[0]
-        return keys.get(key)
+        """What of hpcenv's ``flag`` (with ``value``) would replace or break, if anything."""
+        name, value = self.option_name(flag, value)
+        for f in dict.fromkeys((name, flag)):
+            if f in self.owned:
+                return self.owned[f]
+        for pattern, what in self.owned_patterns.get(name, ()):
+            if value is not None and re.search(pattern, value):
+                return what
+        keys = self.owned_values.get(name, {})
+        for part in (value or "").split(","):
+            key = part.split("=", 1)[0].strip().lower()
+            if key in keys:
+                return keys[key]
+        return None
 
     def refuse_owned(self, text: str, flag: str, value: str | None) -> None:
         what = self.owner_of(flag, value)
         if what is not None:
             raise ConfigError(
-                f"--option {text!r} would replace hpcenv's own {what}; "
+                f"--option {text!r} conflicts with hpcenv's own {what}; "
                 "pass --option-override to replace it anyway"
             )
 
@@ -370,6 +406,34 @@ def client_env(site: Site) -> dict[str, str]:
     return cls().client_env(site) if cls else {}
 
 
+# What an ``--option`` would break, in words shared by every scheduler's ``owned`` table.
+PLACEMENT = (
+    "rank placement (hpcenv writes it from the site's node layout and -N/--nodes, -n/--ntasks, "
+    "--ntasks-per-node, -c/--cpus-per-task, --gpus-per-task, --gpus-per-node: give those)"
+)
+BLOCKING = (
+    "submission (the submit command would wait for the job, so no id comes back until it ends: "
+    "give --wait, which follows it with the id recorded)"
+)
+
+
+def logs_moved(why: str) -> str:
+    return (
+        f"log files ({why}, and status and logs read them where hpcenv names them: give "
+        "-o/--output, -e/--error)"
+    )
+
+
+CLUSTER = (
+    "cluster (status, logs and cancel ask the site's own cluster: use a site file for the "
+    "other cluster, its scheduler.conf)"
+)
+BATCH_SIGNAL = (
+    "end of the job (a signal to the batch shell kills it before its EXIT trap: no clean-up, "
+    "no end marker; signal the job's steps instead, e.g. --signal=USR1@60)"
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Slurm
 # --------------------------------------------------------------------------------------------
@@ -455,6 +519,22 @@ def slurm_status_from_record(rec: dict[str, str], source: str) -> JobStatus:
     )
 
 
+SBATCH_LONG_OPTIONS = """--account --acctg-freq --array --batch --bb --bbf --begin --chdir
+--cluster-constraint --clusters --comment --constraint --container --contiguous
+--core-spec --cores-per-socket --cpu-bind --cpu-freq --cpus-per-gpu --cpus-per-task
+--deadline --delay-boot --dependency --distribution --error --exclude --exclusive
+--export --export-file --extra-node-info --get-user-env --gid --gpu-bind --gpu-freq
+--gpus --gpus-per-node --gpus-per-socket --gpus-per-task --gres --gres-flags --help
+--hint --hold --ignore-pbs --input --job-name --kill-on-invalid-dep --licenses
+--mail-type --mail-user --mcs-label --mem --mem-bind --mem-per-cpu --mem-per-gpu
+--mincpus --network --nice --no-kill --no-requeue --nodefile --nodelist --nodes
+--ntasks --ntasks-per-core --ntasks-per-gpu --ntasks-per-node --ntasks-per-socket
+--open-mode --output --overcommit --oversubscribe --parsable --partition --power
+--prefer --priority --profile --propagate --qos --quiet --reboot --requeue
+--reservation --signal --sockets-per-node --spread-job --switches --test-only
+--thread-spec --threads-per-core --time --time-min --tmp --tres-per-task --uid --usage
+--use-min-nodes --verbose --version --wait --wait-all-nodes --wckey --wrap"""
+
 SLURM_HINT = (
     "load your cluster's Slurm environment or set SLURM_CONF to its slurm.conf "
     "(a one-node test cluster: apt-get install slurm-wlm munge, then start munged, slurmctld, slurmd)"
@@ -482,7 +562,21 @@ class Slurm(Scheduler):
     log_patterns = {"%j": "{id}", "%A": "{id}", "%a": "*"}
     log_pattern_map = {"%j": "%j", "%A": "%A", "%a": "%a"}
     getopt = True
-    own_options = frozenset({"--gpus"})  # sbatch's own --gpus, not --gpus-per-task abbreviated
+    # sbatch(1) of Slurm 22.05.8 (the man page of Debian's slurm-client 22.05.8, read
+    # 2026-11-28), plus --cpu-bind and --tres-per-task of later releases: every long option,
+    # for getopt_long's unique prefixes (sbatch's options are parsed with getopt_long(3)).
+    long_options = frozenset(SBATCH_LONG_OPTIONS.split())
+    short_options = {  # sbatch(1): "-A, --account" ...
+        "-A": "--account", "-a": "--array", "-b": "--begin", "-D": "--chdir",
+        "-M": "--clusters", "-C": "--constraint", "-S": "--core-spec", "-c": "--cpus-per-task",
+        "-d": "--dependency", "-e": "--error", "-x": "--exclude", "-B": "--extra-node-info",
+        "-G": "--gpus", "-h": "--help", "-H": "--hold", "-i": "--input", "-J": "--job-name",
+        "-L": "--licenses", "-k": "--no-kill", "-F": "--nodefile", "-w": "--nodelist",
+        "-N": "--nodes", "-n": "--ntasks", "-o": "--output", "-O": "--overcommit",
+        "-s": "--oversubscribe", "-p": "--partition", "-q": "--qos", "-Q": "--quiet",
+        "-t": "--time", "-v": "--verbose", "-V": "--version", "-W": "--wait",
+        "-m": "--distribution",
+    }  # fmt: skip
     owned = {
         **dict.fromkeys(("-o", "--output"), "--output (the stdout log status and logs read)"),
         **dict.fromkeys(("-e", "--error"), "--error (the stderr log status and logs read)"),
@@ -496,13 +590,39 @@ class Slurm(Scheduler):
         "--wrap": "job script",
         **dict.fromkeys(("-N", "--nodes"), "--nodes (--nodes)"),
         **dict.fromkeys(
-            ("-n", "--ntasks", "--ntasks-per-node", "-c", "--cpus-per-task", "--gpus-per-task"),
-            "rank placement (-n, --ntasks-per-node, -c, --gpus-per-task)",
-        ),
+            (
+                "--ntasks",
+                "--ntasks-per-node",
+                "--ntasks-per-socket",
+                "--ntasks-per-core",
+                "--ntasks-per-gpu",
+                "--cpus-per-task",
+                "--cpus-per-gpu",
+                "--gpus-per-task",
+                "--gpus-per-node",
+                "--gpus-per-socket",
+                "--hint",
+                "--threads-per-core",
+                "--cores-per-socket",
+                "--sockets-per-node",
+                "--extra-node-info",
+                "--distribution",
+                "--cpu-bind",
+                "--gpu-bind",
+                "--overcommit",
+                "--tres-per-task",
+            ),
+            PLACEMENT,
+        ),  # fmt: skip
         **dict.fromkeys(("-t", "--time"), "--time (-t)"),
         **dict.fromkeys(("-A", "--account"), "--account (--account)"),
         **dict.fromkeys(("-p", "--partition"), "--partition (--partition)"),
+        "--wait": BLOCKING,
+        "--test-only": "submission (sbatch --test-only queues nothing: give --dry-run)",
+        **dict.fromkeys(("--clusters", "--cluster-constraint"), CLUSTER),
     }
+    # --signal=[{R|B}:]<sig_num>[@sig_time] (sbatch(1)): B signals the batch shell only.
+    owned_patterns = {"--signal": ((r"^[A-Za-z]*[Bb][A-Za-z]*:", BATCH_SIGNAL),)}
     conf_env = "SLURM_CONF"  # a second cluster served from the same login host (local-2node)
     probe = Probe(
         command="scontrol",
@@ -686,6 +806,9 @@ class Lsf(Scheduler):
     log_patterns = {"%J": "{id}", "%I": "*"}
     # bsub -o: %J job id, %I array index (IBM Spectrum LSF bsub -o reference)
     log_pattern_map = {"%j": "%J", "%A": "%J", "%a": "%I"}
+    # bsub's options (IBM Spectrum LSF 10.1 bsub reference: -K "submits a job and waits for
+    # the job to complete", -I* interactive, -outdir, -clusters, -wa, -R span[]/affinity[]):
+    # whole words, no abbreviation, case-sensitive.
     owned = {
         **dict.fromkeys(("-o", "-oo"), "-o (the stdout log status and logs read)"),
         **dict.fromkeys(("-e", "-eo"), "-e (the stderr log status and logs read)"),
@@ -697,6 +820,11 @@ class Lsf(Scheduler):
         "-W": "-W (--walltime)",
         "-P": "-P (--account)",
         "-q": "-q (--queue)",
+        "-n": PLACEMENT,
+        **dict.fromkeys(("-K", "-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), BLOCKING),
+        "-outdir": logs_moved("-outdir moves them"),
+        "-clusters": CLUSTER,
+        "-wa": BATCH_SIGNAL.replace("--signal=USR1@60", "a signal your program traps"),
     }
     probe = Probe(
         command="bsub",
@@ -852,6 +980,9 @@ class Pbs(Scheduler):
     account_flag = "-A"
     needs_account = True
     getopt = True
+    # qsub(1B) and resource names: PBS Professional 2022.1 Reference Guide ("qsub", RG-214;
+    # "Resource names are case-insensitive", "Resources" chapter). qsub parses with getopt:
+    # short options only, a value may be attached (-lselect=2), -l and -W take key=value lists.
     owned = {
         "-o": "-o (the stdout log status and logs read)",
         "-e": "-e (the stderr log status and logs read)",
@@ -861,6 +992,9 @@ class Pbs(Scheduler):
         "-J": "-J (--array)",
         "-A": "-A (--account)",
         "-q": "-q (--queue)",
+        "-j": logs_moved("-j joins them into one"),
+        "-k": logs_moved("-k keeps them on the execution host"),
+        "-I": BLOCKING,
     }
     owned_values = {
         "-l": {
@@ -868,10 +1002,13 @@ class Pbs(Scheduler):
             "place": "-l place (rank placement)",
             "walltime": "-l walltime (--walltime)",
             "nodes": "-l select (--nodes)",
+            **dict.fromkeys(("ncpus", "mpiprocs", "ompthreads", "ngpus", "nodect"), PLACEMENT),
         },
         "-W": {
             "depend": "-W depend (--after)",
             "max_run_subjobs": "-W max_run_subjobs (the array's parallel limit)",
+            "block": BLOCKING,
+            "sandbox": "working directory (--workdir)",
         },
     }
     probe = Probe(
