@@ -247,7 +247,7 @@ cat >"$HPCENV_STEPS/edf.toml" <<'HPCENV_EDF' # step file: the Container Engine e
 # hpcenv: generated for srun --environment (CSCS Container Engine EDF)
 image = "${SCRATCH}/hpcenv/images/torch-gpu-alps-clariden.sqsh"
 workdir = "${SCRATCH}/hpcenv-jobs"
-mounts = ["${SCRATCH}/hpcenv-jobs:${SCRATCH}/hpcenv-jobs", "/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}", "${SCRATCH}/huggingface:${SCRATCH}/huggingface"]
+mounts = ["/capstor:/capstor", "/iopsstor:/iopsstor", "${SCRATCH}/hpcenv-jobs:${SCRATCH}/hpcenv-jobs", "/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}:/dev/shm/hpcenv-${USER}-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}", "${SCRATCH}/huggingface:${SCRATCH}/huggingface"]
 
 [env]
 OMP_NUM_THREADS = "${OMP_NUM_THREADS:-}"
