@@ -44,6 +44,7 @@ from hpcenv.jobs.spec import JobSpec
 from hpcenv.jobs.status import JobStatus
 from hpcenv.jobs.transport import (
     Completed,
+    NotConnected,
     Transport,
     TransportError,
     TransportSpec,
@@ -53,6 +54,7 @@ from hpcenv.output import write_private
 from hpcenv.paths import cache_dir, templates_dir
 from hpcenv.printable import printable
 from hpcenv.reads import NotYours, load_json, trust_problem
+from hpcenv.signals import Deferred, deferred_interrupt
 from hpcenv.site import Site
 
 # What submit.sh prints before the workdir and before the id of a job that has the token.
@@ -422,25 +424,74 @@ def submit(
         argv, find = tagged
         tries, token_arg = max(1, attempts), token
     args = [expanding(rendered.workdir), token_arg, str(len(find)), *find, *argv]
+    # From the call that may queue the job until its record is written, Ctrl-C is held: a job
+    # the scheduler queued is never left without its id shown and its record (issue 40).
+    with deferred_interrupt() as interrupted:
+        result = _call_scheduler(
+            transport, rendered, args, tries, retry_wait, token_arg, interrupted
+        )
+        sub = _record(site, job, transport, rendered, records, result, after)
+    if interrupted.seen:
+        raise SubmitInterrupted(
+            f"interrupted, after {scheduler.name} queued job {sub.job_id} ({sub.name}): it is "
+            f"recorded; hpcenv status {sub.job_id} follows it, hpcenv cancel {sub.job_id} "
+            "cancels it"
+        )
+    return sub
+
+
+class SubmitInterrupted(JobError):
+    """Ctrl-C while submitting, held until the job's id and record were safe; exit 130."""
+
+    exit_code = 130
+
+
+def _call_scheduler(
+    transport: Transport,
+    rendered: RenderedJob,
+    args: list[str],
+    tries: int,
+    retry_wait: float,
+    token: str,
+    interrupted: Deferred,
+) -> Completed:
+    """``submit.sh`` with ``args`` on ``transport``, ``tries`` times while the connection drops
+    (and no Ctrl-C came); a connection never made is not retried: nothing was sent. ``token``:
+    the job's submit token ("" when the scheduler takes none)."""
     for attempt in range(1, tries + 1):
         try:
-            result = run_host_script(
+            return run_host_script(
                 transport,
                 SUBMIT_SCRIPT,
                 args,
                 prelude=rendered.prelude_line(),
                 stdin=rendered.script,
             )
-            break
+        except NotConnected as err:
+            raise NotConnected(f"{err}; nothing was submitted") from err
         except TransportError as err:
-            if attempt == tries:
+            if attempt == tries or interrupted.seen:
                 where = (
                     f"; it may have been submitted: look for a job with comment {token}"
-                    if tagged
+                    if token
                     else "; it may have been submitted"
                 )
-                raise TransportError(f"{err} (after {tries} attempt(s)){where}") from err
+                raise TransportError(f"{err} (after {attempt} attempt(s)){where}") from err
             time.sleep(retry_wait * attempt)
+    raise AssertionError("unreachable: tries >= 1")
+
+
+def _record(
+    site: Site,
+    job: JobSpec,
+    transport: Transport,
+    rendered: RenderedJob,
+    records: Path,
+    result: Completed,
+    after: list[str],
+) -> Submission:
+    """The job id from ``submit.sh``'s reply, and its record written (mode 0600)."""
+    scheduler = rendered.scheduler
     workdir, existing, lines = parse_submit_reply(result.stdout, rendered.workdir)
     if existing is not None:
         job_id = check_job_id(existing)

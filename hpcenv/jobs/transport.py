@@ -36,6 +36,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -47,6 +48,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from hpcenv.errors import ConfigError, EnvironmentProblem, JobError
+from hpcenv.signals import child_setup
 from hpcenv.site import Site
 
 CONNECT_TIMEOUT = 15.0  # TCP + banner + auth: a login node that answers at all does so in this
@@ -54,6 +56,11 @@ CONNECT_TIMEOUT = 15.0  # TCP + banner + auth: a login node that answers at all 
 
 class TransportError(JobError):
     """The connection failed or timed out: a command sent may or may not have run."""
+
+
+class NotConnected(TransportError):
+    """No connection was made (refused, unknown host, no route): nothing was sent, so nothing
+    ran; retrying at once would meet the same answer."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,7 @@ class LocalTransport(Transport):
                 errors="replace",  # a scheduler's non-UTF-8 output: U+FFFD, not a traceback
                 timeout=timeout,
                 env={**os.environ, **self.spec.env},
+                preexec_fn=child_setup(),  # submit's Ctrl-C window (hpcenv.signals)
             )
         except subprocess.TimeoutExpired as err:
             raise TransportError(f"command timed out after {timeout:.0f} s: {command}") from err
@@ -206,6 +214,7 @@ class SshTransport(Transport):
         one byte per 10 ms, which makes piping a job script take a minute). The whole command,
         output included, must finish within ``timeout`` seconds."""
         import paramiko
+        from paramiko.ssh_exception import NoValidConnectionsError
 
         command = _exports(self.spec.env) + command
         try:
@@ -215,6 +224,9 @@ class SshTransport(Transport):
             chan = conn.client.get_transport().open_session(timeout=self.spec.connect_timeout)
         except paramiko.BadHostKeyException as exc:
             raise JobError(f"ssh to {self.describe()} failed: {exc}") from exc
+        except (socket.gaierror, ConnectionRefusedError, NoValidConnectionsError) as exc:
+            self.close()  # DNS or a refused port: nothing was sent
+            raise NotConnected(f"ssh to {self.describe()} failed: {exc}") from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
             raise TransportError(f"ssh to {self.describe()} failed: {exc}") from exc
@@ -273,6 +285,13 @@ class SshTransport(Transport):
 _SSH_HOSTKEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED")
 _SSH_AUTH = re.compile(r"Permission denied \(|Too many authentication failures")
 _SSH_CONFIG = re.compile(r"Bad configuration option|bad configuration options|Bad owner or perm")
+# ssh(1) never reached the host: the command was never sent (ssh's own words, OpenSSH 9.2:
+# "ssh: connect to host H port 22: Connection refused", "ssh: Could not resolve hostname H").
+_SSH_NOT_CONNECTED = re.compile(
+    r"^ssh: (connect to host \S+ port \d+: (Connection refused|No route to host|"
+    r"Network is unreachable)|Could not resolve hostname)",
+    re.MULTILINE,
+)
 _SSH_FAILED = re.compile(
     r"^ssh: |Connection (closed|reset|timed out|refused)|kex_exchange_identification|"
     r"banner exchange|Received disconnect|Timeout, server|client_loop|Broken pipe|"
@@ -314,6 +333,8 @@ class OpenSshTransport(Transport):
             ("ssh key file", spec.key_file),
             ("known_hosts file", spec.known_hosts),
         ):
+            if what == "ssh config file" and value and os.path.expanduser(value) == os.devnull:
+                continue  # ssh -F /dev/null: the usual "no configuration"
             if value and not Path(os.path.expanduser(value)).is_file():
                 extra = " (host keys are never added)" if what == "known_hosts file" else ""
                 raise ConfigError(f"{what} not found: {value}{extra}")
@@ -364,6 +385,7 @@ class OpenSshTransport(Transport):
                         stdout=out,
                         stderr=err,
                         timeout=timeout,
+                        preexec_fn=child_setup(),  # submit's Ctrl-C window (hpcenv.signals)
                     )
                 except subprocess.TimeoutExpired as exc:
                     raise TransportError(
@@ -400,6 +422,8 @@ class OpenSshTransport(Transport):
             )
         if _SSH_CONFIG.search(stderr):
             raise ConfigError(where)
+        if _SSH_NOT_CONNECTED.search(stderr):
+            raise NotConnected(where)
         if _SSH_FAILED.search(stderr):
             raise TransportError(where)
 
