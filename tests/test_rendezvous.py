@@ -45,7 +45,7 @@ DOCUMENTED = {
     # OLCF Summit guide: `jsrun -n1 hostname` names a compute node; no documented port.
     "summit": (
         "$(jsrun -n1 -r1 -a1 -c1 hostname)",
-        "$((29500 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 1000))",
+        "$((20000 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 12000))",  # launch node: no probe
     ),
 }
 

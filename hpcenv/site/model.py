@@ -533,7 +533,8 @@ class Rendezvous(Strict):
     ``<node>.hsn.cm.aurora.alcf.anl.gov``); ``batch-host-ip``, the address of the host the
     batch shell runs on (``hostname -i``, Frontier's documented form; under Slurm and PBS the
     batch shell runs on the first node). ``port``: the site's documented port; none: one
-    derived from the job id (29500 + id mod 1000), so two jobs sharing a node do not collide.
+    derived from the job id (20000 + id mod 12000, then the first free one of 16 from there where
+    the batch shell runs on the rendezvous host), so two jobs sharing a node do not collide.
     """
 
     address: Literal["first-node", "batch-host-ip"] = "first-node"

@@ -399,7 +399,7 @@ export HPCENV_GPU_BIND=closest
 export OMPI_MCA_pml=ob1
 MASTER_ADDR="$(jsrun -n1 -r1 -a1 -c1 hostname)"
 export MASTER_ADDR
-MASTER_PORT="$((29500 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 1000))"
+MASTER_PORT="$((20000 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 12000))"
 export MASTER_PORT
 export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"
 
