@@ -23,9 +23,11 @@ rendezvous           hpcenv's own code (from the      ``MASTER_ADDR``/``MASTER_P
 job                  the user's own job               anything but :data:`SHELL_STARTUP`
 user                 ``submit --env`` (the user's     anything but :data:`STARTUP` names and
                      shell, ``hpcenv.yaml``)          the names the launch sets (:data:`LAUNCH`)
-recipe               a recipe's ``user.env`` (image)  anything but :data:`STARTUP` names and
-                                                      ``HPCENV_*`` (hpcenv's own); checked when
-                                                      the recipe is read
+recipe               a recipe's ``user.env`` (image)  anything but :data:`STARTUP` names,
+                                                      the names the launch sets (:data:`LAUNCH`,
+                                                      :data:`LAUNCH_PREFIXES`) and the matched
+                                                      stack's (:data:`STACK_PREFIXES`); checked
+                                                      when the recipe is read
 runtime, host        hpcenv's own code                anything
 record               a job record (``status`` ...)    only the scheduler clients' ``conf_env``
 ===================  ===============================  ========================================
@@ -35,6 +37,14 @@ The user's own job may set loader and interpreter variables (``LD_LIBRARY_PATH``
 and they run nothing the user could not run in the command itself. It may not set the
 :data:`SHELL_STARTUP` names: those change how hpcenv's own step scripts (stage-in verification,
 stage-out, the per-rank wrapper) run in bash, and no workload needs them.
+
+A recipe's ``user.env`` goes into the image (Dockerfile ``ENV``, Singularity ``%environment``), and
+on Apptainer ``%environment`` is sourced after the host's variables are passed in: an image value
+would replace, for every job, the rendezvous, the rank, the launcher's and the MPI/NCCL/Horovod
+settings that the site file, the placement and measured tuning chose (issue 40). So the recipe
+layer refuses what the user layer refuses and the matched stack's namespaces besides; a job that
+needs one of those sets it with ``submit --env`` (visible in the plan), where the user layer
+allows it.
 
 Sites set none of the :data:`STARTUP` names today (``site-configs/*.yaml``, 2026-11-24): the bind
 model's ``LD_LIBRARY_PATH``/``LD_PRELOAD`` come from the typed ``mpi.library_path`` and
@@ -120,6 +130,17 @@ LAUNCH: dict[str, str] = {
         "hpcenv sets it per rank from the launcher's own variables (rank-env.sh)",
     ),
     **dict.fromkeys(
+        (
+            "NODE_RANK",
+            "GROUP_RANK",
+            "GROUP_WORLD_SIZE",
+            "ROLE_RANK",
+            "ROLE_WORLD_SIZE",
+            "ROLE_NAME",
+        ),
+        "torchrun sets it per node and rank (torch.distributed.run, 'Environment variables')",
+    ),
+    **dict.fromkeys(
         ("MASTER_ADDR", "MASTER_PORT"),
         "hpcenv sets the rendezvous from the allocation (the site's rendezvous)",
     ),
@@ -152,7 +173,28 @@ LAUNCH_PREFIXES: tuple[str, ...] = (
     "SINGULARITY_",
     "ENROOT_",
     "PYXIS_",
+    "TORCHELASTIC_",
 )
+
+# The matched stack's namespaces: the libraries whose settings the site file (``mpi.env``,
+# ``tuning``), the placement (threads, pinning, oneCCL workers) and ``tune --measure`` choose,
+# and whose plugin and component paths load code (NCCL_NET_PLUGIN, FI_PROVIDER_PATH,
+# OMPI_MCA_mca_base_component_path). An image value would replace them for every job.
+STACK_PREFIXES: dict[str, str] = {
+    "OMPI_": "Open MPI's parameters (OMPI_MCA_*): the site file and measured tuning set them",
+    "PRTE_": "Open MPI's launcher (PRRTE) parameters: the site file sets them",
+    "I_MPI_": "Intel MPI's settings: the site file, the placement's pinning and tuning set them",
+    "MPICH_": "MPICH's settings: the site file and measured tuning set them",
+    "MPIR_CVAR_": "MPICH's algorithm variables: measured tuning sets them",
+    "FI_": "libfabric's provider and its settings: the site's fabric decides them",
+    "UCX_": "UCX's transports: the site file and measured tuning set them",
+    "NCCL_": "NCCL's network plugin, sockets and algorithms: the site and measured tuning set them",
+    "HOROVOD_": "Horovod's knobs: measured tuning and the launch set them",
+    "CCL_": "oneCCL's transport and workers: the site file and the placement set them",
+    "GLOO_": "Gloo's network interface: the site's rendezvous decides it",
+    "OMP_": "OpenMP threads per rank: the placement sets them",
+    "KMP_": "the OpenMP runtime's pinning: the placement sets it",
+}
 
 # Every LD_ name is the loader's (LD_DEBUG_OUTPUT writes files, LD_PROFILE, LD_BIND_NOW ...).
 _STARTUP_PREFIXES = ("LD_",)
@@ -193,6 +235,25 @@ def startup_reason(name: str) -> str | None:
     return None
 
 
+def launch_reason(name: str) -> str | None:
+    """Why the launch owns ``name`` (:data:`LAUNCH`, :data:`LAUNCH_PREFIXES`); None if not."""
+    inner = inner_name(name)
+    if inner in LAUNCH:
+        return LAUNCH[inner]
+    if inner.startswith(LAUNCH_PREFIXES):
+        return "the scheduler, launcher, runtime or hpcenv sets these names itself"
+    return None
+
+
+def stack_reason(name: str) -> str | None:
+    """Why the matched stack's settings own ``name`` (:data:`STACK_PREFIXES`); None if not."""
+    inner = inner_name(name)
+    for prefix, why in STACK_PREFIXES.items():
+        if inner.startswith(prefix):
+            return why
+    return None
+
+
 def refused(
     name: str, layer: Layer, documented: Container[str] = (), allowed: Container[str] = ()
 ) -> str | None:
@@ -219,18 +280,19 @@ def refused(
         why = startup_reason(name)
         if why is not None:
             return f"{why}; it would change how the job starts, not what it runs"
-        inner = inner_name(name)
-        if inner in LAUNCH:
-            return LAUNCH[inner]
-        if inner.startswith(LAUNCH_PREFIXES):
-            return "the scheduler, launcher, runtime or hpcenv sets these names itself"
-        return None
+        return launch_reason(name)
     if layer == "recipe":
         why = startup_reason(name)
         if why is not None:
             return f"{why}; the image keeps hpcenv's own (set it in the job instead)"
         if inner_name(name).startswith("HPCENV_"):
             return "hpcenv sets HPCENV_ variables itself"
+        why = launch_reason(name)
+        if why is not None:
+            return f"{why}; an image's value would replace the job's"
+        why = stack_reason(name)
+        if why is not None:
+            return f"{why}; an image's value would replace them (set it in a job: submit --env)"
         return None
     if layer == "measured-tuning":
         why = startup_reason(name)
