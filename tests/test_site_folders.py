@@ -59,3 +59,27 @@ def test_scratch_and_project_are_bound_into_every_rank(name: str) -> None:
 )
 def test_each_gpu_site_binds_what_its_documentation_names(name: str, paths: list[str]) -> None:
     assert set(paths) <= set(load_site(name).runtime.binds)
+
+
+GPU_SITES = ["alps-clariden", "aurora", "frontier", "perlmutter"]
+
+
+@pytest.mark.parametrize("name", GPU_SITES)
+def test_every_cache_folder_is_sourced_or_stated_as_assumed(name: str) -> None:
+    """Framework caches are data with their source: each ``caches`` entry of a GPU site has a
+    ``provenance`` line (verified from the site's words, or assumed where the site says
+    nothing); every GPU site keeps Hugging Face off the home quota."""
+    site = load_site(name)
+    sourced = {**site.provenance.verified, **site.provenance.assumed}
+    unsourced = [n for n in site.caches if f"caches.{n}" not in sourced and "caches" not in sourced]
+    assert unsourced == [], f"{name}: caches without a source: {unsourced}"
+    assert {"HF_HOME", "HF_DATASETS_CACHE"} & set(site.caches), name
+
+
+def test_rocm_keeps_miopen_on_node_local_storage_as_olcf_does() -> None:
+    """OLCF pytorch_frontier.rst: MIOPEN_USER_DB_PATH and MIOPEN_CUSTOM_CACHE_DIR on /tmp
+    ("Needed to bypass MIOpen, Disk I/O Errors"), made on every node."""
+    site = load_site("frontier")
+    for name in ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"):
+        cache = site.caches[name]
+        assert cache.scope == "node" and cache.path.startswith("/tmp/"), name

@@ -403,20 +403,24 @@ export FI_MR_CACHE_MONITOR=userfaultfd
 export CCL_KVS_MODE=mpi
 export ZE_FLAT_DEVICE_HIERARCHY=FLAT
 export ONEAPI_DEVICE_SELECTOR=level_zero:gpu
+export HF_HOME="/lus/flare/projects/$HPCENV_PROJECT/$USER/.cache/huggingface"
 MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE" | cut -d . -f 1).hsn.cm.aurora.alcf.anl.gov"
 export MASTER_ADDR
 export MASTER_PORT="2345"
 export APPTAINERENV_LD_LIBRARY_PATH="$MPI_ROOT/lib"
 
+# The site's shared cache folders (caches), made before the ranks start and bound into the image.
+mkdir -p -- "/lus/flare/projects/$HPCENV_PROJECT/$USER/.cache/huggingface"
+
 # Stage-in: /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist -> /tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest
 mpiexec -n 2 --ppn 1 bash "$HPCENV_STEPS/stage-in.sh" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist" "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data" "/lus/flare/projects/$HPCENV_PROJECT/datasets/mnist/.hpcenv-manifest"
 
 # Bind model: check once, inside the image, that the site MPI replaces the image's (same ABI).
-apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 "$MPI_ROOT" "$MPI_ROOT/lib" mpich@4.2 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
+apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/.cache/huggingface" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" sh "$HPCENV_STEPS/bind-preflight.sh" libmpi.so.12 "$MPI_ROOT" "$MPI_ROOT/lib" mpich@4.2 mpich 3 bind libmpi.so.12=mpich libmpi.so.40=openmpi libmpi_ibm.so.3=openmpi
 
 # Run (24 ranks, 12 per node).
 mkdir -p "$HPCENV_OUTPUT"
-mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/.cache/huggingface" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: /lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> /lus/flare/projects/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "/lus/flare/projects/$HPCENV_PROJECT/results/run1" 0
