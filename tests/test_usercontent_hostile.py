@@ -435,3 +435,16 @@ def test_process_allow_direct_renders_the_url(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     docker = (tmp_path / "ctx" / "Dockerfile").read_text(encoding="utf-8")
     assert "https://example.org/pkg-1.0-py3-none-any.whl" in docker
+
+
+def test_process_the_docs_allow_direct_example_renders(tmp_path: Path) -> None:
+    """docs/recipes.md's ``allow_direct`` example is a user section that renders."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
+    text = docs.read_text(encoding="utf-8")
+    block = text.split("```yaml\n  user:\n    allow_direct: true\n", 1)[1].split("```", 1)[0]
+    user = "allow_direct: true\n" + textwrap.dedent(block)
+    write_recipe(tmp_path, user)
+    proc = run("render", "--site", "local", "-r", "./myproject.yaml", "--out", "ctx", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    docker = (tmp_path / "ctx" / "Dockerfile").read_text(encoding="utf-8")
+    assert "mylib @ git+https://github.com/me/mylib@v1.2" in docker
