@@ -502,7 +502,7 @@ def test_node_local_folder_is_per_job_and_removed_at_the_end(tmp_path: Path, fai
     site = site.model_copy(
         update={
             "node_local": site.node_local.model_copy(  # type: ignore[union-attr]
-                update={"path": str(tmp_path / "nl")}
+                update={"path": "/tmp/$USER"}  # deeper: tests/test_node_local_path.py
             )
         }
     )

@@ -240,9 +240,11 @@ def node_local_folder(path: str, job_name: str) -> str:
     that needs it; there the folder is made straight in the sticky folder under a name nobody
     can guess (``$HPCENV_NONCE``), passed to the make step in the environment, not on a
     command line ``ps`` shows. Elsewhere (``/mnt/bb/$USER``, made for the user by the system)
-    it is ``<per-user folder>/<job>-<id>``."""
+    it is ``<per-user folder>/<job>-<id>``, and so deeper in a sticky folder too
+    (``/tmp/nvme/$USER``: a folder the site made there, such as an NVMe mount, is where the data
+    must go, not ``/tmp``)."""
     top = next((s for s in SHARED_STICKY if path == s or path.startswith(s + "/")), None)
-    if top is not None:
+    if top is not None and "/" not in path[len(top) :].strip("/"):  # top, or one name in it
         return f"{top}/hpcenv-$USER-{job_name}-${{HPCENV_JOB_ID}}-${{{NONCE}}}"
     return f"{user_folder(path)}/{job_name}-${{HPCENV_JOB_ID}}"
 
