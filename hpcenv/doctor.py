@@ -89,6 +89,7 @@ class Host:
                 list(argv),
                 capture_output=True,
                 text=True,
+                errors="replace",
                 env=env,
                 timeout=timeout,
                 stdin=subprocess.DEVNULL,

@@ -258,6 +258,7 @@ class Engine(ABC):
                 argv,
                 capture_output=True,
                 text=True,
+                errors="replace",
                 env=engine_env(),
                 timeout=timeout,
                 check=False,

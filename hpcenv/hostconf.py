@@ -188,7 +188,9 @@ def podman_version(exe: str = "podman") -> tuple[int, ...] | None:
     if path is None:
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, errors="replace", timeout=20
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)

@@ -34,11 +34,11 @@ def run_hpcenv(
 def one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> str:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip().endswith(errors[0]), proc.stderr
     for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
+        assert word in errors[0], errors[0]
+    return errors[0]
 
 
 # 1. Requirement '-r' chains -------------------------------------------------------------------
@@ -108,3 +108,48 @@ def test_includes_are_bounded_in_count_and_size(tmp_path: Path) -> None:
         (big / f"f{i}.txt").write_text("# pad\n" * 150_000 + "six\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="MiB of requirements in all"):
         usercontent.read_requirements(big / "top.txt", big, "top.txt")
+
+
+# 2. Non-UTF-8 output of an external command ----------------------------------------------------
+
+
+def _garbled_podman(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "podman"
+    fake.write_text(
+        "#!/bin/sh\nprintf 'overlay \\377\\376 storage\\n'\nprintf 'bad \\351\\n' >&2\n",
+        encoding="utf-8",
+    )
+    fake.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_non_utf8_podman_info_is_not_a_traceback(tmp_path: Path) -> None:
+    env = _garbled_podman(tmp_path)
+    build = run_hpcenv("build", "-s", "local", "-r", "horovod-cpu", cwd=tmp_path, env=env)
+    one_line_error(build, "unknown architecture")
+    doctor = run_hpcenv("doctor", cwd=tmp_path, env=env)
+    assert "Traceback" not in doctor.stderr and "UnicodeDecodeError" not in doctor.stderr
+    assert "podman overlay" in doctor.stdout
+
+
+def test_every_text_mode_subprocess_decodes_with_replacement() -> None:
+    """A program's output in another encoding is decoded, never a UnicodeDecodeError: every
+    ``subprocess.run``/``Popen``/``check_output`` in text mode says ``errors=``."""
+    import ast
+
+    bad = []
+    for path in sorted((Path(__file__).parent.parent / "hpcenv").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+            text = kw.get("text")
+            texty = isinstance(text, ast.Constant) and text.value is True
+            calls = name in ("run", "Popen", "check_output") and (texty or "encoding" in kw)
+            if calls and "errors" not in kw:
+                bad.append(f"{path.name}:{node.lineno}")
+    assert bad == []

@@ -175,6 +175,7 @@ def fetch_wheels(
             download_command(wheels, folder, machine, python),
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=600,
             stdin=subprocess.DEVNULL,
             check=False,

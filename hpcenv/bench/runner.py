@@ -85,7 +85,9 @@ def cli_section(ctx: BenchContext) -> Section:
     helps = []
     for _ in range(n):
         t0 = time.perf_counter()
-        proc = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [exe, "--help"], capture_output=True, text=True, errors="replace", check=False
+        )
         helps.append(time.perf_counter() - t0)
         if proc.returncode != 0:
             raise EnvironmentProblem(f"`{exe} --help` failed: {proc.stderr.strip()[-200:]}")
@@ -207,7 +209,11 @@ EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of
 def _git(*args: str) -> str:
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+        ["git", "-C", str(root), *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        check=False,
     )
     return proc.stdout.strip() if proc.returncode == 0 else ""
 

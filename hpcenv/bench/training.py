@@ -171,7 +171,12 @@ def prepare_project(source: Path, folder: Path) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(source, folder)
     applied = subprocess.run(
-        ["git", "apply", "cpu.patch"], cwd=folder, capture_output=True, text=True, timeout=60
+        ["git", "apply", "cpu.patch"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=60,
     )
     if applied.returncode != 0:
         raise EnvironmentProblem(f"git apply cpu.patch: {applied.stderr.strip()[-300:]}")

@@ -56,7 +56,11 @@ def rehearsal_cluster() -> Iterator[tuple[Any, Any]]:
     state = Path("/var/tmp/hpcenv-services/slurm-2node")
     was_up = (state / "slurmctld.pid").is_file()
     up = subprocess.run(
-        ["bash", str(scripts / "slurm-2node-up.sh")], capture_output=True, text=True, timeout=180
+        ["bash", str(scripts / "slurm-2node-up.sh")],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=180,
     )
     if up.returncode != 0:
         raise EnvironmentProblem(f"slurm-2node-up.sh: {up.stderr.strip() or up.stdout.strip()}")

@@ -83,7 +83,13 @@ def build_user_recipe(ctx: BenchContext, recipe: Path, site: str | None = None) 
     argv += ["--format", "oci", "--json"]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        argv, capture_output=True, text=True, cwd=recipe.parent, check=False, timeout=1800
+        argv,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        cwd=recipe.parent,
+        check=False,
+        timeout=1800,
     )
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:

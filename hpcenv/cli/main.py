@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.smoke",
     "hpcenv.cli.submit",
     "hpcenv.cli.follow",
+    "hpcenv.cli.run",
     "hpcenv.cli.tune",
     "hpcenv.cli.manifest",
     "hpcenv.cli.bench",

@@ -215,6 +215,7 @@ def run_smoke(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
+                errors="replace",
                 env=engine_env(),
                 stdin=subprocess.DEVNULL,
             )

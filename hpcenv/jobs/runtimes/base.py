@@ -17,7 +17,7 @@ runtimes ``--volume`` and ``--env``. Runtimes whose own flags inject the site MP
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -161,6 +161,18 @@ class ContainerRuntime(ABC):
 
     @abstractmethod
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch: ...
+
+    def interactive(self, prefix: Sequence[str], tty: bool) -> tuple[str, ...]:
+        """``prefix`` for one task that reads this terminal (``hpcenv shell``); as it is where
+        the runtime passes stdin on by itself (apptainer exec, shifter)."""
+        return tuple(prefix)
+
+
+def oci_interactive(prefix: Sequence[str], tty: bool) -> tuple[str, ...]:
+    """:func:`oci_run`'s prefix (options, then the image) with stdin kept open and, on a
+    terminal, a pseudo-terminal (podman-run(1) --interactive, --tty)."""
+    *options, image = prefix
+    return (*options, "--interactive", *(["--tty"] if tty else []), image)
 
 
 # Runtime flags that make the runtime inject the site MPI itself (NERSC podman-hpc modules

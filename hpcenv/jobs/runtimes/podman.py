@@ -20,6 +20,7 @@ server (measured with Slurm 22.05 + PMIx 4.2 + Open MPI 4.1.4 on both sides):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import ClassVar
 
 from hpcenv.errors import ConfigError, EnvironmentProblem
@@ -31,6 +32,7 @@ from hpcenv.jobs.runtimes.base import (
     RunContext,
     injection,
     injection_note,
+    oci_interactive,
     oci_mpi_env,
     oci_run,
 )
@@ -70,6 +72,9 @@ class Podman(ContainerRuntime):
             why = image_mismatch(site, image, json.loads(raw)) if raw else None
             if why:
                 raise ConfigError(why)
+
+    def interactive(self, prefix: Sequence[str], tty: bool) -> tuple[str, ...]:
+        return oci_interactive(prefix, tty)
 
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
         names = [n for n in ctx.env_names if not n.startswith(_WILDCARDS)]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import ClassVar
 
@@ -33,6 +33,7 @@ from hpcenv.jobs.runtimes.base import (
     Probe,
     RunContext,
     injection,
+    oci_interactive,
     oci_mpi_env,
     oci_run,
     runtime_flags,
@@ -75,6 +76,9 @@ class PodmanHpc(ContainerRuntime):
         migrate = ("podman-hpc", "migrate", tag)
         return [DeliveryStep("command", tag, migrate, why, verify=partial(check_migrated, tag))]
 
+    def interactive(self, prefix: Sequence[str], tty: bool) -> tuple[str, ...]:
+        return oci_interactive(prefix, tty)
+
     def launch(self, site: Site, image: str, ctx: RunContext) -> ContainerLaunch:
         cmd = ["podman-hpc", "run", "--rm", *runtime_flags(site, ctx)]
         extra = oci_mpi_env(injection(site, ctx))
@@ -101,7 +105,13 @@ def check_migrated(tag: str, env: Mapping[str, str], output: str = "") -> None:
     argv = [exe, "images", "--format", IMAGES_FORMAT]
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, env=dict(env), timeout=300, check=False
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=dict(env),
+            timeout=300,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise EnvironmentProblem(
