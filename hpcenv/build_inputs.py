@@ -109,3 +109,100 @@ def write_stamp(stamp: Path, digest: str, image_id: str) -> None:
     from hpcenv.output import write_private
 
     write_private(stamp, f"{digest} {image_id}\n")  # never through a link at a fixed name
+
+
+# -- a project's inputs, recorded in its image ----------------------------------------------
+#
+# Issue 37: a project's image must be the one its current inputs make, or ``submit`` runs an
+# environment the project no longer describes. The image carries a digest of those inputs (in
+# its lock: the ``io.hpcenv.lock`` label and /opt/hpcenv/stack.lock.json, ``user_content.inputs``)
+# with one digest per part, so that a difference can be named: each requirements file (by
+# name: the requirements it gives, so a comment or blank line changes nothing), the ``--pip``
+# and recipe ``user.pip`` specs, each user file or folder (its bytes), the rest of the user
+# section and the matched stack (the lock without the user's part).
+
+_ORIGIN_FILE = re.compile(r"(.+?)(?:>[^:]*)?:\d+")
+
+
+def requirement_group(origin: str) -> str:
+    """The part a requirement belongs to: its top requirements file's name
+    (``sub/requirements.txt:3``, ``requirements.txt>more.txt:1`` -> ``requirements.txt``),
+    ``--pip``, or ``RECIPE.yaml user.pip``."""
+    if origin.startswith("--pip"):
+        return "--pip"
+    if ": user.pip[" in origin:
+        return origin.split(": ", 1)[0] + " user.pip"
+    match = _ORIGIN_FILE.fullmatch(origin)
+    return Path(match.group(1) if match else origin).name
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def project_inputs(
+    lock: dict[str, Any], requirements: list[tuple[str, str]], files: list[tuple[str, Path]]
+) -> dict[str, Any]:
+    """``{"digest": ..., "parts": {name: digest}}`` of a project's inputs: ``lock`` (the lock
+    as a dict, without ``user_content.inputs``), ``requirements`` as (spec, origin) in order,
+    ``files`` as (destination in the image, host path)."""
+    import json
+
+    parts: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for spec, origin in requirements:
+        groups.setdefault(requirement_group(origin), []).append(spec)
+    for name, specs in groups.items():
+        parts[f"requirements {name}"] = _sha("\n".join(specs))
+    for dest, host in files:
+        digest = hashlib.sha256(b"hpcenv user file 1\n")
+        if host.is_dir():
+            hash_files(digest, host)
+        else:
+            digest.update(host.read_bytes())
+        parts[f"file {dest}"] = digest.hexdigest()
+    # the rest of the user section (apt, env, labels, workdir, where files go); its pip specs
+    # are the requirements' parts above, its constraints the stack's
+    user = {
+        k: v
+        for k, v in lock.get("user_content", {}).items()
+        if k not in ("inputs", "pip", "constraints")
+    }
+    stack = {k: v for k, v in lock.items() if k != "user_content"}
+    parts["user section"] = _sha(json.dumps(user, sort_keys=True))
+    parts["stack"] = _sha(json.dumps(stack, sort_keys=True))
+    total = _sha("".join(f"{k} {v}\n" for k, v in sorted(parts.items())))
+    return {"digest": total, "parts": parts}
+
+
+def what_changed(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The parts whose digests differ, in words, the user's own first (requirements files,
+    files, the user section), the matched stack last."""
+    old, new = recorded.get("parts", {}), current.get("parts", {})
+    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    order = ("requirements ", "file ", "user section", "stack")
+    changed.sort(key=lambda k: next(i for i, p in enumerate(order) if k.startswith(p)))
+    words = []
+    for key in changed:
+        if key.startswith("requirements "):
+            name = key.removeprefix("requirements ")
+            gone = "is no longer given" if key not in new else "changed"
+            words.append(f"{name} {'is new' if key not in old else gone}")
+        elif key.startswith("file "):
+            dest = key.removeprefix("file ")
+            words.append(f"the file for {dest} {'is new' if key not in old else 'changed'}")
+        elif key == "user section":
+            words.append("the recipe's user section changed")
+        else:
+            words.append("the matched stack hpcenv resolves changed (hpcenv, the site or --set)")
+    return words
+
+
+def record_inputs(lock: Any, content: Any) -> None:
+    """Put :func:`project_inputs` of a resolved lock (:class:`hpcenv.lock.Lock`) and its recipe's
+    user content (:class:`hpcenv.usercontent.UserContent`) into ``lock.user_content["inputs"]``."""
+    lock.user_content["inputs"] = project_inputs(
+        lock.to_dict(),
+        [(r.spec, r.origin) for r in content.requirements],
+        [(f.dest, f.host) for f in content.files],
+    )

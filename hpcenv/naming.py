@@ -12,6 +12,7 @@ Which name a site's jobs run is its runtime's (hpcenv.jobs.runtimes: the last de
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 SifSource = Literal["oci", "def"]
@@ -91,3 +92,39 @@ def site_sqsh_path(*, recipe: str, site: str, scratch: str | None) -> str:
 def build_log(*, recipe: str, site: str) -> str:
     """The file name of an image build's log: ``build-<site>-<recipe>.log``."""
     return f"build-{site}-{recipe}.log"
+
+
+#: A project's name (``hpcenv.yaml``'s ``project:``): lower case, from a letter or digit, <= 40.
+PROJECT_MAX = 40
+PROJECT_RE = r"[a-z0-9][a-z0-9._-]{0,39}"
+#: How long a recipe name (and so an image's repository part) may be (hpcenv.safe.Name).
+RECIPE_MAX = 64
+
+
+def project_name(raw: str) -> str:
+    """A folder name as a project name: lower case, runs of other characters as one ``-``,
+    starting with a letter or digit, at most :data:`PROJECT_MAX` characters (``My Project!``
+    -> ``my-project``); ``project`` when nothing is left."""
+    text = re.sub(r"[^a-z0-9._-]+", "-", raw.lower())
+    text = re.sub(r"^[^a-z0-9]+", "", text)[:PROJECT_MAX].rstrip("-._")
+    return text or "project"
+
+
+def project_recipe(*, recipe: str, project: str) -> str:
+    """The recipe name of a project's own image, ``<recipe>-<project>``: the image tag
+    (``localhost/hpcenv/<recipe>-<project>:<site>``) and SIF file (``<recipe>-<project>-<site>
+    .sif``) then carry the project, so two projects on one site never share an image. The
+    project's ``.`` and ``_`` become ``-`` (a recipe name is ``[a-z][a-z0-9-]``, valid in a
+    podman repository and a file name), at most :data:`RECIPE_MAX` characters, no trailing
+    ``-``."""
+    suffix = re.sub(r"[^a-z0-9]+", "-", project_name(project)).strip("-") or "project"
+    if recipe.endswith(f"-{suffix}"):  # already this project's (a recipe made by this rule)
+        return recipe[:RECIPE_MAX]
+    return f"{recipe}-{suffix}"[:RECIPE_MAX].rstrip("-")
+
+
+def inputs_record(*, recipe: str, site: str) -> str:
+    """The file name of the record of a built image's project inputs, in hpcenv's cache
+    (``project-<site>-<recipe>.json``): how ``submit`` reads them for an image it cannot inspect
+    (a SIF, a SquashFS file)."""
+    return f"project-{site}-{recipe}.json"

@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from hpcenv import naming
 from hpcenv.errors import ConfigError, did_you_mean
 from hpcenv.paths import recipes_dir
 from hpcenv.safe import Name, SafeModel
@@ -120,6 +121,11 @@ def load_recipe(name_or_path: str, *, _seen: tuple[Path, ...] = ()) -> Recipe:
             f"known: {', '.join(recipe_names())}"
         )
     recipe = validate_file(Recipe, path)
+    if is_path(name_or_path) and recipe.name in recipe_names():
+        raise ConfigError(
+            f"{path}: name: {recipe.name} is the name of a built-in recipe, whose image your "
+            "recipe would replace; give your recipe a name of its own"
+        )
     content = resolve_section(recipe.user, path.parent, path.name)
     if recipe.extends is not None:
         here = path.resolve()
@@ -136,10 +142,14 @@ def load_recipe(name_or_path: str, *, _seen: tuple[Path, ...] = ()) -> Recipe:
     return recipe
 
 
-def with_additions(recipe: Recipe, requirements: list[Path], pip: list[str]) -> Recipe:
+def with_additions(
+    recipe: Recipe, requirements: list[Path], pip: list[str], project: str | None = None
+) -> Recipe:
     """The short form ``--recipe NAME --requirements FILE --pip SPEC``: ``recipe`` with those
-    added (files relative to the working directory), named ``NAME-user`` so that the built-in
-    image keeps its tag."""
+    added (files relative to the working directory), named ``NAME-PROJECT``
+    (:func:`hpcenv.naming.project_recipe`) so that the built-in image keeps its tag and two
+    projects on one site never share an image. ``project`` defaults to :func:`project_of` the
+    first requirements file (else the current folder)."""
     if not requirements and not pip:
         return recipe
     from pydantic import ValidationError
@@ -157,10 +167,37 @@ def with_additions(recipe: Recipe, requirements: list[Path], pip: list[str]) -> 
             raise ConfigError(f"--requirements {req}: not a file")
         found = read_requirements(req, req.resolve().parent, str(req))
         content = content.then(UserContent(requirements=tuple(found)))
-    name = recipe.name if recipe.name.endswith("-user") else f"{recipe.name}-user"
-    out = recipe.model_copy(update={"name": name[:64]})
+    if project is None:
+        project = project_of(requirements[0].resolve().parent if requirements else Path.cwd())
+    name = naming.project_recipe(recipe=recipe.name, project=project)
+    out = recipe.model_copy(update={"name": name})
     out._content = recipe.content.then(content)
     return out
+
+
+def project_of(folder: Path) -> str:
+    """A folder's project: the ``project:`` of its ``hpcenv.yaml``, else the folder's name
+    (:func:`hpcenv.naming.project_name`). ``build`` and ``submit`` ask it of the same folder (the
+    requirements file's), so they name the same image from wherever they are run."""
+    from hpcenv.projectfile import find, load
+
+    found = find(folder)
+    if found is not None:
+        named = load(found).data.project
+        if named:
+            return named
+    return naming.project_name(folder.name)
+
+
+def image_recipe(recipe: str, requirements: list[Path], pip: list[str]) -> str:
+    """The recipe name of the image ``build`` makes and ``submit`` runs: the recipe's own, or
+    ``<recipe>-<project>`` when requirements or pip specs are added (as :func:`with_additions`
+    names it, without reading the files)."""
+    name = recipe_name(recipe)
+    if not requirements and not pip:
+        return name
+    folder = requirements[0].resolve().parent if requirements else Path.cwd()
+    return naming.project_recipe(recipe=name, project=project_of(folder))
 
 
 def recipe_name(name_or_path: str) -> str:

@@ -890,4 +890,7 @@ def resolve(site: Site, recipe: Recipe, overrides: dict[str, str] | None = None)
         from hpcenv.matched import user_lock
 
         lock.user_content = user_lock(lock, site, recipe.content)
+        from hpcenv.build_inputs import record_inputs  # issue 37: the image records its inputs
+
+        record_inputs(lock, recipe.content)
     return lock

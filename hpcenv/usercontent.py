@@ -465,6 +465,8 @@ def read_requirements(
         where = f"{label}:{start}"
         if not line:
             continue
+        if has_control(line):  # before '-r': a NUL in a path is a ValueError, not a file
+            raise ConfigError(f"{where}: holds a control character (binary or NUL-separated data?)")
         include = _OPTION.fullmatch(line)
         if include:
             rel = include.group(2)

@@ -165,11 +165,14 @@ def test_requirements_file_refusals(tmp_path: Path, text: str, words: str) -> No
         read_requirements(sub / "req.txt", sub, "req.txt")
 
 
-def test_short_form_names_the_image_name_user(tmp_path: Path) -> None:
-    req = tmp_path / "requirements.txt"
+def test_short_form_names_the_image_after_the_project(tmp_path: Path) -> None:
+    """Issue 37: NAME-PROJECT, the project being the requirements file's folder (not NAME-user,
+    which every project on a site shared)."""
+    req = tmp_path / "My_Project" / "requirements.txt"
+    req.parent.mkdir()
     req.write_text("tabulate\n", encoding="utf-8")
     recipe = with_additions(load_recipe("horovod-cpu"), [req], ["six"])
-    assert recipe.name == "horovod-cpu-user"
+    assert recipe.name == "horovod-cpu-my-project"
     assert [r.spec for r in recipe.content.requirements] == ["six", "tabulate"]
     assert with_additions(load_recipe("horovod-cpu"), [], []).name == "horovod-cpu"
 

@@ -448,3 +448,27 @@ def test_process_the_docs_allow_direct_example_renders(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     docker = (tmp_path / "ctx" / "Dockerfile").read_text(encoding="utf-8")
     assert "mylib @ git+https://github.com/me/mylib@v1.2" in docker
+
+
+def test_process_a_nul_in_an_include_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "req.txt").write_bytes(b"six\n-r a\x00b\n")
+    proc = run(
+        "build",
+        "--dry-run",
+        "--site",
+        "local",
+        "-r",
+        "horovod-cpu",
+        "--requirements",
+        "req.txt",
+        cwd=tmp_path,
+    )
+    refused(proc, "req.txt:2", "control character")
+
+
+def test_process_a_token_given_as_pip_is_never_shown(tmp_path: Path) -> None:
+    proc = run(
+        "build", "--dry-run", "--site", "local", "-r", "horovod-cpu", "--pip", GHP, cwd=tmp_path
+    )
+    refused(proc, "--pip", "a token (ghp_...)")
+    nowhere(GHP, proc, tmp_path)

@@ -25,6 +25,7 @@ from hpcenv.errors import HpcenvError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "hpcenv.cli.sites",
+    "hpcenv.cli.project",
     "hpcenv.cli.stack",
     "hpcenv.cli.doctor",
     "hpcenv.cli.data",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hpcenv.choices import SshClient
+
+if TYPE_CHECKING:
+    from hpcenv.projectfile import Merged
 
 
 def positive_seconds(
@@ -144,3 +147,52 @@ SshClientOpt = Annotated[
         "paramiko: the [ssh] extra, key auth only",
     ),
 ]
+OptionalRecipeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--recipe",
+        "-r",
+        help="recipe name (see hpcenv recipes) or your recipe file (default: hpcenv.yaml's)",
+        autocompletion=_complete_recipe,
+    ),
+]
+
+
+def project_values(
+    ctx: typer.Context,
+    given: dict[str, object],
+    defaults: dict[str, object] | None = None,
+    params: dict[str, str] | None = None,
+) -> Merged:
+    """The command's options merged with ``./hpcenv.yaml`` (:func:`hpcenv.projectfile.merge`).
+
+    ``given``: each option by project-file field name (``params`` maps a field to the command's
+    parameter where the names differ, e.g. ``partition`` -> ``queue``). An option counts as
+    given when it was on the command line or in its environment variable (``HPCENV_SITE``);
+    a default Typer filled in does not, so the file's value wins over it."""
+    from hpcenv.projectfile import load_here, merge
+
+    explicit: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    params = params or {}
+    envvars = {p.name: p.envvar for p in ctx.command.params}
+    for name, value in given.items():
+        param = params.get(name, name)
+        source = getattr(ctx.get_parameter_source(param), "name", None)  # click's enum
+        if source == "COMMANDLINE":
+            explicit[name] = value
+        elif source == "ENVIRONMENT":
+            explicit[name] = value
+            sources[name] = f"env {envvars.get(param)}"
+    return merge(explicit, load_here(), defaults, sources=sources)
+
+
+def need(merged: Merged, name: str) -> str:
+    """A value a command cannot do without (the site, a recipe), from an option or the file."""
+    from hpcenv.errors import ConfigError
+
+    value = merged.get(name)
+    if not value:
+        where = "hpcenv.yaml" if merged.file else "an hpcenv.yaml (hpcenv init writes one)"
+        raise ConfigError(f"give --{name}, or {name}: in {where}")
+    return str(value)

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hpcenv.choices import BuildFormat, SifSource, TransportKind
-from hpcenv.cli.options import JsonOpt, PipOpt, RecipeOpt, RequirementsOpt, SetOpt, SiteOpt
+from hpcenv.cli.options import (
+    JsonOpt,
+    OptionalRecipeOpt,
+    OptionalSiteOpt,
+    PipOpt,
+    RequirementsOpt,
+    SetOpt,
+    need,
+    project_values,
+)
 
 if TYPE_CHECKING:
     from hpcenv.build import BuildPlan
@@ -60,15 +69,21 @@ def build_context_needs(fmt: str, text: str) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command("resolve")
     def resolve_cmd(
-        site: SiteOpt,
-        recipe: RecipeOpt,
+        ctx: typer.Context,
+        site: OptionalSiteOpt = None,
+        recipe: OptionalRecipeOpt = None,
         set_: SetOpt = None,
         requirements: RequirementsOpt = None,
         pip: PipOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Resolve a matched stack and print the lock (each version and the reason for it)."""
-        _, lock, _ = _lock(site, recipe, set_, requirements, pip)
+        got = project_values(
+            ctx, {"site": site, "recipe": recipe, "requirements": requirements, "pip": pip}
+        )
+        _, lock, _ = _lock(
+            need(got, "site"), need(got, "recipe"), set_, got["requirements"], got["pip"]
+        )
         if as_json:
             typer.echo(lock.to_json(), nl=False)
             return
@@ -90,8 +105,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("render")
     def render_cmd(
-        site: SiteOpt,
-        recipe: RecipeOpt,
+        ctx: typer.Context,
+        site: OptionalSiteOpt = None,
+        recipe: OptionalRecipeOpt = None,
         set_: SetOpt = None,
         requirements: RequirementsOpt = None,
         pip: PipOpt = None,
@@ -142,10 +158,23 @@ def register(app: typer.Typer) -> None:
                 f"--format {fmt} prints one artifact to stdout and --out writes them all to a "
                 "folder: give one of them"
             )
+        got = project_values(
+            ctx,
+            {
+                "site": site,
+                "recipe": recipe,
+                "requirements": requirements,
+                "pip": pip,
+                "account": account,
+            },
+        )
+        account = got.get("account")
         out = out or Path("out")
         if fmt is None:
             check_target(out, force=force)  # before the slower resolve
-        site_obj, lock, loaded = _lock(site, recipe, set_, requirements, pip)
+        site_obj, lock, loaded = _lock(
+            need(got, "site"), need(got, "recipe"), set_, got["requirements"], got["pip"]
+        )
         rendered = render(lock, site_obj)
         # A ready job script: the image's MPI allreduce check, launched the site's way.
         check = ["python3", "/opt/hpcenv/checks/allreduce_mpi.py", "--max-bytes", "1048576"]
@@ -214,7 +243,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("build")
     def build_cmd(
-        site: SiteOpt,
+        ctx: typer.Context,
+        site: OptionalSiteOpt = None,
         recipe: Annotated[
             list[str] | None,
             typer.Option(
@@ -292,7 +322,20 @@ def register(app: typer.Typer) -> None:
         from hpcenv.resolver import parse_overrides
         from hpcenv.site import load_site, retirement_warning
 
-        site_obj = load_site(site)
+        got = project_values(
+            ctx,
+            {
+                "site": site,
+                "recipe": recipe,
+                "requirements": requirements,
+                "pip": pip,
+                "account": account,
+            },
+        )
+        site_obj = load_site(need(got, "site"))
+        file_recipe = got.get("recipe")
+        recipe = [file_recipe] if isinstance(file_recipe, str) else file_recipe
+        requirements, pip, account = got["requirements"], got["pip"], got.get("account")
         retired = retirement_warning(site_obj)
         if retired:
             typer.echo(retired, err=True)
@@ -435,6 +478,9 @@ def register(app: typer.Typer) -> None:
                     {"step": step.describe(), "done": outcome.done, "detail": outcome.detail}
                 )
             entry["delivery"] = delivered
+            from hpcenv.jobs.image_freshness import write_record
+
+            write_record(plan.lock, deliveries[plan.recipe][-1].target)  # submit compares
             results.append(entry)
         if as_json:
             typer.echo(json.dumps(results, indent=2))

@@ -12,13 +12,15 @@ from hpcenv.choices import SshClient, TransportKind
 from hpcenv.cli.follow import WaitTimeoutOpt, stopped, watcher
 from hpcenv.cli.options import (
     JsonOpt,
+    OptionalSiteOpt,
     PipOpt,
     RequirementsOpt,
-    SiteOpt,
     SshClientOpt,
     SshConfigOpt,
     job_name,
     log_name,
+    need,
+    project_values,
     walltime,
 )
 
@@ -32,7 +34,8 @@ def _stderr(line: str) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("submit")
     def submit_cmd(
-        site: SiteOpt,
+        ctx: typer.Context,
+        site: OptionalSiteOpt = None,
         command: Annotated[
             list[str] | None, typer.Argument(help="command to run (after --)")
         ] = None,
@@ -184,14 +187,34 @@ def register(app: typer.Typer) -> None:
         """Render a job script for SITE and submit it (``-- COMMAND...``)."""
         from hpcenv.jobs.service import SshOptions, SubmitRequest, WaitInterrupted, submit_request
 
+        got = project_values(  # ./hpcenv.yaml under the options given (issue 37)
+            ctx,
+            {
+                "site": site,
+                "recipe": recipe,
+                "requirements": requirements,
+                "pip": pip,
+                "account": account,
+                "nodes": nodes,
+                "time": time,
+                "launcher": launcher,
+                "partition": queue,
+                "qos": qos,
+                "env": env,
+                "stage_in": stage_in,
+                "stage_out": stage_out,
+            },
+            defaults={"nodes": 1},
+            params={"partition": "queue"},
+        )
         req = SubmitRequest(
-            site=site,
+            site=need(got, "site"),
             command=tuple(command or ()),
-            recipe=recipe,
-            requirements=tuple(requirements or ()),
-            pip=tuple(pip or ()),
-            launcher=launcher,
-            nodes=nodes,
+            recipe=got.get("recipe"),
+            requirements=tuple(got.get("requirements", ())),
+            pip=tuple(got.get("pip", ())),
+            launcher=got.get("launcher"),
+            nodes=got["nodes"],
             ntasks=ntasks,
             ranks_per_node=ranks_per_node,
             cpus_per_task=cpus_per_task,
@@ -204,21 +227,21 @@ def register(app: typer.Typer) -> None:
             name=name,
             workdir=workdir,
             chdir=chdir,
-            walltime=time,
+            walltime=got.get("time"),
             stdout=stdout,
             stderr=stderr,
-            account=account,
-            queue=queue,
-            qos=qos,
+            account=got.get("account"),
+            queue=got.get("partition"),
+            qos=got.get("qos"),
             constraint=constraint,
             options=tuple(option or ()),
             option_override=option_override,
             single=single,
-            stage_in=stage_in,
-            stage_out=stage_out,
+            stage_in=got.get("stage_in"),
+            stage_out=got.get("stage_out"),
             array=array,
             after=tuple(after or ()),
-            env=tuple(env or ()),
+            env=tuple(got.get("env", ())),
             force=force,
             dry_run=dry_run,
             site_mpi=not no_site_mpi,

@@ -465,6 +465,10 @@ def submit_request(
     if retired:
         notify(retired)
     job = _job_spec(req, s, notify)
+    if req.transport is TransportKind.local and not req.image and not req.no_container:
+        from hpcenv.jobs.image_freshness import check_image_inputs  # issue 37: a stale image
+
+        check_image_inputs(s, req.recipe, req.requirements, req.pip, job.image)
     after = _scheduler(s).check_after(req.after) if req.after else []
     measured, warning = for_job(s, job, job.image)
     if warning:
