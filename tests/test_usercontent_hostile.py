@@ -472,3 +472,19 @@ def test_process_a_token_given_as_pip_is_never_shown(tmp_path: Path) -> None:
     )
     refused(proc, "--pip", "a token (ghp_...)")
     nowhere(GHP, proc, tmp_path)
+
+
+def test_process_a_large_requirements_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_bytes(b"six\n" * (300_000))
+    proc = run(
+        "build",
+        "--dry-run",
+        "--site",
+        "local",
+        "-r",
+        "horovod-cpu",
+        "--requirements",
+        "big.txt",
+        cwd=tmp_path,
+    )
+    refused(proc, "big.txt", "at most 1 MiB")
