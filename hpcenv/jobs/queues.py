@@ -84,6 +84,15 @@ def check_names(site: Site, job: JobSpec) -> None:
         )
 
 
+def _most_nodes(limits: dict[str, QueueLimits], kind: str) -> int | None:
+    """The most nodes any documented queue (or QOS) of ``kind`` takes; None when one of them
+    has no node limit written (then no count is known to be too many)."""
+    bounds = [q.nodes for q in limits.values() if q.selects == kind]
+    if not bounds or any(b is None for b in bounds):
+        return None
+    return max(b[1] for b in bounds if b is not None)
+
+
 def route(site: Site, job: JobSpec) -> tuple[JobSpec, str | None]:
     """``job`` with the queue (or QOS) that takes it, and the line saying it was routed; a
     ConfigError when the queue was the user's, or none takes the job, or the user's name is
@@ -112,6 +121,12 @@ def route(site: Site, job: JobSpec) -> tuple[JobSpec, str | None]:
         ]
         option = "--queue" if kind == "queue" else "--qos"
         where = f"{kind} {name!r} on site {site.name!r}"
+        most = _most_nodes(limits, kind)
+        if most is not None and job.nodes > most:
+            raise ConfigError(
+                f"-N/--nodes {job.nodes}: no {kind} on site {site.name!r} takes more than "
+                f"{most} node(s): ask for fewer nodes (scheduler.queue_limits)"
+            )
         if not fits:
             raise ConfigError(
                 f"{where} {why}, and no other documented {kind} takes {job.nodes} node(s) for "
