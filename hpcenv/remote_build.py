@@ -44,6 +44,8 @@ from hpcenv.errors import BuildError, ConfigError, JobError
 from hpcenv.image_records import write_record
 from hpcenv.jobs.shell import expanding, join, word
 from hpcenv.jobs.transport import Transport, TransportError
+from hpcenv.printable import printable
+from hpcenv.safe import image_or_sif
 
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
 
@@ -151,6 +153,41 @@ class RemoteResult:
     reattached: bool
 
 
+_IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{4,64}")  # podman: 64 hex; docker: sha256:
+
+
+def built_image(answer: str, where: str) -> tuple[str, str]:
+    """(image id, image reference) from the login node's ``cat image.id image.ref``: exactly
+    those two lines, an engine's id and a reference or image file path, else one JobError line
+    (the answer is the login node's text: shown escaped and cut, never raw)."""
+    lines = [line.strip() for line in answer.splitlines() if line.strip()]
+    if len(lines) != 2:
+        raise JobError(
+            f"the login node's image.id and image.ref in {where} are {len(lines)} line(s), "
+            "not an image id and an image reference; build again, or see build.log there"
+        )
+    image_id, image = lines
+    if not _IMAGE_ID.fullmatch(image_id):
+        raise JobError(
+            f"the login node's image.id in {where} is not an image id: "
+            f"{printable(image_id[:80])!r}; build again, or see build.log there"
+        )
+    try:
+        image_or_sif(image, "image.ref")
+    except ConfigError as err:
+        raise JobError(
+            f"the login node's image.ref in {where}: {printable(str(err)[:200])}"
+        ) from None
+    return image_id, image
+
+
+def _last_lines(log: Path, count: int) -> list[str]:
+    """The last ``count`` lines of ``log`` (its last 64 KiB read, not the whole file)."""
+    with log.open("rb") as handle:
+        handle.seek(max(0, handle.seek(0, 2) - (64 << 10)))
+        return handle.read().decode(errors="replace").strip().splitlines()[-count:]
+
+
 class RemoteBuild:
     """One plan built on the login node that ``transport`` reaches."""
 
@@ -218,14 +255,23 @@ class RemoteBuild:
             'cd "$d" && pwd && sh -s && cd context && '
             "find . -type f -print0 | xargs -0 -r sha256sum"
         )
-        first, second, *rest = self._run(prepare, stdin=_state_script()).splitlines()
+        answer = self._run(prepare, stdin=_state_script()).splitlines()
+        if len(answer) < 2:
+            raise JobError(
+                f"{self.t.describe()} answered {len(answer)} line(s) where the build folder and "
+                "the build's state were expected; is its shell printing something at start?"
+            )
+        first, second, *rest = answer
         if not first.startswith("/") or not _SAFE_PATH.fullmatch(first):
-            raise JobError(f"the login node's build folder {first!r} is not a plain absolute path")
+            raise JobError(
+                f"the login node's build folder {printable(first[:200])!r} is not a plain "
+                "absolute path"
+            )
         self.root = first
         state = second.split()
         log = build_log_path(self.plan)
         sent = 0
-        reattached = state[0] == "running"
+        reattached = state[:1] == ["running"] and len(state) == 2 and state[1].isdigit()
         if reattached:
             self.note(f"  following the build already running on the login node (pid {state[1]})")
         else:
@@ -266,14 +312,14 @@ class RemoteBuild:
                 return None
             raise JobError(self._stopped())
         if rc != 0:
-            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+            tail = printable(" | ".join(_last_lines(log, 3)))
             raise BuildError(
                 step or "build.sh",
                 log,
                 f"on {self.t.describe()} (exit {rc}; there: {self.root}/build.log): {tail}",
             )
-        out = self._run(f"cd {join([self.root])} && cat image.id image.ref").splitlines()
-        image_id, image = out[0].strip(), out[1].strip()
+        out = self._run(f"cd {join([self.root])} && cat image.id image.ref")
+        image_id, image = built_image(out, f"{self.t.describe()}:{self.root}")
         result = RemoteResult(
             self.plan.tag,
             image,
@@ -319,7 +365,7 @@ class RemoteBuild:
                 lines = body.split("\n")[:-1]  # the last piece is a line still being written
                 for line in lines:
                     out.write(line + "\n")
-                    tracker.feed(line)
+                    tracker.feed(printable(line))  # the login node's text reaches a terminal
                 out.flush()
                 line_no += len(lines)
                 words = state.split()

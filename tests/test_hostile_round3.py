@@ -153,3 +153,63 @@ def test_every_text_mode_subprocess_decodes_with_replacement() -> None:
             if calls and "errors" not in kw:
                 bad.append(f"{path.name}:{node.lineno}")
     assert bad == []
+
+
+# 3. The login node's answers to build --on-login -----------------------------------------------
+
+_FAKE_SSH = r'''#!/usr/bin/env python3
+"""A login node answering build --on-login from FAKE_LOGIN_* (escapes as in Python strings)."""
+import os, sys
+cmd = sys.argv[-1]
+sys.stdin.buffer.read()
+def text(name, default=""):
+    return os.environ.get(name, default).encode().decode("unicode_escape").encode("latin-1")
+if "sha256sum" in cmd:
+    sys.stdout.buffer.write(b"/home/u/.cache/hpcenv/remote-builds/x\n" + text("FAKE_LOGIN_STATE", "new") + b"\n")
+elif "sh -s -- " in cmd:
+    sys.stdout.buffer.write(b"done " + text("FAKE_LOGIN_RC", "0") + b"\n" + text("FAKE_LOGIN_LOG"))
+elif "cat image.id image.ref" in cmd:
+    sys.stdout.buffer.write(text("FAKE_LOGIN_ANSWER"))
+'''
+
+
+def _on_login(tmp_path: Path, **answers: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ssh").write_text(_FAKE_SSH, encoding="utf-8")
+    (bin_dir / "ssh").chmod(0o755)
+    (tmp_path / "key").touch()
+    (tmp_path / "known_hosts").touch()
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **answers}
+    return run_hpcenv(
+        "build", "-s", "local", "-r", "mpi4py-os", "--on-login", "--ssh-host", "login1",
+        "--ssh-key", "key", "--known-hosts", "known_hosts",
+        cwd=tmp_path, env=env, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        ("sha256:abc\\n", "are 1 line(s), not an image id and an image reference"),
+        ("", "are 0 line(s)"),
+        ("0123456789abcdef\\n-rm\\n", "image.ref '-rm' must not start with '-'"),
+        ("\\x1b]52;c;aGk=\\x07\\nlocalhost/x:y\\n", "image.id in ssh://login1:"),
+    ],
+)
+def test_a_bad_image_ref_answer_is_one_line(tmp_path: Path, answer: str, words: str) -> None:
+    line = one_line_error(_on_login(tmp_path, FAKE_LOGIN_ANSWER=answer), words)
+    assert "\x1b" not in line
+
+
+def test_the_login_nodes_build_log_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    log = "STEP 1/2: RUN \\x1b]52;c;aGk=\\x07 true\\n\\x1b[2J\\x1b]0;title\\x07 failed\\n"
+    proc = _on_login(tmp_path, FAKE_LOGIN_RC="1", FAKE_LOGIN_LOG=log)
+    one_line_error(proc, "exit 1", "failed")
+    assert "\x1b" not in proc.stderr and "\\x1b]52;" in proc.stderr
+
+
+def test_a_good_answer_is_recorded(tmp_path: Path) -> None:
+    proc = _on_login(tmp_path, FAKE_LOGIN_ANSWER="0123456789abcdef\\nlocalhost/hpcenv/x:y\\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "image localhost/hpcenv/x:y (0123456789ab)" in proc.stderr
