@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
 
         from hpcenv.datasets import prepare_mnist
         from hpcenv.paths import cache_dir
-        from hpcenv.smoke.references import run_confirmed
+        from hpcenv.smoke.references import outcome_lines, run_confirmed
         from hpcenv.smoke.report import SmokeReport, references_table, summary_table
         from hpcenv.smoke.runner import require_image, run_smoke, runs_as
 
@@ -175,13 +175,18 @@ def register(app: typer.Typer) -> None:
             )
 
         retries = reference_retries if check_references else 0
-        reports, bad = run_confirmed(
+        confirmed = run_confirmed(
             run, results, select, retries, lambda msg: typer.echo(f"note: {msg}", err=True)
         )
+        reports = confirmed.reports
         if as_json:
             import json
 
             doc = reports[0].to_dict() | {"retries": [r.to_dict() for r in reports[1:]]}
+            doc["reference_outcome"] = {
+                "failed": list(confirmed.failed.values()),
+                "inconclusive": list(confirmed.inconclusive.values()),
+            }
             typer.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
         else:
             from hpcenv.cli.console import console as make_console
@@ -196,11 +201,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"results: {report.results_dir} ({files})")
         if not all(r.ok for r in reports):
             raise typer.Exit(1)
-        if check_references and bad:
-            for v in bad.values():
-                typer.echo(
-                    f"regression: {v['figure']} = {v['value']:.4g} {v['unit']}, outside "
-                    f"{v['bounds'][0]:.4g}..{v['bounds'][1]:.4g}",
-                    err=True,
-                )
-            raise typer.Exit(1)
+        if check_references:
+            for line in outcome_lines(confirmed):  # inconclusive is said, and is no failure
+                typer.echo(line, err=True)
+            if confirmed.failed:
+                raise typer.Exit(1)

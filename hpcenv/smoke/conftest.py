@@ -9,6 +9,8 @@ outcome, duration, message and recorded metrics to PATH when the session ends.
 from __future__ import annotations
 
 import json
+import secrets
+import shlex
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +21,8 @@ from hpcenv.shells import OMPI_ROOT_ENV, last_json
 from hpcenv.smoke._target import IMAGE_LOCK, Target, missing_component
 
 RESULTS = pytest.StashKey[dict[str, dict[str, Any]]]()
+CPU_WRAPPER = "_cpu.py"  # hpcenv/checks/_cpu.py: each rank records the CPU it got
+HAS_WRAPPER = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -135,25 +139,77 @@ def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class CpuMeter:
+    """The CPU a test's ranks got, over every check the test runs (see hpcenv.smoke.load)."""
+
+    def __init__(self) -> None:
+        self.ranks: list[dict[str, Any]] = []
+        self.psi_us: float | None = 0.0
+        self.window_s = 0.0
+
+    def add(self, ranks: list[dict[str, Any]], psi_us: int | None, seconds: float) -> None:
+        self.ranks += ranks
+        self.psi_us = None if psi_us is None or self.psi_us is None else self.psi_us + psi_us
+        self.window_s += seconds
+
+    def summary(self) -> dict[str, Any]:
+        from hpcenv.smoke.load import summary
+
+        return summary(self.ranks, self.psi_us, self.window_s)
+
+
+def _has_wrapper(host: Any, target: Target, config: pytest.Config) -> bool:
+    """Whether the target's checks carry ``_cpu.py`` (an image built before it does not)."""
+    if HAS_WRAPPER not in config.stash:
+        config.stash[HAS_WRAPPER] = host.run(f"test -f {target.script(CPU_WRAPPER)}").rc == 0
+    return config.stash[HAS_WRAPPER]
+
+
+def _rank_records(host: Any, folder: str) -> list[dict[str, Any]]:
+    from hpcenv.smoke.load import rank_docs
+
+    where = shlex.quote(folder)
+    got = host.run(
+        f'for f in {where}/*.json; do [ -f "$f" ] && cat "$f"; echo; done; rm -rf {where}'
+    )
+    return rank_docs(got.stdout)
+
+
 @pytest.fixture
 def run_check(
-    host: Any, target: Target, record: Callable[..., None]
+    host: Any, target: Target, record: Callable[..., None], request: pytest.FixtureRequest
 ) -> Callable[..., dict[str, Any]]:
-    """Run a check script in the target under a launcher; its JSON document, else fail."""
+    """Run a check script in the target under a launcher; its JSON document, else fail. Each
+    check runs through ``_cpu.py`` where the target has it; the CPU the ranks got is recorded
+    as ``cpu`` (hpcenv.smoke.load.summary)."""
+    from hpcenv.smoke.load import CPU_DIR_ENV, host_psi_total
+
+    meter = CpuMeter()
+    wrapped = _has_wrapper(host, target, request.config)
 
     def _run(
         launcher: str, script: str, *args: str, env: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
         full_env = {**OMPI_ROOT_ENV, **target.launch_env, **(env or {})}
+        folder, name = None, script
+        if wrapped:
+            folder = f"/tmp/hpcenv-cpu-{secrets.token_hex(4)}"
+            full_env[CPU_DIR_ENV] = folder
+            args = (target.script(script), *args)
+            script = CPU_WRAPPER
         command = target.command(launcher, script, args, full_env)
+        psi0 = host_psi_total()
         started = time.monotonic()
         result = host.run(command)
         wall = time.monotonic() - started
-        record(command=command, wall_seconds=round(wall, 2))
+        psi1 = host_psi_total()
+        ranks = _rank_records(host, folder) if folder else []
+        meter.add(ranks, psi1 - psi0 if psi0 is not None and psi1 is not None else None, wall)
+        record(command=command, wall_seconds=round(wall, 2), cpu=meter.summary())
         doc = last_json(result.stdout)
         if result.rc != 0 or doc is None:
             pytest.fail(
-                f"{script} exited {result.rc} after {wall:.1f} s"
+                f"{name} exited {result.rc} after {wall:.1f} s"
                 + ("" if doc else " without a JSON result")
                 + f"\n$ {command}\n--- stdout ---\n{_tail(result.stdout)}"
                 + f"\n--- stderr ---\n{_tail(result.stderr)}",

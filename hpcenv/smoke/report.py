@@ -167,10 +167,16 @@ def references_table(report: SmokeReport) -> Table | None:
     from rich.markup import escape
     from rich.table import Table
 
-    styles = {"regression": "red", "improvement": "green", "pass": "green"}
+    styles = {
+        "regression": "red",
+        "improvement": "green",
+        "pass": "green",
+        "inconclusive": "yellow",
+    }
     table = Table(title="performance: references and history")
-    for col in ("figure", "value", "reference (bounds)", "verdict", "history median", "vs history"):
-        table.add_column(col)
+    columns = ("figure", "value", "reference (bounds)", "verdict", "history median", "vs history")
+    for col in (*columns, "ranks' CPU"):
+        table.add_column(col, overflow="fold")
     for v in report.references:
         bounds = v["bounds"]
         ref = (
@@ -191,5 +197,19 @@ def references_table(report: SmokeReport) -> Table | None:
             f"[{styles[verdict]}]{verdict}[/]" if verdict in styles else verdict,
             hist,
             f"[{styles[hv]}]{hv}[/]" if hv in styles else hv,
+            escape(v.get("reason") or cpu_text(v.get("load"))),
         )
     return table
+
+
+def cpu_text(load: Any) -> str:
+    """The CPU a figure's ranks got, short: worst rank's run-queue wait per CPU second and the
+    share of the time with CPU pressure (hpcenv.smoke.load.summary)."""
+    if not isinstance(load, dict):
+        return ""
+    parts = []
+    if isinstance(load.get("wait_per_run_max"), int | float):
+        parts.append(f"wait/run {load['wait_per_run_max']:.2f}")
+    if isinstance(load.get("psi_some"), int | float):
+        parts.append(f"pressure {load['psi_some']:.0%}")
+    return ", ".join(parts)
