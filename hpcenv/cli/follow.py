@@ -157,16 +157,64 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  {task.message()}")
 
     @app.command("cancel")
-    def cancel_cmd(job_id: str, site: JobSiteOpt = None, on: OnOpt = None) -> None:
+    def cancel_cmd(
+        job_id: str, site: JobSiteOpt = None, on: OnOpt = None, as_json: JsonOpt = False
+    ) -> None:
         """Cancel a job."""
         from hpcenv.jobs.service import cancel_job
 
         cancel_job(job_id, site, on)
-        typer.echo(f"cancelled {job_id}")
+        if as_json:
+            typer.echo(json.dumps({"job_id": job_id, "cancelled": True}, indent=2))
+        else:
+            typer.echo(f"cancelled {job_id}")
 
     @app.command("logs")
-    def logs_cmd(job_id: str, site: JobSiteOpt = None, on: OnOpt = None) -> None:
+    def logs_cmd(
+        job_id: str,
+        site: JobSiteOpt = None,
+        on: OnOpt = None,
+        as_json: JsonOpt = False,
+        follow: Annotated[
+            bool,
+            typer.Option("--follow", "-f", help="print the logs as they grow, until the job ends"),
+        ] = False,
+    ) -> None:
         """Print a job's stdout and stderr files."""
-        from hpcenv.jobs.service import job_logs
+        if follow:
+            _follow_logs(job_id, site, on, as_json)
+        elif as_json:
+            from hpcenv.jobs.logtail import job_chunks
 
-        typer.echo(job_logs(job_id, site, on), nl=False)
+            files = [c.to_dict() for c in job_chunks(job_id, site, on)]
+            typer.echo(json.dumps({"job_id": job_id, "files": files}, indent=2))
+        else:
+            from hpcenv.jobs.service import job_logs
+
+            typer.echo(job_logs(job_id, site, on), nl=False)
+
+
+def _follow_logs(job_id: str, site: str | None, on: str | None, as_json: bool) -> None:
+    """``logs --follow``: the files as they grow (:mod:`hpcenv.jobs.logtail`), then the job's
+    final state on stderr; Ctrl-C leaves the job as it is (exit 130)."""
+    import sys
+
+    from hpcenv.errors import ConfigError, JobError
+    from hpcenv.jobs.logtail import follow_job, printer
+    from hpcenv.jobs.service import WaitInterrupted
+    from hpcenv.printable import printable
+
+    if as_json:
+        raise ConfigError("--follow prints the logs as they grow; --json is for the whole files")
+
+    def out(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    try:
+        st = follow_job(job_id, printer(out), site, on)
+    except WaitInterrupted as err:
+        raise stopped(err) from None
+    if st.phase == "failed":  # as status --wait: exit 2 with the scheduler's words
+        raise JobError(st.message())
+    typer.echo(printable(st.message()), err=True)
