@@ -24,6 +24,7 @@ from hpcenv.jobs.transport import (
     OpenSshTransport,
     SshTransport,
     Transport,
+    TransportError,
     TransportSpec,
 )
 from hpcenv.site import Site
@@ -122,3 +123,22 @@ def test_ssh_config_dev_null_is_taken(tmp_path: Path) -> None:
         "--ssh-host", NO_HOST, "--ssh-config", "/nonexistent/cfg", tmp_path=tmp_path
     )
     assert missing.returncode == 2 and "ssh config file not found" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("stderr", "never_sent"),
+    [
+        ("ssh: connect to host login port 22: Connection refused", True),
+        ("ssh: connect to host login port 22: Connection timed out", True),
+        ("ssh: connect to host 10.0.0.1 port 22: No route to host", True),
+        ("ssh: Could not resolve hostname login: Name or service not known", True),
+        ("Connection closed by 10.0.0.1 port 22", False),  # it may have been sent
+        ("client_loop: send disconnect: Broken pipe", False),
+        ("Read from remote host login: Connection reset by peer", False),
+    ],
+)
+def test_only_a_connection_never_made_is_not_connected(stderr: str, never_sent: bool) -> None:
+    t = OpenSshTransport(TransportSpec(kind="ssh", host="login"))
+    with pytest.raises(TransportError) as err:
+        t._raise_if_ssh_failed(stderr + "\n")
+    assert isinstance(err.value, NotConnected) is never_sent

@@ -289,7 +289,7 @@ _SSH_CONFIG = re.compile(r"Bad configuration option|bad configuration options|Ba
 # "ssh: connect to host H port 22: Connection refused", "ssh: Could not resolve hostname H").
 _SSH_NOT_CONNECTED = re.compile(
     r"^ssh: (connect to host \S+ port \d+: (Connection refused|No route to host|"
-    r"Network is unreachable)|Could not resolve hostname)",
+    r"Network is unreachable|Connection timed out)|Could not resolve hostname)",
     re.MULTILINE,
 )
 _SSH_FAILED = re.compile(
