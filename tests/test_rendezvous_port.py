@@ -65,3 +65,20 @@ def test_only_a_batch_shell_on_the_rendezvous_host_probes() -> None:
     assert "/dev/tcp/127.0.0.1" in slurm["MASTER_PORT"]
     documented = environment(load_site("frontier"), get_scheduler("slurm"))
     assert documented["MASTER_PORT"] == "3442"  # the site's own port stays
+
+
+def test_the_installed_hpcenv_writes_the_probing_port() -> None:
+    import sys
+    from pathlib import Path
+
+    hpcenv = str(Path(sys.executable).with_name("hpcenv"))
+    argv = [hpcenv, "submit", "--site", "generic-slurm", "--recipe", "torch-ccl", "-N", "2"]
+    proc = subprocess.run(
+        [*argv, "--dry-run", "--", "python3", "train.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MASTER_PORT="))
+    assert line == f'MASTER_PORT="{derived_port(probe=True)}"'
