@@ -24,6 +24,7 @@ from hpcenv.errors import ConfigError
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
+MAX_HISTORY = 64 << 20  # a JSON-lines history hpcenv appends to (a few KiB a run)
 
 
 def _size(limit: int) -> str:
@@ -204,11 +205,12 @@ def load_json(
 def json_lines(path: Path, keep: Callable[[Any], bool]) -> list[Any]:
     """The records of a JSON-lines file hpcenv appends to (a history), oldest first: those
     ``keep`` accepts; a torn line from an interrupted run is skipped, the rest kept; no file,
-    no records."""
+    no records; a FIFO, or a file over :data:`MAX_HISTORY`, is one ConfigError line."""
     if not path.is_file():
         return []
+    raw = read_bounded(path, MAX_HISTORY, "a history file", regular=True)
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         try:
             doc = json.loads(line)
         except ValueError:

@@ -213,3 +213,49 @@ def test_a_good_answer_is_recorded(tmp_path: Path) -> None:
     proc = _on_login(tmp_path, FAKE_LOGIN_ANSWER="0123456789abcdef\\nlocalhost/hpcenv/x:y\\n")
     assert proc.returncode == 0, proc.stderr
     assert "image localhost/hpcenv/x:y (0123456789ab)" in proc.stderr
+
+
+# 4. A FIFO where hpcenv reads back its own state ------------------------------------------------
+
+
+def test_a_fifo_in_the_records_folder_does_not_hang_status(tmp_path: Path) -> None:
+    records = tmp_path / "cache" / "jobs"
+    records.mkdir(parents=True, mode=0o700)
+    os.mkfifo(records / "local-123.json")
+    listing = run_hpcenv("status", cwd=tmp_path, timeout=30)
+    assert listing.returncode == 0, listing.stderr
+    assert "UNREADABLE" in listing.stdout and "not a regular file" in listing.stdout
+    for command in ("status", "logs", "cancel"):
+        one_line_error(run_hpcenv(command, "123", cwd=tmp_path, timeout=30), "not a regular file")
+
+
+def test_a_fifo_as_a_history_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from hpcenv.reads import json_lines
+
+    os.mkfifo(tmp_path / "history.jsonl")
+    assert json_lines(tmp_path / "history.jsonl", lambda d: True) == []  # not a file: none
+    (tmp_path / "h.jsonl").write_text('{"a": 1}\n{"a":\n{"a": 2}\n', encoding="utf-8")
+    assert json_lines(tmp_path / "h.jsonl", lambda d: True) == [{"a": 1}, {"a": 2}]
+
+
+# 7. The scheduler's odd answers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("JobId=5 JobState= Reason=None ExitCode=0:0", "job 5: UNKNOWN (scontrol)"),
+        ("JobState", "UNKNOWN (scontrol)"),
+        ("JobId=5 ArrayTaskId= JobState=RUNNING", "job 5: RUNNING (scontrol)"),
+    ],
+)
+def test_an_empty_jobstate_from_scontrol_is_unknown(tmp_path: Path, line: str, shown: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("scontrol", "squeue"):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho '{line}'\n", encoding="utf-8")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = run_hpcenv("status", "5", "--site", "generic-slurm", cwd=tmp_path, env=env, timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert shown in proc.stdout

@@ -500,7 +500,7 @@ def parse_slurm_record(line: str) -> dict[str, str]:
 
 
 def slurm_status_from_record(rec: dict[str, str], source: str) -> JobStatus:
-    state = rec.get("JobState", "UNKNOWN").split()[0]
+    state = next(iter(rec.get("JobState", "").split()), "UNKNOWN")  # "JobState=" is UNKNOWN
     phase = _SLURM_PHASE.get(state, "unknown")
     if phase == "done" and rec.get("ExitCode", "0:0") not in ("0:0", ""):
         phase = "failed"
