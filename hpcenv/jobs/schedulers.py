@@ -538,6 +538,22 @@ SBATCH_LONG_OPTIONS = """--account --acctg-freq --array --batch --bb --bbf --beg
 --thread-spec --threads-per-core --time --time-min --tmp --tres-per-task --uid --usage
 --use-min-nodes --verbose --version --wait --wait-all-nodes --wckey --wrap"""
 
+# sbatch(1): each short option and its long one ("-A, --account=<account>" ...).
+SBATCH_SHORT_OPTIONS = """
+-A --account -a --array -b --begin -D --chdir -M --clusters -C --constraint
+-S --core-spec -c --cpus-per-task -d --dependency -e --error -x --exclude
+-B --extra-node-info -G --gpus -h --help -H --hold -i --input -J --job-name
+-L --licenses -k --no-kill -F --nodefile -w --nodelist -N --nodes -n --ntasks
+-o --output -O --overcommit -s --oversubscribe -p --partition -q --qos -Q --quiet
+-t --time -v --verbose -V --version -W --wait -m --distribution
+"""
+
+
+def _pairs(text: str) -> dict[str, str]:
+    words = iter(text.split())
+    return dict(zip(words, words, strict=True))
+
+
 SLURM_HINT = (
     "load your cluster's Slurm environment or set SLURM_CONF to its slurm.conf "
     "(a one-node test cluster: apt-get install slurm-wlm munge, then start munged, slurmctld, slurmd)"
@@ -569,17 +585,7 @@ class Slurm(Scheduler):
     # 2026-11-28), plus --cpu-bind and --tres-per-task of later releases: every long option,
     # for getopt_long's unique prefixes (sbatch's options are parsed with getopt_long(3)).
     long_options = frozenset(SBATCH_LONG_OPTIONS.split())
-    short_options = {  # sbatch(1): "-A, --account" ...
-        "-A": "--account", "-a": "--array", "-b": "--begin", "-D": "--chdir",
-        "-M": "--clusters", "-C": "--constraint", "-S": "--core-spec", "-c": "--cpus-per-task",
-        "-d": "--dependency", "-e": "--error", "-x": "--exclude", "-B": "--extra-node-info",
-        "-G": "--gpus", "-h": "--help", "-H": "--hold", "-i": "--input", "-J": "--job-name",
-        "-L": "--licenses", "-k": "--no-kill", "-F": "--nodefile", "-w": "--nodelist",
-        "-N": "--nodes", "-n": "--ntasks", "-o": "--output", "-O": "--overcommit",
-        "-s": "--oversubscribe", "-p": "--partition", "-q": "--qos", "-Q": "--quiet",
-        "-t": "--time", "-v": "--verbose", "-V": "--version", "-W": "--wait",
-        "-m": "--distribution",
-    }  # fmt: skip
+    short_options = _pairs(SBATCH_SHORT_OPTIONS)
     owned = {
         **dict.fromkeys(("-o", "--output"), "--output (the stdout log status and logs read)"),
         **dict.fromkeys(("-e", "--error"), "--error (the stderr log status and logs read)"),
@@ -616,7 +622,7 @@ class Slurm(Scheduler):
                 "--tres-per-task",
             ),
             PLACEMENT,
-        ),  # fmt: skip
+        ),
         **dict.fromkeys(("-t", "--time"), "--time (-t)"),
         **dict.fromkeys(("-A", "--account"), "--account (--account)"),
         **dict.fromkeys(("-p", "--partition"), "--partition (--partition)"),
