@@ -259,3 +259,41 @@ def test_an_empty_jobstate_from_scontrol_is_unknown(tmp_path: Path, line: str, s
     proc = run_hpcenv("status", "5", "--site", "generic-slurm", cwd=tmp_path, env=env, timeout=30)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert shown in proc.stdout
+
+
+# 6. extends: bases whose provenance is not a mapping -------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("where", "tail", "words"),
+    [
+        ("base", "provenance: 5\n", "base.yaml:106: field 'provenance': a mapping of verified"),
+        ("base", "provenance:\n  verified: [a, b]\n", "field 'provenance.verified': a mapping"),
+        ("child", "provenance: 5\n", "child.yaml:3: field 'provenance': a mapping"),
+        ("child", "provenance:\n  assumed: text\n", "field 'provenance.assumed': a mapping"),
+    ],
+)
+def test_a_bad_provenance_in_an_extends_chain_is_one_line(
+    tmp_path: Path, where: str, tail: str, words: str
+) -> None:
+    text = (ROOT / "site-configs" / "local.yaml").read_text(encoding="utf-8")
+    text = text[: text.index("\nprovenance:")] + "\n"
+    lines = text.count("\n")
+    base = text + "\n" + (tail if where == "base" else "")
+    (tmp_path / "base.yaml").write_text(base, encoding="utf-8")
+    child = "extends: ./base.yaml\nname: child\n" + (tail if where == "child" else "")
+    (tmp_path / "child.yaml").write_text(child, encoding="utf-8")
+    proc = run_hpcenv("resolve", "-s", "child.yaml", "-r", "horovod-cpu", cwd=tmp_path)
+    expected = words.replace("base.yaml:106", f"base.yaml:{lines + 2}")
+    one_line_error(proc, expected)
+
+
+def test_an_empty_provenance_in_a_base_is_no_provenance(tmp_path: Path) -> None:
+    text = (ROOT / "site-configs" / "local.yaml").read_text(encoding="utf-8")
+    text = text[: text.index("\nprovenance:")] + "\nprovenance:\n  verified:\n"
+    (tmp_path / "base.yaml").write_text(text, encoding="utf-8")
+    (tmp_path / "child.yaml").write_text("extends: ./base.yaml\nname: child\n", encoding="utf-8")
+    proc = run_hpcenv("resolve", "-s", "child.yaml", "-r", "horovod-cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr

@@ -139,6 +139,7 @@ def resolve(
     if len(_seen) >= MAX_DEPTH:
         raise ConfigError(f"{path}: extends nests deeper than {MAX_DEPTH} files")
     own = {k: v for k, v in data.items() if k != EXTENDS}
+    _check_provenance(own, path, lines)
     origins = {_dotted(leaf): f"{path}:{_line(lines, leaf)}" for leaf in _leaves(own)}
     ref = data.get(EXTENDS)
     if ref is None:
@@ -152,7 +153,7 @@ def resolve(
     provenance = {
         kind: {
             k: v
-            for k, v in base.data.get("provenance", {}).get(kind, {}).items()
+            for k, v in ((base.data.get("provenance") or {}).get(kind) or {}).items()
             if not _sets(own, k)
         }
         for kind in PROVENANCE_KINDS
@@ -162,6 +163,30 @@ def resolve(
     merged["provenance"] = {k: v for k, v in merged["provenance"].items() if v}
     kept = {k: v for k, v in base.origins.items() if not _sets(own, k)}
     return ResolvedSite(merged, {**kept, **origins}, (*base.chain, path))
+
+
+def _check_provenance(own: dict[str, Any], path: Path, lines: dict[Loc, int]) -> None:
+    """``provenance`` is merged across ``extends:`` before the site model sees it, so its shape
+    is checked here, in every file of the chain: a mapping of :data:`PROVENANCE_KINDS` to
+    mappings of a field to its source text (``provenance: 5`` or ``verified: [a, b]`` was an
+    AttributeError)."""
+    prov = own.get("provenance")
+    if prov is None:
+        return
+    if not isinstance(prov, dict):
+        raise ConfigError(
+            f"{path}:{_line(lines, ('provenance',))}: field 'provenance': a mapping of "
+            f"{', '.join(PROVENANCE_KINDS)} (each field: its source), not {type(prov).__name__}"
+        )
+    for kind, facts in prov.items():
+        if kind not in PROVENANCE_KINDS:
+            continue  # the site model names an unknown kind, with did-you-mean
+        if facts is not None and not isinstance(facts, dict):
+            raise ConfigError(
+                f"{path}:{_line(lines, ('provenance', kind))}: field 'provenance.{kind}': a "
+                f'mapping of a field to its source (mpi.spec: "..."), not '
+                f"{type(facts).__name__}"
+            )
 
 
 # Versions other values are written for: a base's modules, paths and variables name them.
