@@ -51,13 +51,13 @@ SBATCH = """#!/bin/sh
 cat >/dev/null
 echo 4242
 : >"$GOT/answered"
-sleep 3
+sleep 5
 """
 
 
-def test_ctrl_c_after_sbatch_answered_still_prints_the_id_and_writes_the_record(
-    tmp_path: Path,
-) -> None:
+def _submit_and_interrupt(tmp_path: Path, times: int) -> tuple[int, str, Path, dict[str, str]]:
+    """The installed ``hpcenv submit`` against the stand-in ``sbatch``; once it answered,
+    ``times`` SIGINTs to the whole process group. (exit code, stderr, cache, environment)"""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     got = tmp_path / "got"
@@ -88,9 +88,19 @@ def test_ctrl_c_after_sbatch_answered_still_prints_the_id_and_writes_the_record(
     while not (got / "answered").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: hpcenv, bash and sbatch all get it
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out + err
+    for _ in range(times):
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: hpcenv, bash and sbatch all get it
+        time.sleep(0.3)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err, cache, env
+
+
+def test_ctrl_c_after_sbatch_answered_still_prints_the_id_and_writes_the_record(
+    tmp_path: Path,
+) -> None:
+    code, err, cache, env = _submit_and_interrupt(tmp_path, 1)
+    assert code == 130, err
+    assert "finishing the submission so the job is not lost" in err
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "queued job 4242" in lines[0], err
     assert "hpcenv cancel 4242" in lines[0] and "Traceback" not in err
@@ -100,3 +110,12 @@ def test_ctrl_c_after_sbatch_answered_still_prints_the_id_and_writes_the_record(
         [HPCENV, "status", "--json"], env=env, capture_output=True, text=True, timeout=60
     )
     assert "4242" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_a_second_ctrl_c_stops_at_once_and_names_the_token(tmp_path: Path) -> None:
+    code, err, cache, _ = _submit_and_interrupt(tmp_path, 2)
+    assert code == 130, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "may have queued the job" in lines[0], err
+    assert "look for a job with comment hpcenv-" in lines[0] and "Traceback" not in err
+    assert not list((cache / "jobs").glob("*.json"))

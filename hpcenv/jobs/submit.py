@@ -426,11 +426,18 @@ def submit(
     args = [expanding(rendered.workdir), token_arg, str(len(find)), *find, *argv]
     # From the call that may queue the job until its record is written, Ctrl-C is held: a job
     # the scheduler queued is never left without its id shown and its record (issue 40).
-    with deferred_interrupt() as interrupted:
-        result = _call_scheduler(
-            transport, rendered, args, tries, retry_wait, token_arg, interrupted
-        )
-        sub = _record(site, job, transport, rendered, records, result, after)
+    try:
+        with deferred_interrupt() as interrupted:
+            result = _call_scheduler(
+                transport, rendered, args, tries, retry_wait, token_arg, interrupted
+            )
+            sub = _record(site, job, transport, rendered, records, result, after)
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, as the first one's note said
+        look = f": look for a job with comment {token_arg}" if token_arg else ""
+        raise SubmitInterrupted(
+            f"stopped while submitting; {scheduler.name} may have queued the job without hpcenv "
+            f"recording it{look}"
+        ) from None
     if interrupted.seen:
         raise SubmitInterrupted(
             f"interrupted, after {scheduler.name} queued job {sub.job_id} ({sub.name}): it is "
