@@ -454,6 +454,7 @@ class Blocks:
             self.oneccl(),
             self.horovod(),
             self.pip_packages(),
+            self.standard_abi_check(),
             self.mpi_abi_soname(),
         ]
 
@@ -568,6 +569,8 @@ class Blocks:
         name = mpi.implementation or "openmpi"
         if mpi.source.startswith("host"):
             return host_mpi_build(f"{name}@{mpi.version}", mpi.options["root"])
+        if "standard_abi" in mpi.options:
+            return self.standard_abi_mpi()
         if mpi.source == "apt":
             pkgs = self.apt[name]
             return Parts(
@@ -602,6 +605,47 @@ class Blocks:
                 env(PATH=f"/opt/mpi/bin:{VENV_PATH}"),
             ],
             runtime=[copy("/opt/mpi", "/opt/mpi", from_stage="build")],
+        )
+
+    def standard_abi_mpi(self) -> Parts:
+        """The image's own MPI-5 standard ABI library (lock ``mpi.options.standard_abi``, rule
+        ``mpi-abi-image``): PyPI's mpich wheel into the venv, whose data files (``mpicc_abi``,
+        ``mpi_abi.h``, ``libmpi_abi.so.1``) come to the runtime stage with the venv. mpi4py is
+        then built with its ``mpicc_abi`` (:meth:`pip_packages`, :meth:`standard_abi_check`)."""
+        mpi = self.lock.components["mpi"]
+        return Parts(
+            build=[
+                comment(f"MPI: MPI-5 standard ABI, {mpi.options['package']} - {mpi.reason}"),
+                shell(
+                    pip_install(mpi.options["package"]),
+                    f"test -x {mpi.options['mpicc']}",
+                    f"test -e {mpi.options['lib_dir']}/{mpi.options['standard_abi']}",
+                ),
+            ]
+        )
+
+    def standard_abi_check(self) -> Parts:
+        """An ABI image's mpi4py links the ABI library only (no family ``libmpi.so.*``), and
+        reports the image's own library before MPI_Init (rule ``mpi-abi-image``)."""
+        mpi = self.lock.components["mpi"]
+        if "standard_abi" not in mpi.options or "mpi4py" not in self.lock.components:
+            return Parts()
+        lib = mpi.options["standard_abi"]
+        report = (
+            "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+            "print(MPI.__file__); print(MPI.Get_library_version().splitlines()[0])"
+        )
+        probe = f"{VENV}/bin/python -c {shlex.quote(report)}"
+        return Parts(
+            build=[
+                comment(f"mpi4py links {lib} only (MPI-5 standard ABI)"),
+                shell(
+                    f"so=$({probe} | head -1)",
+                    f'readelf -d "$so" | grep -F "[{lib}]"',
+                    '! readelf -d "$so" | grep -F "[libmpi.so"',
+                    probe,
+                ),
+            ]
         )
 
     def mpi_abi_soname(self) -> Parts:
@@ -889,6 +933,9 @@ class Blocks:
         d4p = lock.components.get("daal4py")
         if d4p and "lib_dir" in d4p.options:
             out.append(env(HPCENV_MPICH_ABI_LIB=d4p.options["lib_dir"]))
+        mpi = lock.components.get("mpi")
+        if mpi and "standard_abi" in mpi.options:  # the bind preflight looks for it there
+            out.append(env(HPCENV_MPI_ABI_LIB=mpi.options["lib_dir"]))
         if checks:
             out.append(copy("checks", "/opt/hpcenv/checks"))
         # hpcenv's own bases get uid 1000; a framework image's next free uid, because Ubuntu

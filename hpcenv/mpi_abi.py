@@ -19,9 +19,12 @@ The ABI applies when all of these hold, and :func:`decide` names the first that 
 What the ABI leaves as it was is in rules ``mpi-abi-launcher`` (the site's launcher must start
 the ranks) and ``mpi-abi-pmpi`` (profiling tools must be built against the ABI too).
 
-Not built yet: an image whose mpi4py is compiled against ``mpi_abi.h``. The resolver records the
-decision in the lock (:meth:`hpcenv.resolver.Resolver.decide_mpi_abi`), and until the image side
-exists the image is built for the bind model as before.
+Where it fits, the resolver (:meth:`hpcenv.resolver.Resolver.decide_mpi_abi`) makes the image's
+MPI the ABI implementation of rule ``mpi-abi-image`` (PyPI's ``mpich`` wheel in the venv, for
+running alone) and builds mpi4py from source with its ``mpicc_abi``; the blocks
+(:meth:`hpcenv.blocks.Blocks.mpi`) install it and check that ``mpi4py.MPI`` links
+``libmpi_abi.so.1`` only. ``tests/test_mpi_abi_image.py`` runs one such image under MPICH 5 and
+Intel MPI bound in.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from hpcenv.knowledge import rule
 from hpcenv.knowledge.rules import Fact, evaluate
 from hpcenv.recipe import Recipe
 from hpcenv.site import Site
+
+# The name of the ABI in locks and preflight messages (the lock's ``mpi.options.abi``).
+STANDARD_ABI = "MPI-5"
 
 # The rules that decide, in the order they are asked.
 DECIDING = ("mpi-abi-providers", "mpi-abi-programs")

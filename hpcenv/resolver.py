@@ -29,6 +29,9 @@ from hpcenv.recipe import Recipe
 from hpcenv.site import Site
 from hpcenv.versions import at_least, major, major_minor, parse_spec
 
+# The image's virtual environment (hpcenv.blocks.VENV), where the ABI image's MPI goes.
+VENV = "/opt/venv"
+
 __all__ = ["COMPONENTS", "parse_overrides", "resolve", "Resolver"]
 
 
@@ -822,20 +825,46 @@ class Resolver:
 
     def decide_mpi_abi(self) -> None:
         """The MPI-5 standard ABI (:mod:`hpcenv.mpi_abi`): the decision and its one line are
-        ``self.mpi_abi``; where it fits, the lock's MPI says so (``standard_abi`` and the
-        rules). Where it does not, the lock stays as it was: the line would change every
-        image's lock label, and with it every image built today."""
+        ``self.mpi_abi``. Where it fits, the image's MPI becomes the ABI implementation of rule
+        ``mpi-abi-image`` (PyPI's mpich wheel in the venv, for running alone) and mpi4py is
+        built from source with its ``mpicc_abi``; the family MPI the bind model would have
+        carried is named in the reason. Where it does not, the lock stays as it was: the line
+        would change every image's lock label, and with it every image built today."""
         self.mpi_abi = mpi_abi.decide(self.site, self.recipe, self.components)
         if not self.mpi_abi.fits:
             return
-        mpi = self.components["mpi"]
-        for rule_id in self.mpi_abi.rules:
-            mpi.rules.append(self.use(rule_id))
-        mpi.options["standard_abi"] = mpi_abi.soname()
-        mpi.reason += (
-            f"; {self.mpi_abi.reason} (the image is still built for the bind model: building "
-            "its MPI programs against mpi_abi.h is not implemented yet)"
+        family = self.components["mpi"]
+        image = rule("mpi-abi-image").data
+        rules = [self.use(r) for r in (*self.mpi_abi.rules, "mpi-abi-image")]
+        self.components["mpi"] = Choice(
+            image["version"],
+            f"{self.mpi_abi.reason}; the image carries PyPI's {image['package']} as its own "
+            f"{mpi_abi.soname()} (in place of {family.implementation} {family.version}, "
+            f"{family.options.get('abi')} ABI) and the site's {self.site.mpi.spec} is bound "
+            "over it at run time (rule mpi-abi-image)",
+            "pip",
+            implementation=image["implementation"],
+            options={
+                "abi": mpi_abi.STANDARD_ABI,
+                "standard_abi": mpi_abi.soname(),
+                "package": image["package"],
+                "mpicc": f"{VENV}/{image['mpicc']}",
+                "lib_dir": f"{VENV}/{image['lib_dir']}",
+            },
+            rules=rules,
         )
+        mpi4py = self.components.get("mpi4py")
+        if mpi4py is not None:
+            self.components["mpi4py"] = Choice(
+                mpi4py.version,
+                f"built from source with MPICC={VENV}/{image['mpicc']} (mpi_abi.h, links "
+                f"{mpi_abi.soname()} only; rule mpi-abi-image), the interpreter's CFLAGS without "
+                "debug info (rule mpi4py-source-no-debug)",
+                "pip (source)",
+                options={"MPICC": f"{VENV}/{image['mpicc']}", "CFLAGS": "python's CFLAGS -g0"},
+                rules=[*mpi4py.rules, "mpi-abi-image", self.use("mpi4py-source-no-debug")],
+                rejected=mpi4py.rejected,
+            )
 
     def build_info(self, accel: str) -> dict[str, Any]:
         site = self.site

@@ -61,11 +61,33 @@ def test_the_lock_records_the_abi_only_where_it_fits() -> None:
     assert res.mpi_abi is not None and res.mpi_abi.fits
     assert mpi.options["standard_abi"] == "libmpi_abi.so.1"
     assert {"mpi-abi-providers", "mpi-abi-programs"} <= set(mpi.rules)
-    assert "not implemented yet" in mpi.reason  # the image side is said to be missing
+    # The image's MPI is the ABI implementation of rule mpi-abi-image, and mpi4py is built
+    # with its mpicc_abi; the family MPI the bind model would have carried is named.
+    assert (mpi.implementation, mpi.version, mpi.source) == ("mpich", "5.0.2", "pip")
+    assert mpi.options["abi"] == STANDARD_ABI and mpi.options["package"] == "mpich==5.0.2"
+    assert "mpi-abi-image" in mpi.rules and "in place of mpich 4.0.2, mpich ABI" in mpi.reason
+    mpi4py = res.components["mpi4py"]
+    assert mpi4py.source == "pip (source)"
+    assert mpi4py.options["MPICC"] == "/opt/venv/bin/mpicc_abi"
     # Every built-in site x recipe keeps its lock (the golden files): none fits today.
     res = Resolver(load_site("local-bind"), load_recipe("horovod-cpu"), {})
     assert "standard_abi" not in res.resolve().components["mpi"].options
     assert res.mpi_abi is not None and not res.mpi_abi.fits
+
+
+def test_an_abi_lock_renders_the_abi_image() -> None:
+    """The blocks of an ABI lock: the mpich wheel into the venv, mpi4py built with its
+    mpicc_abi, and a build step that fails unless mpi4py.MPI links libmpi_abi.so.1 only; no
+    family MPI from apt (tests/test_mpi_abi_image.py builds and runs it)."""
+    from hpcenv.render import render
+
+    site = _with_mpi("local-bind", "mpich@5.0.2")
+    lock = Resolver(site, MPI4PY_ONLY, {}).resolve()
+    docker = render(lock, site).dockerfile
+    assert "pip install --no-cache-dir mpich==5.0.2" in docker
+    assert 'MPICC="/opt/venv/bin/mpicc_abi"' in docker and "--no-binary mpi4py" in docker
+    assert 'grep -F "[libmpi_abi.so.1]"' in docker and '! readelf -d "$so"' in docker
+    assert "libmpich-dev" not in docker and "patchelf" not in docker
 
 
 def test_the_preflight_looks_for_the_abi_library_where_the_site_provides_it() -> None:
@@ -79,3 +101,20 @@ def test_the_preflight_looks_for_the_abi_library_where_the_site_provides_it() ->
     assert "libmpi_abi.so.1" not in " ".join(preflight_args(inj))  # bind jobs as before
     cray = site_mpi(load_site("frontier"))
     assert cray is not None and standard_abi(cray) is None
+
+
+def test_submit_lets_an_abi_image_run_under_the_sites_abi_library() -> None:
+    """bindmodel.image_mismatch reads the lock: an ABI image (its mpi.options.standard_abi)
+    takes any site MPI that provides libmpi_abi.so.1, whatever its family; the local image
+    (Open MPI, no ABI) is refused under local-bind's Intel MPI as before."""
+    import json
+
+    from hpcenv.jobs.bindmodel import image_mismatch
+
+    site = load_site("local-bind")
+    abi = json.loads(Resolver(site, MPI4PY_ONLY, {}).resolve().to_json())
+    assert abi["components"]["mpi"]["options"]["standard_abi"] == "libmpi_abi.so.1"
+    assert image_mismatch(site, "abi-image", abi) is None
+    family = json.loads(Resolver(load_site("local"), MPI4PY_ONLY, {}).resolve().to_json())
+    why = image_mismatch(site, "local-image", family)
+    assert why is not None and "[rule mpi-bind-abi]" in why

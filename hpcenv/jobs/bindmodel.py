@@ -24,13 +24,11 @@ from typing import Any
 
 from hpcenv.jobs.shell import expanding
 from hpcenv.knowledge import kb
-from hpcenv.mpi_abi import provides, soname
+from hpcenv.mpi_abi import STANDARD_ABI, provides, soname
 from hpcenv.site import Site
 
 # Exit status of the preflight check on an ABI mismatch (distinct from a command's own failures).
 ABI_MISMATCH_EXIT = 3
-# The ABI name the preflight prints for libmpi_abi.so.1 (rule mpi-abi-providers).
-STANDARD_ABI = "MPI-5"
 
 
 @dataclass(frozen=True)
@@ -131,6 +129,9 @@ def image_mismatch(site: Site, image: str, lock: dict[str, Any]) -> str | None:
     """Why ``image`` (by its lock) cannot run under ``site``'s injected MPI; None when it can
     (or when the site is not bind-model, or the lock names no MPI)."""
     inj = site_mpi(site)
+    mpi = lock.get("components", {}).get("mpi") or {}
+    if inj is not None and mpi.get("options", {}).get("standard_abi"):
+        inj = standard_abi(inj) or inj  # an image built against the MPI-5 standard ABI
     abis = image_mpi_abis(lock)
     if inj is None or not abis or inj.abi in abis:
         return None
