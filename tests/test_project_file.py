@@ -463,3 +463,12 @@ def test_submit_refuses_an_image_built_from_other_inputs(
     image = default_image(site, recipe.name)
     chosen = hpcenv("submit", "--dry-run", "--image", image, "--", "true", cwd=folder, env=env)
     assert chosen.returncode == 0, chosen.stderr
+
+
+def test_smoke_tests_the_projects_image(tmp_path: Path) -> None:
+    folder = project(tmp_path / "proj")
+    assert hpcenv("init", "-s", "local", "-r", "horovod-cpu", cwd=folder).returncode == 0
+    proc = hpcenv("smoke", cwd=folder)
+    tag = naming.image_tag(recipe="horovod-cpu-proj", site="local")
+    assert proc.returncode == 2 and tag in proc.stderr, proc.stderr  # not built: named as such
+    refused(hpcenv("smoke", "--image", "x", "--site", "local", cwd=folder), "exclusive")

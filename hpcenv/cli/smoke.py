@@ -18,6 +18,7 @@ SMOKE_RECIPE = "horovod-cpu"  # the recipe whose image carries every smoke check
 def register(app: typer.Typer) -> None:
     @app.command("smoke")
     def smoke(
+        ctx: typer.Context,
         image: Annotated[
             str | None, typer.Option("--image", "-i", help="image tag to test")
         ] = None,
@@ -109,12 +110,22 @@ def register(app: typer.Typer) -> None:
         from hpcenv.smoke.runner import require_image, run_smoke, runs_as
 
         if image is None:
+            from hpcenv.cli.options import project_values
+            from hpcenv.recipe import image_recipe
+
+            got = project_values(  # ./hpcenv.yaml under the options given: the project's image
+                ctx, {"site": site, "recipe": recipe, "requirements": None, "pip": None}
+            )
+            site = got.get("site")
             if not site:
                 raise ConfigError("name the image: --image TAG, or --site SITE [--recipe NAME]")
-            image = naming.image_tag(recipe=recipe or SMOKE_RECIPE, site=site)
+            recipe = image_recipe(
+                got.get("recipe") or SMOKE_RECIPE, got.get("requirements", []), got.get("pip", [])
+            )
+            image = naming.image_tag(recipe=recipe, site=site)
             if sif:
                 image = naming.sif_name(
-                    recipe=recipe or SMOKE_RECIPE,
+                    recipe=recipe,
                     site=site,
                     source="def" if sif == "def" else "oci",
                 )
