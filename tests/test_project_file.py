@@ -472,3 +472,11 @@ def test_smoke_tests_the_projects_image(tmp_path: Path) -> None:
     tag = naming.image_tag(recipe="horovod-cpu-proj", site="local")
     assert proc.returncode == 2 and tag in proc.stderr, proc.stderr  # not built: named as such
     refused(hpcenv("smoke", "--image", "x", "--site", "local", cwd=folder), "exclusive")
+
+
+def test_the_docs_example_is_a_valid_project_file(tmp_path: Path) -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "project-file.md").read_text(encoding="utf-8")
+    example = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    loaded = load(write(tmp_path, example))
+    assert loaded.data.env == ["WANDB_API_KEY", "OMP_NUM_THREADS=8"]
+    assert set(loaded.data.model_fields_set) == set(ProjectFile.model_fields)  # every field shown
