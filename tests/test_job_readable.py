@@ -206,7 +206,7 @@ def test_the_summary_is_the_plans() -> None:
     _, opening = _opening(render_plan(plan))
     assert opening[: len(plan.summary())] == [f"# {line}" for line in plan.summary()]
     assert plan.to_dict()["summary"] == plan.summary()
-    assert "#   per rank  8 cores, 1 GPU tile (bound by list)" in opening
+    assert "#   per rank  8 cores, 1 GPU tile (bound by ZE_AFFINITY_MASK)" in opening
     assert plan.to_dict()["paths"]["data_source"].endswith("/datasets/mnist")
     host = plan_job(
         load_site("frontier"),

@@ -215,10 +215,13 @@ def test_aurora_pbs_directives_and_mpiexec(tmp_path: Path) -> None:
     run = next(ln for ln in script.splitlines() if ln.startswith("mpiexec -n 24"))
     # 12 ranks per node (one per tile), 8 cores each, cores 0 and 52 left to the system;
     # oneCCL's 4 workers take the last 4 cores of each rank's 8 (ALCF's list: 1-8:9-16:...).
+    # Tiles under ZE_FLAT_DEVICE_HIERARCHY=FLAT: no --gpu-bind=list (ALCF: it fails under FLAT);
+    # rank-env.sh sets each rank's ZE_AFFINITY_MASK from HPCENV_GPU_MASKS.
     assert run.startswith(
         "mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:"
-        "69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1"
+        "69-72:77-80:85-88:93-96 sh "
     )
+    assert "export HPCENV_GPU_MASKS='0 1 2 3 4 5 6 7 8 9 10 11'" in script
     assert "export CCL_WORKER_COUNT=4" in script and "export CCL_ATL_TRANSPORT=mpi" in script
     assert "export HPCENV_JOB_ID=${PBS_JOBID}" in script
     arr = render_job(site, job.model_copy(update={"array": ArraySpec(count=3, parallel=2)}))

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from hpcenv.errors import HpcenvError
-from hpcenv.jobs.placement import GPU_BIND_VAR
+from hpcenv.jobs.placement import GPU_BIND_VAR, GPU_MASKS_VAR
 from hpcenv.jobs.render import plan_job
 from hpcenv.jobs.spec import JobSpec
 from hpcenv.recipe import load_recipe
@@ -159,7 +159,9 @@ def test_the_site_launcher_gives_every_rank_the_four_names(tmp_path: Path, name:
     for rank in (0, per_node - 1, world - 1):
         node, local = divmod(rank, per_node)
         env = TASK_ENV[launcher](site, rank, local, node, world, per_node)
-        env |= _visible(site, bind) | ({GPU_BIND_VAR: bind} if bind else {})
+        env |= {n: v for n, v in plan.env().items() if n in (GPU_BIND_VAR, GPU_MASKS_VAR)}
+        if bind != "mask":  # under mask rank-env.sh sets ZE_AFFINITY_MASK itself
+            env |= _visible(site, bind)
         proc = subprocess.run(
             ["sh", str(tmp_path / step.name), "env"],
             env={"PATH": os.environ["PATH"], **env},

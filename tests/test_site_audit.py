@@ -97,7 +97,9 @@ GPU_BINDING: dict[str, tuple[str, ...]] = {
     # NERSC's and CSCS's PyTorch examples: every rank sees the node's GPUs (docs/sites/NAME.md,
     # "What a rank sees"); LOCAL_RANK picks one.
     "perlmutter": ("--gpus-per-node=4",),
-    "aurora": ("--gpu-bind",),
+    # Tiles as FLAT devices: no launcher flag, rank-env.sh sets ZE_AFFINITY_MASK per rank
+    # (ALCF: --gpu-bind=list fails under FLAT; tests/test_aurora_tiles.py).
+    "aurora": (),
     "summit": ("-g", "6"),  # one resource set per node: every rank sees all 6 (ibm-wml-ce.rst)
     "alps-clariden": ("--gpus-per-node=4",),
     "generic-slurm": (),

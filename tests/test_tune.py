@@ -170,13 +170,11 @@ def test_aurora_never_binds_reserved_cores_and_matches_alcf_list() -> None:
         "12",
         "--cpu-bind",
         "list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100",
-        "--gpu-bind",
-        "list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1",
-    ]
+    ]  # tiles as FLAT devices: rank-env.sh sets ZE_AFFINITY_MASK (tests/test_aurora_tiles.py)
     # Six ranks (implicit scaling): ALCF's list:1-16:17-32:33-48:53-68:69-84:85-100 covers
     # 16 cores a rank; hpcenv gives 17 of each socket's 51 (same sockets, no reserved core).
     six = place(aurora, nodes=1, ranks_per_node=6, ccl_workers=0)
-    assert six.gpu_bind == "list" and six.gpu_ids[0] == ("0.0", "0.1")
+    assert six.gpu_bind == "mask" and six.gpu_ids[0] == ("0", "1")
     assert not {c for d in six.compute_cores for c in d} & {0, 52}
 
 

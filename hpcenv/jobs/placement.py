@@ -31,10 +31,17 @@ from hpcenv.site import Site
 if TYPE_CHECKING:
     from hpcenv.jobs.spec import JobSpec
 
-# closest: Slurm binds each rank's GPUs by their cores (gres.conf Cores=); list: an explicit
-# per-rank list (ALCF's tiles); all: every rank sees the node's GPUs and picks by LOCAL_RANK.
-GpuBind = Literal["none", "closest", "list", "shared", "all"]
+# closest: Slurm binds each rank's GPUs by their cores (gres.conf Cores=); list: the launcher's
+# explicit per-rank list (ALCF's mpiexec --gpu-bind=list of tiles); mask: rank-env.sh sets each
+# rank's ZE_AFFINITY_MASK (tiles as FLAT devices, where --gpu-bind=list fails); all: every rank
+# sees the node's GPUs and picks by LOCAL_RANK.
+GpuBind = Literal["none", "closest", "list", "mask", "shared", "all"]
 GPU_BIND_VAR = "HPCENV_GPU_BIND"  # read by rank-env.sh (templates/jobs/rank_env.sh.j2)
+# Each local rank's ZE_AFFINITY_MASK under "mask", by local rank, space-separated (rank-env.sh).
+GPU_MASKS_VAR = "HPCENV_GPU_MASKS"
+# The Level Zero device hierarchy a site's jobs run under (its tuning): FLAT makes each tile a
+# device, numbered GPU * tiles + tile.
+HIERARCHY_VAR = "ZE_FLAT_DEVICE_HIERARCHY"
 
 
 @dataclass(frozen=True)
@@ -287,9 +294,11 @@ def place(
         "KMP_BLOCKTIME": "1",
         "I_MPI_PIN_DOMAIN": "[" + ",".join(_mask(d) for d in compute) + "]",
     }
-    if gpu_bind in ("closest", "list"):
+    if gpu_bind in ("closest", "list", "mask"):
         # rank-env.sh: LOCAL_RANK then counts the rank's own devices (0 with one per rank).
         env[GPU_BIND_VAR] = gpu_bind
+    if gpu_bind == "mask":
+        env[GPU_MASKS_VAR] = " ".join(",".join(ids) for ids in gpu_ids)
     if workers:
         env["CCL_WORKER_COUNT"] = str(workers)
         env["CCL_WORKER_AFFINITY"] = ",".join(str(c) for d in worker for c in d)
@@ -383,6 +392,17 @@ def _gpus(
             f"and uses GPU LOCAL_RANK"
         )
         return gpr, "all", slices
+    if tiles > 1 and site.tuning.get(HIERARCHY_VAR) == "FLAT":
+        # ALCF running-jobs-aurora.md: mpiexec --gpu-bind=list has "several limitations ...
+        # (b) With a different device-discovery hierarchy, ZE_FLAT_DEVICE_HIERARCHY=FLAT" (its
+        # FLAT example fails: "Failed to parse implicit GPU selection"); under FLAT each tile is
+        # a device and ALCF binds by ZE_AFFINITY_MASK=<device> per rank. rank-env.sh sets it.
+        flat = [tuple(str(u) for u in range(i * gpr, (i + 1) * gpr)) for i in range(k)]
+        reasons.append(
+            f"{avail} {unit}s / {k} ranks -> {gpr} per rank, as FLAT devices (tile t of GPU g "
+            f"is device {tiles}g+t), bound by ZE_AFFINITY_MASK per rank"
+        )
+        return gpr, "mask", flat
     # Tiles are bound by explicit list (ALCF's --gpu-bind=list), whole GPUs closest.
     bind: GpuBind = "list" if tiles > 1 else "closest"
     reasons.append(f"{avail} {unit}s / {k} ranks -> {gpr} {unit}(s) per rank, bound {bind}")

@@ -217,7 +217,11 @@ class JobPlan:
         if not p.gpus_per_rank:
             return "the node's GPUs, shared and unbound" if p.gpu_bind == "shared" else "no GPU"
         count = f"{p.gpus_per_rank} {self.device}{'s' if p.gpus_per_rank > 1 else ''}"
-        bound = {"closest": "bound closest", "list": "bound by list"}.get(p.gpu_bind)
+        bound = {
+            "closest": "bound closest",
+            "list": "bound by list",
+            "mask": "bound by ZE_AFFINITY_MASK",
+        }.get(p.gpu_bind)
         return f"{count} ({bound})" if bound else count
 
     def env(self) -> dict[str, str]:

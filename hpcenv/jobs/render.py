@@ -578,7 +578,7 @@ def plan_job(
         launch = _launch_step(site, job, placement, ranks, container)
         if launch.launch and launch.launch.rank_step:
             what = "torch.distributed's env:// names per rank (RANK, LOCAL_RANK, WORLD_SIZE...)"
-            files.append(step_file(RANK_STEP, what))
+            files.append(step_file(RANK_STEP, what, gpu_bind=placement.gpu_bind))
         if paths.output:
             launch = replace(launch, makes_output=True)
     for file, _ in [*pre, *after]:

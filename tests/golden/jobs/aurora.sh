@@ -8,7 +8,7 @@
 #PBS -l filesystems=home:flare
 # hpcenv job train on aurora (pbs):
 #   nodes     2 (24 ranks, 12 per node, by mpiexec)
-#   per rank  8 cores, 1 GPU tile (bound by list)
+#   per rank  8 cores, 1 GPU tile (bound by ZE_AFFINITY_MASK)
 #   image     /lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif (apptainer; bind MPI mpich@4.2 over pmix@4)
 #   data in   /lus/flare/projects/$HPCENV_PROJECT/datasets/mnist -> /tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, verified
 #   data out  /lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> /lus/flare/projects/$HPCENV_PROJECT/results/run1, verified
@@ -18,7 +18,7 @@
 # tuning: 12 ranks per node: the site's documented default (node.ranks_per_node)
 # tuning: 6 rank(s) per socket x 2 socket(s); 51 usable cores per socket -> 8 cores per rank
 # tuning: 4 oneCCL worker(s) per rank on the last cores of its domain -> OMP_NUM_THREADS=4; compute and worker cores are disjoint
-# tuning: 12 GPU tiles / 12 ranks -> 1 GPU tile(s) per rank, bound list
+# tuning: 12 GPU tiles / 12 ranks -> 1 per rank, as FLAT devices (tile t of GPU g is device 2g+t), bound by ZE_AFFINITY_MASK per rank
 # tuning: KMP_BLOCKTIME=1: threads stop spinning soon after a parallel region
 # bind model: host mpich@4.2 from $MPI_ROOT bound over the image's
 set -eo pipefail
@@ -276,7 +276,19 @@ if [ -z "$local_size" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
     node=$((node - times))
   done
 fi
-case ${HPCENV_GPU_BIND:-} in closest|list)
+if [ -n "${HPCENV_GPU_MASKS:-}" ]; then
+  i=0 mask=
+  for word in $HPCENV_GPU_MASKS; do
+    if [ "$i" -eq "$LOCAL_RANK" ]; then mask=$word; break; fi
+    i=$((i + 1))
+  done
+  if [ -z "$mask" ]; then
+    echo "hpcenv rank-env: local rank $LOCAL_RANK has no device in HPCENV_GPU_MASKS on $(hostname)" >&2
+    exit 3
+  fi
+  export ZE_AFFINITY_MASK="$mask"
+fi
+case ${HPCENV_GPU_BIND:-} in closest|list|mask)
   rest=${CUDA_VISIBLE_DEVICES:-${ROCR_VISIBLE_DEVICES:-${ZE_AFFINITY_MASK:-}}} count=0
   while [ -n "$rest" ]; do
     count=$((count + 1))
@@ -394,7 +406,8 @@ export OMP_NUM_THREADS=4
 export KMP_AFFINITY=granularity=fine,compact,1,0
 export KMP_BLOCKTIME=1
 export I_MPI_PIN_DOMAIN='[0x1e,0x1e00,0x1e0000,0x1e000000,0x1e00000000,0x1e0000000000,0x1e0000000000000,0x1e000000000000000,0x1e00000000000000000,0x1e0000000000000000000,0x1e000000000000000000000,0x1e00000000000000000000000]'
-export HPCENV_GPU_BIND=list
+export HPCENV_GPU_BIND=mask
+export HPCENV_GPU_MASKS='0 1 2 3 4 5 6 7 8 9 10 11'
 export CCL_WORKER_COUNT=4
 export CCL_WORKER_AFFINITY=5,6,7,8,13,14,15,16,21,22,23,24,29,30,31,32,37,38,39,40,45,46,47,48,57,58,59,60,65,66,67,68,73,74,75,76,81,82,83,84,89,90,91,92,97,98,99,100
 export CCL_PROCESS_LAUNCHER=pmix
@@ -420,7 +433,7 @@ apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$US
 
 # Run (24 ranks, 12 per node).
 mkdir -p "$HPCENV_OUTPUT"
-mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 --gpu-bind list:0.0:0.1:1.0:1.1:2.0:2.1:3.0:3.1:4.0:4.1:5.0:5.1 sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/.cache/huggingface" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
+mpiexec -n 24 --ppn 12 --cpu-bind list:1-4:9-12:17-20:25-28:33-36:41-44:53-56:61-64:69-72:77-80:85-88:93-96 sh "$HPCENV_STEPS/rank-env.sh" apptainer exec --bind /lus/flare --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" --bind "/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}" --bind "/lus/flare/projects/$HPCENV_PROJECT/$USER/.cache/huggingface" --bind "$MPI_ROOT" --bind /opt/aurora --bind /opt/cray --pwd "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv/images/torch-gpu-aurora.sif" python3 train.py --data "${HPCENV_DATA}" --out "${HPCENV_OUTPUT}"
 
 # Stage-out: /lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID} -> /lus/flare/projects/$HPCENV_PROJECT/results/run1, atomic, verified
 bash "$HPCENV_STEPS/stage-out.sh" "/lus/flare/projects/$HPCENV_PROJECT/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID}" "/lus/flare/projects/$HPCENV_PROJECT/results/run1" 0

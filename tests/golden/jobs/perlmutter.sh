@@ -278,7 +278,7 @@ if [ -z "$local_size" ] && [ -n "${SLURM_STEP_ID:-}" ]; then
     node=$((node - times))
   done
 fi
-case ${HPCENV_GPU_BIND:-} in closest|list)
+case ${HPCENV_GPU_BIND:-} in closest|list|mask)
   rest=${CUDA_VISIBLE_DEVICES:-${ROCR_VISIBLE_DEVICES:-${ZE_AFFINITY_MASK:-}}} count=0
   while [ -n "$rest" ]; do
     count=$((count + 1))
