@@ -293,35 +293,20 @@ def render(values: dict[str, Any]) -> str:
     return head + text
 
 
-def init_values(
-    folder: Path,
-    *,
-    project: str | None,
-    site: str | None,
-    recipe: str | None,
-    requirements: list[str] | None,
-    account: str | None,
-    nodes: int | None,
-    time: str | None,
-    launcher: str | None,
-    env: list[str] | None,
-) -> dict[str, Any]:
-    """What ``hpcenv init`` puts in the file: the options given, the project from the folder
-    name, ``requirements.txt`` when the folder has one."""
-    if requirements is None and (folder / "requirements.txt").is_file():
-        requirements = ["requirements.txt"]
-    values: dict[str, Any] = {
-        "project": project or naming.project_name(folder.resolve().name),
-        "site": site,
-        "recipe": recipe,
-        "requirements": requirements or [],
-        "account": account,
-        "nodes": nodes,
-        "time": time,
-        "launcher": launcher,
-        "env": env or [],
-    }
-    return {k: v for k, v in values.items() if v not in (None, [])}
+def init_values(folder: Path, **options: Any) -> dict[str, Any]:
+    """What ``hpcenv init`` puts in the file: the options given (by field name; None or [] is
+    "not given"), the project from the folder's name, ``requirements.txt`` when the folder has
+    one and no ``requirements`` is given."""
+    if not options.get("requirements") and (folder / "requirements.txt").is_file():
+        options["requirements"] = ["requirements.txt"]
+    unknown = sorted(set(options) - set(ProjectFile.model_fields))
+    if unknown:
+        raise ValueError(f"not a project file field: {unknown[0]}")
+    values = {"project": options.get("project") or naming.project_name(folder.resolve().name)}
+    for name in ProjectFile.model_fields:  # the model's order
+        if name != "project" and options.get(name) not in (None, []):
+            values[name] = options[name]
+    return values
 
 
 def write_new(folder: Path, text: str, *, force: bool) -> Path:

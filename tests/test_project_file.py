@@ -164,6 +164,13 @@ INIT_CASES: list[dict[str, Any]] = [
         "env": ["WANDB_API_KEY", "HF_HOME=/scratch/hf", "A_B=c d"],
         "project": "x.y_z-1",
     },
+    {
+        "pip": ["tabulate>=0.9", "six"],
+        "partition": "debug",
+        "qos": "normal",
+        "stage_in": "data/",
+        "stage_out": "$SCRATCH/out",
+    },
 ]
 
 
@@ -172,21 +179,7 @@ def test_the_schema_accepts_every_file_init_writes(tmp_path: Path, given: dict[s
     import yaml
 
     (tmp_path / "requirements.txt").write_text("six\n", encoding="utf-8")
-    options = {
-        k: given.get(k)
-        for k in (
-            "project",
-            "site",
-            "recipe",
-            "requirements",
-            "account",
-            "nodes",
-            "time",
-            "launcher",
-            "env",
-        )
-    }
-    text = render(init_values(tmp_path, **options))
+    text = render(init_values(tmp_path, **given))
     data = yaml.safe_load(text)
     schema = json_schema()
     assert schema["additionalProperties"] is False
@@ -355,9 +348,12 @@ def test_init_writes_the_file_and_refuses_a_second_time(tmp_path: Path) -> None:
     assert "- WANDB_API_KEY\n" in text
     refused(hpcenv("init", "--site", "local", cwd=folder), "hpcenv.yaml exists", "--force")
     assert (folder / "hpcenv.yaml").read_text(encoding="utf-8") == text  # nothing lost
-    again = hpcenv("init", "--site", "local", "--force", "-N", "2", cwd=folder)
+    again = hpcenv(
+        "init", "-s", "local", "--force", "-N", "2", "-p", "debug", "--stage-in", "d", cwd=folder
+    )
     assert again.returncode == 0, again.stderr
-    assert "nodes: 2\n" in (folder / "hpcenv.yaml").read_text(encoding="utf-8")
+    data = load(folder / "hpcenv.yaml").data
+    assert (data.nodes, data.partition, data.stage_in, data.env) == (2, "debug", "d", [])
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,7 @@ RequirementsOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--requirements",
-        help="pip requirements file added to the recipe (image NAME-user; the matched stack "
+        help="pip requirements file added to the recipe (image NAME-PROJECT; the matched stack "
         "stays: a conflicting pin is refused)",
     ),
 ]

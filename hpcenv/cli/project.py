@@ -36,6 +36,17 @@ EnvOpt = Annotated[
     ),
 ]
 
+PartitionOpt = Annotated[
+    str | None, typer.Option("--partition", "--queue", "-p", help="partition/queue")
+]
+QosOpt = Annotated[str | None, typer.Option("--qos", "-q", help="Slurm QOS")]
+StageInOpt = Annotated[
+    str | None, typer.Option("--stage-in", help="dataset folder staged to node-local storage")
+]
+StageOutOpt = Annotated[
+    str | None, typer.Option("--stage-out", help="where the job's {output} is copied")
+]
+
 
 def register(app: typer.Typer) -> None:
     @app.command("init")
@@ -53,6 +64,11 @@ def register(app: typer.Typer) -> None:
         time: TimeOpt = None,
         launcher: LauncherOpt = None,
         env: EnvOpt = None,
+        pip: PipOpt = None,
+        partition: PartitionOpt = None,
+        qos: QosOpt = None,
+        stage_in: StageInOpt = None,
+        stage_out: StageOutOpt = None,
         project: Annotated[
             str | None,
             typer.Option("--project", help="the project's name (default: the folder's name)"),
@@ -90,6 +106,11 @@ def register(app: typer.Typer) -> None:
             time=time,
             launcher=launcher,
             env=env,
+            pip=pip,
+            partition=partition,
+            qos=qos,
+            stage_in=stage_in,
+            stage_out=stage_out,
         )
         path = write_new(here, render_file(values), force=force)
         typer.echo(f"wrote {path}")
@@ -107,13 +128,11 @@ def register(app: typer.Typer) -> None:
         nodes: NodesOpt = None,
         time: TimeOpt = None,
         launcher: LauncherOpt = None,
-        partition: Annotated[
-            str | None, typer.Option("--partition", "--queue", "-p", help="partition/queue")
-        ] = None,
-        qos: Annotated[str | None, typer.Option("--qos", "-q", help="Slurm QOS")] = None,
+        partition: PartitionOpt = None,
+        qos: QosOpt = None,
         env: EnvOpt = None,
-        stage_in: Annotated[str | None, typer.Option("--stage-in")] = None,
-        stage_out: Annotated[str | None, typer.Option("--stage-out")] = None,
+        stage_in: StageInOpt = None,
+        stage_out: StageOutOpt = None,
         schema: Annotated[
             bool, typer.Option("--schema", help="print the JSON Schema of hpcenv.yaml")
         ] = False,
