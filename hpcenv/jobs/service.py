@@ -465,6 +465,12 @@ def submit_request(
     if retired:
         notify(retired)
     job = _job_spec(req, s, notify)
+    if job.chdir and req.transport is TransportKind.local:
+        from hpcenv.jobs.submitdir import folder_warning
+
+        folder = folder_warning(s, job.chdir, os.environ)
+        if folder:
+            notify(f"warning: {folder}")
     if req.transport is TransportKind.local and not req.image and not req.no_container:
         from hpcenv.jobs.image_freshness import check_image_inputs  # issue 37: a stale image
 

@@ -445,6 +445,7 @@ class Filesystem(Strict):
     purpose: Literal["scratch", "home", "project", "software", "datasets"]
     purged: bool = False
     read_only_on_compute: bool = False
+    submit_here: bool = True
 
 
 class NodeLocal(Strict):
