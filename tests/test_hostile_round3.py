@@ -297,3 +297,70 @@ def test_an_empty_provenance_in_a_base_is_no_provenance(tmp_path: Path) -> None:
     (tmp_path / "child.yaml").write_text("extends: ./base.yaml\nname: child\n", encoding="utf-8")
     proc = run_hpcenv("resolve", "-s", "child.yaml", "-r", "horovod-cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+# 5. logs: streamed, escapes shown ---------------------------------------------------------------
+
+_LOG_LINE = b"step 1 loss 0.5 \x1b]52;c;aGVsbG8=\x07 \x1b]0;title\x07 \x1b[2J done\t\xc3\xa9\n"
+
+
+def _fake_slurm_job(tmp_path: Path, log: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    line = f"JobId=5 JobName=x JobState=COMPLETED ExitCode=0:0 StdOut={log} StdErr={log}"
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho '{line}'\n", encoding="utf-8")
+    (bin_dir / "scontrol").chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_logs_streams_a_large_log_with_bounded_memory_and_escapes_shown(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    count = (64 << 20) // len(_LOG_LINE)
+    with log.open("wb") as handle:
+        for _ in range(count // 1024):
+            handle.write(_LOG_LINE * 1024)
+    env = {**os.environ, "HPCENV_CACHE": str(tmp_path / "cache"), **_fake_slurm_job(tmp_path, log)}
+    out = tmp_path / "out.txt"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [str(HPCENV), "logs", "5", "--site", "generic-slurm"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp_path,
+        )
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            raise
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert usage.ru_maxrss < 200 * 1024, f"{usage.ru_maxrss} KiB resident for a 64 MiB log"
+    with out.open("rb") as handle:
+        head = handle.read(1 << 16)
+    assert b"\x1b" not in head and b"\x07" not in head
+    first = head.splitlines()[1].decode()
+    assert first == "step 1 loss 0.5 \\x1b]52;c;aGVsbG8=\\x07 \\x1b]0;title\\x07 \\x1b[2J done\té"
+    assert out.stat().st_size > log.stat().st_size  # every line there, escapes longer
+
+
+def test_printable_escapes_what_it_did_before() -> None:
+    """The replace-based :func:`printable` gives exactly the per-match escapes it gave."""
+    import re
+
+    from hpcenv.printable import printable
+
+    control = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+    def before(text: str, lines: bool) -> str:
+        def esc(m: re.Match[str]) -> str:
+            c = ord(m.group(0))
+            return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+        text = control.sub(esc, text)
+        return text if lines else re.sub(r"[\t\n]", esc, text)
+
+    every = "".join(chr(i) for i in range(0x3000))
+    for text in (every, "plain", "a\nb\tc", "\\x1b literal", "x\x1b]52;c;aGk=\x07\n"):
+        for lines in (False, True):
+            assert printable(text, lines=lines) == before(text, lines)

@@ -188,10 +188,12 @@ def register(app: typer.Typer) -> None:
 
             files = [c.to_dict() for c in job_chunks(job_id, site, on)]
             typer.echo(json.dumps({"job_id": job_id, "files": files}, indent=2))
-        else:
-            from hpcenv.jobs.service import job_logs
+        else:  # streamed in pieces, escapes shown (hpcenv.jobs.logtail.printer)
+            import sys
 
-            typer.echo(job_logs(job_id, site, on), nl=False)
+            from hpcenv.jobs.logtail import print_job_logs, printer
+
+            print_job_logs(job_id, printer(sys.stdout.write), site, on)
 
 
 def _follow_logs(job_id: str, site: str | None, on: str | None, as_json: bool) -> None:
