@@ -219,9 +219,12 @@ def test_submit_dry_run_summit_writes_olcfs_job(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    retired, unchecked = proc.stderr.splitlines()  # and what a dry run does not check (issue 37)
+    # and what a dry run does not check, the bsub line and the log paths (issue 37)
+    retired, unchecked, line, logs = proc.stderr.splitlines()
     assert retired + "\n" == SUMMIT_RETIRED
     assert unchecked.startswith("note: dry run: not checked here ") and "train.py" in unchecked
+    assert line.startswith("note: dry run: a submit runs: ") and line.endswith(" bsub < JOB_SCRIPT")
+    assert logs.startswith("note: dry run: logs: ") and logs.endswith("horovod-gpu-<id>.err")
     lines = proc.stdout.splitlines()
     assert "#BSUB -P stf007" in lines and "#BSUB -alloc_flags smt1" in lines  # no gpumps
     i = lines.index("module purge")

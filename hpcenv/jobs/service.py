@@ -114,9 +114,12 @@ class SubmitResult:
     submission: Submission | None = None
     status: JobStatus | None = None
     via: str = ""  # the transport, in words
+    after: list[str] = field(default_factory=list)  # a dry run's --after, for its submit line
 
     def to_dict(self) -> dict[str, Any]:
         if self.submission is None:
+            from hpcenv.jobs.preview import log_files, submit_line
+
             r = self.rendered
             return {
                 "site": self.site,
@@ -127,6 +130,8 @@ class SubmitResult:
                 "tuning": r.placement.to_dict(),  # the old name of "placement", kept for scripts that read it
                 "plan": r.plan.to_dict(),
                 "script": r.script,
+                "submit_command": submit_line(r, self.after),
+                "logs": log_files(r, r.plan.name),
             }
         doc = self.submission.to_dict()
         if self.status is not None:
@@ -496,7 +501,11 @@ def submit_request(
                 "note: dry run: not checked here (a real submit checks them where it submits): "
                 + "; ".join(unchecked)
             )
-        return SubmitResult(s.name, rendered)
+        from hpcenv.jobs.preview import notes as preview
+
+        for line in preview(rendered, after):  # the exact submit command line, the log paths
+            notify(line)
+        return SubmitResult(s.name, rendered, after=after)
     if job.chdir and req.transport is TransportKind.local:
         check_chdir(job.chdir, tuple(job.command))
     try:  # local checks first, so nothing is queued (nor a manifest written) that cannot be recorded
