@@ -57,10 +57,8 @@ def _diamond(folder: Path, levels: int) -> Path:
 
 
 def _resolve_with(tmp_path: Path, req: Path) -> subprocess.CompletedProcess[str]:
-    return run_hpcenv(
-        "resolve", "-s", "generic-slurm", "-r", "horovod-cpu", "--requirements", str(req),
-        cwd=tmp_path, timeout=30,
-    )  # fmt: skip
+    args = ["resolve", "-s", "generic-slurm", "-r", "horovod-cpu", "--requirements", str(req)]
+    return run_hpcenv(*args, cwd=tmp_path, timeout=30)
 
 
 def test_a_diamond_of_includes_is_read_once_per_file(tmp_path: Path) -> None:
@@ -181,11 +179,9 @@ def _on_login(tmp_path: Path, **answers: str) -> subprocess.CompletedProcess[str
     (tmp_path / "key").touch()
     (tmp_path / "known_hosts").touch()
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **answers}
-    return run_hpcenv(
-        "build", "-s", "local", "-r", "mpi4py-os", "--on-login", "--ssh-host", "login1",
-        "--ssh-key", "key", "--known-hosts", "known_hosts",
-        cwd=tmp_path, env=env, timeout=120,
-    )  # fmt: skip
+    args = ["build", "-s", "local", "-r", "mpi4py-os", "--on-login", "--ssh-host", "login1"]
+    args += ["--ssh-key", "key", "--known-hosts", "known_hosts"]
+    return run_hpcenv(*args, cwd=tmp_path, env=env, timeout=120)
 
 
 @pytest.mark.parametrize(
