@@ -169,9 +169,22 @@ FIGURE_TESTS = {
 }
 
 
+def _tests_behind(name: str) -> set[str]:
+    """An allreduce figure names its flavour (``allreduce.mpi4py.x``): only that flavour's test
+    runs again (a ``_per_mpi4py`` ratio also needs mpi4py's); others map by their first part."""
+    head, _, rest = name.partition(".")
+    flavor = rest.split(".", 1)[0]
+    if head != "allreduce" or not flavor:
+        return {FIGURE_TESTS[head]}
+    out = {f"({FIGURE_TESTS[head]} and {flavor})"}
+    if name.endswith("_per_mpi4py"):
+        out.add(f"({FIGURE_TESTS[head]} and mpi4py)")
+    return out
+
+
 def checks_behind(names: Iterable[str]) -> str:
     """A pytest ``-k`` expression selecting the smoke tests that produce these figures."""
-    picked = sorted({FIGURE_TESTS[n.split(".", 1)[0]] for n in names})
+    picked = sorted(set().union(*(_tests_behind(n) for n in names)))
     if not picked:
         raise ValueError("no figures named")
     return " or ".join(picked)
