@@ -21,7 +21,7 @@ from jinja2 import meta
 
 from hpcenv.envpolicy import check as check_env
 from hpcenv.errors import ConfigError
-from hpcenv.jobs.bindmodel import preflight_args, site_mpi
+from hpcenv.jobs.bindmodel import SiteMpi, preflight_args, site_mpi, standard_abi
 from hpcenv.jobs.launchenv import launch_layers
 from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
 from hpcenv.jobs.placement import Placement, job_placement
@@ -416,12 +416,27 @@ def _launch_step(
     return Step("launch", f"Run ({what}).", launch=launch)
 
 
+def _injection(site: Site, job: JobSpec) -> SiteMpi | None:
+    """The site MPI the job binds; for the site's image of a built-in recipe that the resolver
+    builds against the MPI-5 standard ABI (:func:`hpcenv.mpi_abi.decide`), the same binding with
+    ``libmpi_abi.so.1`` as the library the preflight checks (:func:`bindmodel.standard_abi`)."""
+    inj = site_mpi(site) if job.site_mpi else None
+    if inj is None or not job.recipe:
+        return inj
+    from hpcenv.mpi_abi import decide
+    from hpcenv.recipe import load_recipe, recipe_names
+
+    if job.recipe in recipe_names() and decide(site, load_recipe(job.recipe)).fits:
+        return standard_abi(inj) or inj
+    return inj
+
+
 def _preflight_step(
     site: Site, job: JobSpec, container: ContainerLaunch
 ) -> tuple[StepFile, Step] | None:
     """Bind model: check once, inside the image, that the site MPI replaces the image's (not in
     a control run that keeps the image's MPI)."""
-    inj = site_mpi(site) if job.site_mpi else None
+    inj = _injection(site, job)
     if inj is None or not container.prefix:
         return None
     argv = (*container.prefix, "sh", step_path("bind-preflight.sh"), *preflight_args(inj))
