@@ -165,8 +165,12 @@ def load(path: Path) -> Loaded:
     """Read and validate a project file; a problem is a ConfigError naming file and line."""
     from hpcenv.yamlsrc import load_yaml, validate_file
 
+    if not path.is_file():  # a folder, a device, a link to nowhere
+        raise ConfigError(f"{path}: not a regular file; hpcenv init writes one")
+    raw, lines = load_yaml(path)
+    if raw is None:  # empty, or only comments: every value from the options or the defaults
+        return Loaded(path, ProjectFile(), {})
     data = validate_file(ProjectFile, path)
-    _, lines = load_yaml(path)
     return Loaded(path, data, {str(k[0]): v for k, v in lines.items() if len(k) == 1})
 
 

@@ -476,3 +476,16 @@ def test_the_docs_example_is_a_valid_project_file(tmp_path: Path) -> None:
     loaded = load(write(tmp_path, example))
     assert loaded.data.env == ["WANDB_API_KEY", "OMP_NUM_THREADS=8"]
     assert set(loaded.data.model_fields_set) == set(ProjectFile.model_fields)  # every field shown
+
+
+def test_odd_files(tmp_path: Path) -> None:
+    """A folder or a device named hpcenv.yaml is one line; an empty file is no values."""
+    (tmp_path / "a" / "hpcenv.yaml").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "hpcenv.yaml").symlink_to("/dev/zero")
+    for sub in ("a", "b"):
+        refused(hpcenv("config", cwd=tmp_path / sub), "hpcenv.yaml: not a regular file")
+    write(tmp_path, "# nothing yet\n")
+    assert load(tmp_path / "hpcenv.yaml").data == ProjectFile()
+    write(tmp_path, "- site\n")
+    refused(hpcenv("config", cwd=tmp_path), "hpcenv.yaml:1: expected a mapping")
