@@ -59,16 +59,21 @@ def job_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None) 
 
 
 def log_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
-    """``-o``/``-e``: a file name in the job's workdir, where ``status`` and ``logs`` read it."""
+    """``-o``/``-e``: a file name in the job's workdir, where ``status`` and ``logs`` read it,
+    or a folder (ending in /, or an existing absolute one) for the default name in it."""
+    import os
     import re
 
     from hpcenv.errors import ConfigError
+    from hpcenv.jobs.spec import LOG_NAME
 
-    if value is not None and not re.fullmatch(r"[A-Za-z0-9_%+-][A-Za-z0-9_.%+-]{0,254}", value):
+    if value is not None and value.startswith("/") and os.path.isdir(value):
+        value = value.rstrip("/") + "/"
+    if value is not None and not re.fullmatch(LOG_NAME, value):
         name = "-o/--output" if "-o" in param.opts else "-e/--error"
         raise ConfigError(
             f"{name} {value!r}: a file name in the job's workdir (letters, digits, _.%+-, "
-            "Slurm's %j %A %a %x), no folder"
+            "Slurm's %j %A %a %x), or a folder for it ending in /"
         )
     return value
 

@@ -22,6 +22,20 @@ TOKEN = "hpcenv-TOKEN"  # stands for the fresh token each submit makes (16 hex d
 JOB_ID = "<id>"
 
 
+def log_folders_line(rendered: RenderedJob) -> str:
+    """``mkdir -p -- FOLDER... && `` for the folders ``-o``/``-e`` name (issue 37: a folder
+    takes the default name), made before the scheduler opens the files (Slurm does not make
+    them, sbatch(1) "filename pattern"; the job would fail with no log); "" when none."""
+    folders = []
+    for name in rendered.log_names:
+        if name and "/" in name:
+            folder = name.rsplit("/", 1)[0] or "/"
+            path = folder if folder.startswith("/") else f"{rendered.workdir}/{folder}"
+            if path not in folders:
+                folders.append(path)
+    return f"mkdir -p -- {' '.join(map(qpath, folders))} && " if folders else ""
+
+
 def submit_line(rendered: RenderedJob, after: list[str]) -> str:
     """``[PRELUDE] mkdir -p WORKDIR && cd WORKDIR && SUBMIT_ARGV < SCRIPT`` as submit runs it."""
     scheduler = rendered.scheduler
@@ -29,8 +43,8 @@ def submit_line(rendered: RenderedJob, after: list[str]) -> str:
     argv = tagged[0] if tagged else scheduler.submit_argv(after)
     workdir = qpath(rendered.workdir)
     return (
-        f"{rendered.prelude_line()}mkdir -p -- {workdir} && cd -- {workdir} && "
-        f"{join(argv)} < JOB_SCRIPT"
+        f"{rendered.prelude_line()}{log_folders_line(rendered)}mkdir -p -- {workdir} && "
+        f"cd -- {workdir} && {join(argv)} < JOB_SCRIPT"
     )
 
 

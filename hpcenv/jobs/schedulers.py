@@ -292,9 +292,20 @@ class Scheduler(ABC):
         the job's own ``-o``/``-e`` (Slurm's patterns translated), else hpcenv's default."""
         out, err = self.default_log_names(job)
         return (
-            self.translate_log(job.stdout, job.name, "-o/--output") if job.stdout else out,
-            self.translate_log(job.stderr, job.name, "-e/--error") if job.stderr else err,
+            self._log(job.stdout, out, job.name, "-o/--output") if job.stdout else out,
+            self._log(job.stderr, err, job.name, "-e/--error") if job.stderr else err,
         )
+
+    def _log(self, value: str, default: str | None, job_name: str, option: str) -> str:
+        """A name, or a folder (``logs/``): the default name in it (issue 37)."""
+        if not value.endswith("/"):
+            return self.translate_log(value, job_name, option)
+        if default is None:
+            raise ConfigError(
+                f"{option} {value!r}: {self.name} expands no job id in a log name, so a folder "
+                "would hold one file for every job; give a file name"
+            )
+        return value + default
 
     def default_log_names(self, job: JobSpec) -> tuple[str | None, str | None]:
         return None, None

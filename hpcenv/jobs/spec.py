@@ -30,8 +30,13 @@ from hpcenv.safe import (
 
 JobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 # A log file name in the job's workdir (where ``status`` and ``logs`` read it), with Slurm's
-# patterns %j %A %a %x; each scheduler translates them (``Scheduler.log_names``).
-LogName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_%+-][A-Za-z0-9_.%+-]{0,254}$")]
+# patterns %j %A %a %x; each scheduler translates them (``Scheduler.log_names``). Or a folder
+# (ending in /, absolute or in the workdir): the file is the scheduler's default name in it.
+LOG_NAME = (
+    r"^(?:[A-Za-z0-9_%+-][A-Za-z0-9_.%+-]{0,254}"
+    r"|/?(?:[A-Za-z0-9_+-][A-Za-z0-9_.+-]{0,254}/){1,32})$"
+)
+LogName = Annotated[str, StringConstraints(pattern=LOG_NAME)]
 # Node features (Slurm -C): names joined by & (all) or | (any), as ``gpu&hbm80g``.
 Features = Annotated[
     str,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcenv.errors import ConfigError, JobError
+from hpcenv.jobs.preview import log_folders_line
 from hpcenv.jobs.render import RenderedJob, prepare
 from hpcenv.jobs.schedulers import get_scheduler
 from hpcenv.jobs.shell import expanding, join
@@ -182,7 +183,7 @@ def record_key(spec: TransportSpec, job_id: str) -> str:
 _RECORD_KEYS = frozenset(
     {"job_id", "name", "site", "scheduler", "workdir", "transport", "log_names", "script_path"}
 )
-_LOG_NAME = re.compile(r"[A-Za-z0-9_.,:@%+=-]{1,255}")
+_LOG_NAME = re.compile(r"/?(?:[A-Za-z0-9_.,:@%+=-]{1,255}/){0,32}[A-Za-z0-9_.,:@%+=-]{1,255}")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _RECORD_PATH = re.compile(r"[A-Za-z0-9_.,:@%+=/~ -]{1,4096}")
@@ -471,7 +472,7 @@ def _call_scheduler(
                 transport,
                 SUBMIT_SCRIPT,
                 args,
-                prelude=rendered.prelude_line(),
+                prelude=rendered.prelude_line() + log_folders_line(rendered),
                 stdin=rendered.script,
             )
         except NotConnected as err:
@@ -740,7 +741,7 @@ def log_paths(sub: Submission, st: JobStatus | None = None) -> list[str]:
         if found:
             return list(dict.fromkeys(found))
     files = get_scheduler(sub.scheduler).log_files(sub.name, sub.job_id, sub.log_names)
-    return [f"{sub.workdir}/{name}" for name in files]
+    return [name if name.startswith("/") else f"{sub.workdir}/{name}" for name in files]
 
 
 def logs(sub: Submission, transport: Transport) -> str:
