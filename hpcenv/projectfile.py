@@ -248,15 +248,7 @@ def merge(
             out[name] = Value(value, sources.get(name, "flag"))
             continue
         in_file = getattr(project.data, name, None) if project else None
-        if (
-            project is not None
-            and name in project.data.model_fields_set
-            and in_file
-            not in (
-                None,
-                [],
-            )
-        ):
+        if project is not None and name in project.data.model_fields_set and in_file:
             if name in _PATHS:
                 in_file = [Path(project.resolved(p)) for p in in_file]
             elif name in _FOLDERS:
