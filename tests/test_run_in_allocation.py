@@ -282,3 +282,35 @@ def test_shell_inside_salloc_reads_a_pipe(
     lines = proc.stdout.splitlines()
     assert any(ln.startswith("in ") and ln.endswith(" threads=2") for ln in lines), proc.stdout
     assert "horovod here" in lines, proc.stdout  # podman's mark, and the image's horovod
+
+
+@pytest.mark.slurm
+@pytest.mark.apptainer
+@pytest.mark.timeout(600)
+def test_run_inside_salloc_in_the_sif(
+    slurm: SlurmInfo, site_mpi_prefix: Path, site_apptainer: Path, tmp_path: Path
+) -> None:
+    """The SIF site with the bind model: the job's preflight step (the site MPI replaces the
+    image's) runs before the launch, as in the batch job, and two ranks run inside the SIF."""
+    from image_builds import built
+
+    built("bind")
+    built("bind-sif")
+    opts = ("--site", "local-bind-sif", "-r", "horovod-cpu", "-n", "2")
+    probe = "import os; print('rank', os.environ['RANK'], os.path.isdir('/.singularity.d'))"
+    proc = _salloc(
+        slurm,
+        tmp_path,
+        "run",
+        *opts,
+        "--workdir",
+        str(tmp_path / "w"),
+        "--",
+        "python3",
+        "-c",
+        probe,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "replaces the image's" in proc.stdout  # bind-preflight.sh, inside the image
+    ranks = sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("rank "))
+    assert ranks == ["rank 0 True", "rank 1 True"], proc.stdout
