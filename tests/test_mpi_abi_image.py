@@ -23,7 +23,7 @@ preflight (``bindmodel.standard_abi``) run inside the image with the injection p
 library's ABI version and passes. And ``hpcenv submit --site local-bind --recipe mpi4py-abi``
 under the real one-node Slurm runs the same image with Intel MPI bound the way the site file
 says (srun --mpi=pmix): the job's preflight checks ``libmpi_abi.so.1`` and both ranks run on
-Intel MPI's.
+Intel MPI's; so does its SIF (``--site local-bind-sif``, ranks under ``apptainer exec``).
 
 Not shown here (what blocks it):
 
@@ -33,16 +33,17 @@ Not shown here (what blocks it):
   2026-11-28) while the image is Debian 12 (glibc 2.36); a site's MPI built for an older glibc
   than its image's binds, a newer one does not. tests/test_mpi_abi.py runs one ABI binary under
   Open MPI 6 inside sid itself.
-- Two Slurm nodes, and SIF: the job hpcenv writes for local-bind runs this image under the real
-  one-node Slurm (the last test here: srun --mpi=pmix, Intel MPI bound, the ABI preflight);
-  the two-node rehearsal site (local-2node) is hybrid with Open MPI 4.1.4, where the ABI does
-  not apply (the resolver says so), so two nodes need a bind-model two-node site file first;
-  the SIF site (local-bind-sif) was not run with this image in this session (time).
+- Two Slurm nodes: the job hpcenv writes for local-bind runs this image under the real
+  one-node Slurm (the last test here: srun --mpi=pmix, Intel MPI bound, the ABI preflight),
+  and its SIF under local-bind-sif's apptainer exec. The two-node rehearsal site (local-2node)
+  is hybrid with Open MPI 4.1.4, where the ABI does not apply (the resolver says so), so two
+  nodes need a bind-model two-node site file first.
 - Horovod's MPI operations against the ABI: not tried. Horovod 0.28.1 compiles its MPI ops
-  in C++ against the MPI it finds at build time; the mpich wheel ships ``bin/mpicxx_abi`` beside ``mpicc_abi``, so the next step is an ABI
-  horovod-cpu build with ``MPICXX``/``MPICC`` pointing at them and a torch install (over 10 min
-  of compile on this 2-core machine, beyond this session); until a test shows it, rule
-  ``mpi-abi-programs`` keeps refusing Horovod and the lock says so.
+  in C++ against the MPI it finds at build time; the mpich wheel ships ``bin/mpicxx_abi``
+  beside ``mpicc_abi``, so the next step is an ABI horovod-cpu build with ``MPICXX``/``MPICC``
+  pointing at them and a torch install (over 10 min of compile on this 2-core machine, beyond
+  this session); until a test shows it, rule ``mpi-abi-programs`` keeps refusing Horovod and
+  the lock says so.
 """
 
 from __future__ import annotations
@@ -266,18 +267,46 @@ def test_a_site_mpi_built_for_a_newer_glibc_does_not_bind(
     assert "version `GLIBC_2.38' not found" in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.fixture
+def abi_site(request: pytest.FixtureRequest, abi_image: str) -> str:
+    """Each bind site with the ABI image ready: the podman image, or its SIF (``hpcenv build
+    --site local-bind-sif``: converted from the same build and delivered where jobs look)."""
+    site: str = request.param
+    if site == "local-bind-sif":
+        request.getfixturevalue("site_apptainer")
+        proc = subprocess.run(
+            [HPCENV, "build", "--site", site, "--recipe", "mpi4py-abi"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=REAL_ENV,
+            timeout=1500,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:]
+    return site
+
+
 @pytest.mark.slurm
+@pytest.mark.parametrize(
+    "abi_site",
+    [
+        pytest.param("local-bind", id="podman"),
+        pytest.param("local-bind-sif", id="sif", marks=pytest.mark.apptainer),
+    ],
+    indirect=True,
+)
 def test_the_job_hpcenv_writes_runs_the_abi_image_under_the_sites_intel_mpi(
-    abi_image: str, slurm: SlurmInfo, site_mpi_prefix: Path, tmp_path: Path
+    abi_site: str, slurm: SlurmInfo, site_mpi_prefix: Path, tmp_path: Path
 ) -> None:
-    """``hpcenv submit --site local-bind --recipe mpi4py-abi --wait`` under the real one-node
-    Slurm: the job script hpcenv renders for the site (srun --mpi=pmix, one podman container per
-    rank, Intel MPI 2021.18.1 bound as the site file says) runs the ABI image; its preflight
+    """``hpcenv submit --site local-bind[-sif] --recipe mpi4py-abi --wait`` under the real
+    one-node Slurm: the job script hpcenv renders for the site (srun --mpi=pmix, one podman
+    container per rank, or the SIF under the site's apptainer exec; Intel MPI 2021.18.1 bound as
+    the site file says) runs the ABI image; its preflight
     checks libmpi_abi.so.1 (bindmodel.standard_abi, chosen by the job renderer for this recipe)
     and every rank runs on Intel MPI's libmpi_abi only."""
     shutil.copy(DATA / "mpi_abi_allreduce.py", tmp_path)
     tmp_path.chmod(0o755)
-    cli = [HPCENV, "submit", "--site", "local-bind", "--recipe", "mpi4py-abi"]
+    cli = [HPCENV, "submit", "--site", abi_site, "--recipe", "mpi4py-abi"]
     cli += ["--ranks-per-node", "2", "--workdir", str(tmp_path), "--wait", "--timeout", "240"]
     cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=400)
