@@ -360,3 +360,76 @@ def test_printable_escapes_what_it_did_before() -> None:
     for text in (every, "plain", "a\nb\tc", "\\x1b literal", "x\x1b]52;c;aGk=\x07\n"):
         for lines in (False, True):
             assert printable(text, lines=lines) == before(text, lines)
+
+
+# 8. Another user's folders in a group workdir, and forged end markers --------------------------
+
+NOBODY = 65534
+
+
+def _dry_job(tmp_path: Path, plant: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The generic-slurm job script, run for real with stub launchers (tests/job_harness.py),
+    after another user (uid 65534) made ``plant`` in its workdir."""
+    from hpcenv.jobs import JobSpec, default_image, prepare
+    from hpcenv.site import load_site
+    from tests.job_harness import Harness, expand, rooted, script_exports
+
+    harness = Harness(tmp_path)
+    site = rooted(load_site("generic-slurm"), tmp_path)
+    job = JobSpec(name="train", command=["python", "-c", "print(1)"], nodes=1, recipe="mpi4py-os")
+    rendered = prepare(site, job, default_image(site, job.recipe), submitting=True)
+    env = harness.env(site)
+    values = script_exports(rendered.script, env)
+    harness.provide(site, env, values)
+    workdir = Path(expand(rendered.workdir, {**env, **values}))
+    workdir.mkdir(parents=True, exist_ok=True)
+    planted = workdir / plant
+    planted.mkdir(parents=True)
+    os.chown(planted, NOBODY, NOBODY)
+    run = harness.run(rendered.script, env)
+    return subprocess.CompletedProcess([], run.returncode, run.stdout, run.stderr), workdir
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a folder of another user (chown)")
+@pytest.mark.parametrize(
+    ("plant", "steps_glob"), [(".hpcenv/4242", ".hpcenv/4242.*"), (".hpcenv", ".hpcenv-*/4242")]
+)
+def test_another_users_folder_under_the_next_job_id_does_not_stop_the_job(
+    tmp_path: Path, plant: str, steps_glob: str
+) -> None:
+    run, workdir = _dry_job(tmp_path, plant)
+    assert run.returncode == 0, run.stderr
+    assert "steps go to a folder of its own" in run.stderr
+    (steps,) = workdir.glob(steps_glob)
+    info = steps.stat()
+    assert info.st_uid == os.geteuid() and info.st_mode & 0o077 == 0
+    assert (steps / "ended").read_text() == "0\n"
+    assert (workdir / plant).stat().st_uid == NOBODY  # left as it was
+
+
+def test_an_end_marker_not_written_by_this_users_job_is_ignored_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    from hpcenv.jobs.ended import EndSignal
+
+    folder = tmp_path / "4242"
+    folder.mkdir(mode=0o700)
+    warned: list[str] = []
+    signal = EndSignal(folder / "ended", warned.append)
+    folder.chmod(0o770)  # a folder others may write: its marker may be anyone's
+    (folder / "ended").write_text("0\n")
+    assert signal() is False and signal() is False
+    assert len(warned) == 1 and "others may write its folder (mode 0770)" in warned[0]
+    folder.chmod(0o700)
+    assert signal() is True
+    (folder / "ended").unlink()
+    (folder / "ended").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_text("0\n")
+    assert signal() is False
+    if os.geteuid() == 0:
+        (folder / "ended").unlink()
+        (folder / "ended").write_text("1\n")
+        os.chown(folder / "ended", NOBODY, NOBODY)
+        again: list[str] = []
+        assert EndSignal(folder / "ended", again.append)() is False
+        assert "belongs to" in again[0] and "not to you" in again[0]

@@ -12,11 +12,21 @@ Only where the job's folder is this host's (the ``local`` transport, which runs 
 commands here, on a file system the batch nodes share) and the job is one task: an array's tasks
 each have their own id, hence their own folder. A job killed outright (SIGKILL at its time
 limit) writes nothing, and the wait goes on asking the scheduler as before.
+
+A marker counts only when it is a regular file of this user's in a folder of this user's that
+nobody else may write (issue 40: the workdir may be a project's, group-writable): one another
+user wrote, or put there, is ignored with one warning, so it cannot make a wait ask the
+scheduler over and over. The job makes that folder itself (mkdir, 0700, templates/jobs/job.sh.j2);
+where another user's folder stood in the way, the job's steps went elsewhere and the wait goes
+by the scheduler alone.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,19 +50,52 @@ def marker_path(sub: Submission) -> Path | None:
     return Path(workdir) / ".hpcenv" / job_id / ENDED_FILE
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def marker_problem(path: Path, info: os.stat_result) -> str | None:
+    """Why the marker at ``path`` (``lstat`` ``info``) was not written by this user's job, or
+    None: a regular file of this user's, in a folder of this user's nobody else may write."""
+    from hpcenv.reads import owner_name
+
+    me = os.geteuid()
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    if info.st_uid != me:
+        return f"it belongs to {owner_name(info.st_uid)}, not to you"
+    try:
+        folder = os.lstat(path.parent)
+    except OSError as err:
+        return f"its folder cannot be read ({err.strerror or err})"
+    if not stat.S_ISDIR(folder.st_mode) or folder.st_uid != me:
+        return f"its folder belongs to {owner_name(folder.st_uid)}, not to you"
+    if folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others may write its folder (mode {stat.S_IMODE(folder.st_mode):04o})"
+    return None
+
+
 class EndSignal:
     """True once each time a marker other than the last one seen appears, else False (a marker
     already there when the wait starts is an earlier run's, before a requeue, and does not
     count; a look that fails, as a stat on NFS may for a moment, changes nothing)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, warn: Callable[[str], None] | None = None) -> None:
         self.path = path
+        self.warn = warn if warn is not None else _to_stderr
+        self._warned = False
         self._last = self._stamp()
 
     def _stamp(self) -> tuple[int, int] | None:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
         except OSError:
+            return None
+        problem = marker_problem(self.path, st)
+        if problem is not None:
+            if not self._warned:
+                self._warned = True
+                self.warn(f"warning: ignoring the end marker {self.path}: {problem}")
             return None
         return (st.st_ino, st.st_mtime_ns)
 

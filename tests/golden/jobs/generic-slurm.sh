@@ -34,18 +34,23 @@ export HPCENV_DATA="/tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/dat
 export HPCENV_OUTPUT="/lustre/scratch/$USER/hpcenv-jobs/train-output-${HPCENV_JOB_ID}"
 cd "$HPCENV_WORKDIR"
 export HPCENV_STEPS="$HPCENV_WORKDIR/.hpcenv/$HPCENV_JOB_ID"
-# The steps folder holds scripts this job runs: ours alone (0700), never another user's; its
-# parent too, since whoever can write .hpcenv could swap the steps folder after the check.
-mkdir -p -- "$HPCENV_WORKDIR/.hpcenv"
+# The steps folder holds the scripts this job runs: made by the job (0700) in a folder of ours
+# nobody else may write. Another user's .hpcenv, or a folder planted under this job's id (group
+# workdirs), gets the job one of its own (mktemp -d), where --wait's end marker is not looked for.
+hpcenv_mine() { # DIR MASK: a real folder of ours with none of the MASK mode bits
+  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(stat -c %u -- "$1")" = "$(id -u)" ] &&
+    ! ((8#$(stat -c %a -- "$1") & 8#$2)) # 2700 in a setgid folder is fine: no group/other bits
+}
+mkdir -p -- "$HPCENV_WORKDIR/.hpcenv" 2>/dev/null || true
 chmod go-w -- "$HPCENV_WORKDIR/.hpcenv" 2>/dev/null || true
-mkdir -m 0700 -- "$HPCENV_STEPS" 2>/dev/null || true # exists when the job is requeued
-steps_mode=$(stat -c %a -- "$HPCENV_STEPS") # 2700 in a setgid folder is fine: no group/other bits
-dot_mode=$(stat -c %a -- "$HPCENV_WORKDIR/.hpcenv")
-if [ "$(stat -c %u -- "$HPCENV_STEPS")" != "$(id -u)" ] || ((8#$steps_mode & 8#077)) ||
-  [ "$(stat -c %u -- "$HPCENV_WORKDIR/.hpcenv")" != "$(id -u)" ] || ((8#$dot_mode & 8#022)); then
-  echo "hpcenv: steps folder $HPCENV_STEPS (mode $steps_mode, owner $(stat -c %U -- "$HPCENV_STEPS")) or its parent (mode $dot_mode, owner $(stat -c %U -- "$HPCENV_WORKDIR/.hpcenv")) is not $(id -un)'s alone; refusing to run" >&2
-  exit 3
+if ! hpcenv_mine "$HPCENV_WORKDIR/.hpcenv" 022; then
+  echo "hpcenv: $HPCENV_WORKDIR/.hpcenv (owner $(stat -c %U -- "$HPCENV_WORKDIR/.hpcenv" 2>/dev/null)) is not $(id -un)'s alone; this job's steps go to a folder of its own" >&2
+  HPCENV_STEPS="$(mktemp -d -- "$HPCENV_WORKDIR/.hpcenv-$(id -un).XXXXXXXX")/$HPCENV_JOB_ID" || exit 3
 fi
+if ! mkdir -m 0700 -- "$HPCENV_STEPS" 2>/dev/null && ! hpcenv_mine "$HPCENV_STEPS" 077; then
+  echo "hpcenv: $HPCENV_STEPS (owner $(stat -c %U -- "$HPCENV_STEPS" 2>/dev/null)) is not this job's; its steps go to a folder of its own" >&2
+  HPCENV_STEPS=$(mktemp -d -- "$HPCENV_STEPS.XXXXXXXX") || exit 3
+fi # (an existing folder of ours: this job, requeued)
 echo "hpcenv: job $HPCENV_JOB_ID (train) on $(hostname -s) at $(date -Is)"
 # For `hpcenv submit --wait`: the exit status, written as the script exits; an earlier run's goes.
 rm -f -- "$HPCENV_STEPS/ended"
