@@ -314,3 +314,16 @@ def test_run_inside_salloc_in_the_sif(
     assert "replaces the image's" in proc.stdout  # bind-preflight.sh, inside the image
     ranks = sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("rank "))
     assert ranks == ["rank 0 True", "rank 1 True"], proc.stdout
+
+
+def test_run_reads_the_project_file_as_submit_does(tmp_path: Path) -> None:
+    """``./hpcenv.yaml`` under the options given: the same job as submit's, with no --site."""
+    (tmp_path / "hpcenv.yaml").write_text('site: local\nnodes: 1\ntime: "00:10:00"\n')
+    sub = hpcenv(tmp_path, "submit", "--no-container", "--dry-run", "--json", "--", "true")
+    assert sub.returncode == 0, sub.stderr
+    run = hpcenv(tmp_path, "run", "--no-container", "--dry-run", "--json", "-t", "5", "--", "true")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["site"] == "local" and doc["allocate"][-1] == "--time=5"  # the flag wins
+    steps = json.loads(sub.stdout)["plan"]["steps"]
+    assert doc["commands"] == [s["command"] for s in steps]

@@ -50,10 +50,31 @@ def _stderr(line: str) -> None:
     typer.echo(printable(line), err=True)
 
 
-def _go(params: dict[str, Any], *, shell: bool) -> None:
+def with_project(ctx: typer.Context, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with ``./hpcenv.yaml``'s values under the options given, as submit merges
+    them (:func:`hpcenv.cli.options.project_values`): each project-file field by the option
+    submit reads it into (``partition`` is ``--partition``'s ``queue``)."""
+    from hpcenv.cli.options import need, project_values
+    from hpcenv.projectfile import ProjectFile
+
+    option = {"partition": "queue"}
+    names = [f for f in ProjectFile.model_fields if option.get(f, f) in params]
+    defaults = {p.name: p.default for p in ctx.command.params if p.name}
+    got = project_values(
+        ctx,
+        {f: params[option.get(f, f)] for f in names},
+        defaults={f: defaults.get(option.get(f, f)) for f in names},
+        params=option,
+    )
+    merged = {**params, **{option.get(f, f): got.get(f) for f in names}}
+    merged["site"] = need(got, "site")
+    return merged
+
+
+def _go(ctx: typer.Context, params: dict[str, Any], *, shell: bool) -> None:
     from hpcenv.jobs.interactive import execute, prepare_run
 
-    req = request(params)
+    req = request(with_project(ctx, params))
     run = prepare_run(req, shell=shell, tty=sys.stdin.isatty(), notify=_stderr)
     if req.dry_run:
         if params.get("as_json"):
@@ -81,8 +102,8 @@ def register(app: typer.Typer) -> None:
         "-- COMMAND...); --dry-run prints its command lines.",
     )
     @functools.wraps(submit_cmd)
-    def run_cmd(**params: Any) -> None:
-        _go(params, shell=False)
+    def run_cmd(ctx: typer.Context, **params: Any) -> None:
+        _go(ctx, params, shell=False)
 
     @app.command(
         "shell",
@@ -90,5 +111,5 @@ def register(app: typer.Typer) -> None:
         "options, no command); --dry-run prints its command lines.",
     )
     @functools.wraps(submit_cmd)
-    def shell_cmd(**params: Any) -> None:
-        _go(params, shell=True)
+    def shell_cmd(ctx: typer.Context, **params: Any) -> None:
+        _go(ctx, params, shell=True)
