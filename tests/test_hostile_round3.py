@@ -433,3 +433,62 @@ def test_an_end_marker_not_written_by_this_users_job_is_ignored_with_a_warning(
         again: list[str] = []
         assert EndSignal(folder / "ended", again.append)() is False
         assert "belongs to" in again[0] and "not to you" in again[0]
+
+
+def test_status_wait_ignores_a_marker_it_cannot_trust(tmp_path: Path) -> None:
+    """``hpcenv status ID --wait`` as a process: a marker in a steps folder others may write
+    (as another user's would be) is named once in a warning, and the wait goes by the scheduler."""
+    import json
+    import time
+
+    jobs = tmp_path / "cache" / "jobs"
+    jobs.mkdir(parents=True, mode=0o700)
+    workdir = tmp_path / "w"
+    doc = {
+        "job_id": "77",
+        "name": "train",
+        "site": "local",
+        "scheduler": "slurm",
+        "workdir": str(workdir),
+        "transport": {"kind": "local"},
+        "log_names": ["train-%j.out", "train-%j.err"],
+        "script_path": "",
+    }
+    (jobs / "local-h-77.json").write_text(json.dumps(doc), encoding="utf-8")
+    (jobs / "local-h-77.json").chmod(0o600)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    done = tmp_path / "done"
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\nstate=RUNNING\n[ -e {done} ] && state=COMPLETED\n"
+        'echo "JobId=77 JobName=train JobState=$state Reason=None ExitCode=0:0"\n',
+        encoding="utf-8",
+    )
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {
+        **os.environ,
+        "HPCENV_CACHE": str(tmp_path / "cache"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    proc = subprocess.Popen(
+        [str(HPCENV), "status", "77", "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        time.sleep(2)
+        steps = workdir / ".hpcenv" / "77"
+        steps.mkdir(parents=True)
+        steps.chmod(0o777)
+        (steps / "ended").write_text("0\n", encoding="utf-8")
+        time.sleep(2)
+        done.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "COMPLETED" in out
+    warnings = [line for line in err.splitlines() if "ignoring the end marker" in line]
+    assert len(warnings) == 1 and "others may write its folder (mode 0777)" in warnings[0], err
