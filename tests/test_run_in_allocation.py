@@ -327,3 +327,20 @@ def test_run_reads_the_project_file_as_submit_does(tmp_path: Path) -> None:
     assert doc["site"] == "local" and doc["allocate"][-1] == "--time=5"  # the flag wins
     steps = json.loads(sub.stdout)["plan"]["steps"]
     assert doc["commands"] == [s["command"] for s in steps]
+
+
+def test_the_docs_commands_run(tmp_path: Path) -> None:
+    """docs/interactive.md's hpcenv lines, on the local site as dry runs (outside an allocation
+    a dry run is what answers)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "interactive.md").read_text()
+    (block,) = re.findall(r"```sh\n(.*?)```", text, re.S)
+    lines = [ln.split("#")[0] for ln in block.splitlines() if ln.startswith("hpcenv ")]
+    assert [shlex.split(ln)[1] for ln in lines] == ["run", "shell", "run"]
+    for line in lines:
+        argv = shlex.split(line)
+        args = [argv[1], "--site", "local", "--no-container", "--dry-run", *argv[2:]]
+        proc = hpcenv(tmp_path, *args)
+        assert proc.returncode == 0, (line, proc.stderr)
+        assert proc.stdout.startswith(f"# hpcenv {argv[1]} on local (slurm), not inside")

@@ -125,10 +125,14 @@ class InteractiveRun:
             else f"not inside an allocation (${self.variable} is unset); get one with: "
             f"{join(self.allocate)}"
         )
+        what = (
+            "the job script submit would write with its launch made one shell"
+            if self.verb == "shell"
+            else "the job script submit would write (hpcenv submit --dry-run shows it)"
+        )
         head = [
             f"# hpcenv {self.verb} on {self.site} ({self.scheduler}), {where}",
-            "# bash runs the job script submit would write (hpcenv submit --dry-run shows it); "
-            "its commands:",
+            f"# bash runs {what}; its commands:",
         ]
         return "\n".join([*head, *self.lines()]) + "\n"
 
