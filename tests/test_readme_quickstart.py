@@ -1,7 +1,8 @@
-"""README's quick start per real site (issue 22): every command in those blocks runs, as the
-installed ``hpcenv``, from a folder holding ``train.py`` and ``requirements.txt``; the site is not
-reachable from here, so each runs in its dry-run form (``build --dry-run``, ``submit --dry-run``)
-and must exit 0."""
+"""README's quick start per real site (issues 22, 37): every command in those blocks runs, as the
+installed ``hpcenv``, from a folder holding ``train.py`` and ``requirements.txt``: ``init`` writes
+the project file, then, the site not being reachable from here, ``build`` and ``submit`` run in
+their dry-run form with no other flags and must exit 0, the job running the project's own image
+(``<recipe>-<project>``), the one the build delivers."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ REAL_SITES = {"frontier", "perlmutter", "aurora", "summit", "alps-clariden", "ge
 
 def _blocks() -> list[list[str]]:
     text = (ROOT / "README.md").read_text()
-    start = text.index("#### Quick start per site")
-    section = text[start : text.index("\n**On Frontier**", start)]
+    start = text.index("### Quick start per site")
+    section = text[start : text.index("\n## ", start)]
     return [b.strip().splitlines() for b in re.findall(r"```sh\n(.*?)```", section, re.S)]
 
 
@@ -42,26 +43,28 @@ def test_a_quick_start_per_real_site() -> None:
     assert {_site(b) for b in BLOCKS} == REAL_SITES
     for block in BLOCKS:
         verbs = [shlex.split(line)[1] for line in block]
-        assert verbs == ["build", "submit"], block
-        assert all("--requirements requirements.txt" in line for line in block)
-        assert block[-1].endswith("-- python3 train.py")
+        assert verbs == ["init", "build", "submit"], block
+        assert block[1:] == ["hpcenv build", "hpcenv submit -N 2 -- python3 train.py"], block
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[_site(b) for b in BLOCKS])
 def test_every_quick_start_command_runs(block: list[str], tmp_path: Path) -> None:
+    tmp_path = tmp_path / "mnist-study"
+    tmp_path.mkdir()
     (tmp_path / "train.py").write_text("import torch\nprint(torch.__version__)\n")
     (tmp_path / "requirements.txt").write_text("tabulate>=0.9\n")
     for line in block:
         argv = shlex.split(line.replace("<project>", "csc300"))
         assert argv[0] == "hpcenv"
         cut = argv.index("--") if "--" in argv else len(argv)
-        argv = [str(HPCENV), *argv[1:cut], "--dry-run", *argv[cut:]]
+        dry = [] if argv[1] == "init" else ["--dry-run"]
+        argv = [str(HPCENV), *argv[1:cut], *dry, *argv[cut:]]
         out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{line}: {out.stderr.strip()}"
         if argv[1] == "build":  # the delivery's last step makes what the job will run
             (delivered,) = re.findall(r"^  job runs: (\S+)$", out.stdout, re.M)
         if argv[1] == "submit":  # the job runs the user's image, in the user's folder
-            assert "-user" in out.stdout and f"HPCENV_CHDIR={tmp_path}" in out.stdout
+            assert "-mnist-study" in out.stdout and f"HPCENV_CHDIR={tmp_path}" in out.stdout
             # ... and exactly what the build delivers (path or reference, variables unexpanded)
             assert _unquoted(delivered) in _unquoted(out.stdout), delivered
 
