@@ -492,3 +492,28 @@ def test_status_wait_ignores_a_marker_it_cannot_trust(tmp_path: Path) -> None:
     assert "COMPLETED" in out
     warnings = [line for line in err.splitlines() if "ignoring the end marker" in line]
     assert len(warnings) == 1 and "others may write its folder (mode 0777)" in warnings[0], err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a folder of another user (chown)")
+def test_submit_locks_beside_another_users_hpcenv_folder(tmp_path: Path) -> None:
+    """templates/jobs/submit.sh in a group workdir whose .hpcenv is another user's (which this
+    user cannot write): the submit lock goes to .hpcenv-USER, and the job is submitted."""
+    import pwd
+
+    step = Path(__file__).resolve().parent.parent / "templates" / "jobs" / "submit.sh"
+    workdir = tmp_path / "w"
+    (workdir / ".hpcenv").mkdir(parents=True)
+    os.chown(workdir / ".hpcenv", NOBODY, NOBODY)
+    script = "#!/bin/bash\necho hello\n"
+    proc = subprocess.run(
+        ["bash", "-s", "--", str(workdir), "hpcenv-tok", "1", "true", "wc", "-c"],
+        input=step.read_text(encoding="utf-8") + script,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].strip() == str(len(script))
+    mine = workdir / f".hpcenv-{pwd.getpwuid(os.geteuid()).pw_name}"
+    assert mine.is_dir() and mine.stat().st_mode & 0o077 == 0
+    assert list((workdir / ".hpcenv").iterdir()) == []

@@ -10,7 +10,8 @@
 #   NFIND        how many of the next words are FIND_ARGV
 #   FIND_ARGV    prints "ID TOKEN ..." lines, one per job of this user (Slurm: squeue --me)
 #   SUBMIT_ARGV  reads the job script on stdin and prints the job id (sbatch --parsable ...)
-# With a token, a lock in WORKDIR/.hpcenv serialises submissions of that token, and a job that
+# With a token, a lock in WORKDIR/.hpcenv (WORKDIR/.hpcenv-USER where .hpcenv is another
+# user's) serialises submissions of that token, and a job that
 # already carries it (an earlier attempt whose reply was lost) is printed instead of submitting
 # a second one.
 #
@@ -46,8 +47,19 @@ hpcenv_submit() {
     "$@"
     return
   fi
-  local lock=".hpcenv/submit-$token.lock" found rc
-  mkdir -p .hpcenv </dev/null || return
+  # In a group workdir .hpcenv may be another user's: the lock then goes to one of this user's
+  # own (the same folder for every attempt, so a retry still finds the first one's lock).
+  local dir=.hpcenv found rc
+  mkdir -p "$dir" </dev/null 2>/dev/null || true
+  if [ -L "$dir" ] || [ ! -O "$dir" ] || [ ! -w "$dir" ]; then
+    dir=".hpcenv-$(id -un </dev/null)"
+    mkdir -m 0700 "$dir" </dev/null 2>/dev/null || [ -d "$dir" ] || return
+    if [ -L "$dir" ] || [ ! -O "$dir" ]; then
+      echo "hpcenv submit: $(pwd -P)/$dir is not $(id -un </dev/null)'s; remove it" >&2
+      return 2
+    fi
+  fi
+  local lock="$dir/submit-$token.lock"
   exec 9>"$lock" || return
   flock 9 </dev/null
   rc=$?
