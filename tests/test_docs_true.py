@@ -62,8 +62,10 @@ def test_a_version_changed_without_what_the_base_wrote_for_it_is_refused(
 
 def test_extends_is_in_the_schema_and_the_fields() -> None:
     schema = json.loads(hpcenv("sites", "schema").stdout)
-    assert schema["properties"]["extends"]["type"] == "string"
-    assert "site this file starts from" in schema["properties"]["extends"]["description"]
+    for root in ("Site", "PartialSite"):
+        extends = schema["$defs"][root]["properties"]["extends"]
+        assert extends["type"] == "string"
+        assert "site this file starts from" in extends["description"]
     fields = hpcenv("sites", "fields", "extends")
     assert fields.returncode == 0 and fields.stdout.startswith("extends: a site this file")
 

@@ -128,6 +128,25 @@ def test_unknown_site_lists_known() -> None:
 
 
 def test_schema_is_generated_from_model() -> None:
-    schema = json_schema()
-    assert schema["additionalProperties"] is False
-    assert set(Site.model_fields) == set(schema["properties"])
+    site = json_schema()["$defs"]["Site"]
+    assert site["additionalProperties"] is False
+    assert set(Site.model_fields) == set(site["properties"])
+
+
+def test_schema_accepts_every_site_file_sites_validate_accepts() -> None:
+    """A whole site and an ``extends:`` file (the changes to a base, nulls included) both
+    validate against ``hpcenv sites schema``; a misspelt field or a wrong type does not."""
+    import jsonschema
+    import yaml
+
+    from hpcenv.site.fields import annotate_schema
+
+    check = jsonschema.Draft202012Validator(annotate_schema(json_schema()))
+    files = sorted((Path(__file__).parents[1] / "site-configs").glob("*.yaml"))
+    assert any("extends" in yaml.safe_load(f.read_text()) for f in files)
+    for f in files:
+        assert not list(check.iter_errors(yaml.safe_load(f.read_text()))), f.name
+    assert check.is_valid({"extends": "frontier", "node": {"cores_per_socket": 8}})
+    assert not check.is_valid({"extends": "frontier", "nodez": 1})
+    assert not check.is_valid({"extends": "frontier", "node": {"cores_per_socket": "many"}})
+    assert not check.is_valid({"name": "only-a-name"})

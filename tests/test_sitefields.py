@@ -32,6 +32,7 @@ def test_docs_page_is_generated_from_the_data() -> None:
 def test_schema_carries_the_descriptions() -> None:
     result = CliRunner().invoke(app, ["sites", "schema"])
     schema = json.loads(result.stdout)
-    assert schema["properties"]["arch"]["description"].startswith("CPU architecture")
+    assert schema["$defs"]["Site"]["properties"]["arch"]["description"].startswith("CPU arch")
+    assert schema["$defs"]["PartialSite"]["properties"]["arch"]["description"].startswith("CPU")
     pmi = schema["$defs"]["HostMpi"]["properties"]["pmi"]["description"]
     assert "srun --mpi=list" in pmi

@@ -61,9 +61,11 @@ def describe(dotted: str) -> str:
 
 
 def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Put each field's description into the JSON Schema (top level and ``$defs``)."""
+    """Put each field's description into the JSON Schema (a whole site, ``$defs.Site``, and the
+    changes an ``extends:`` file makes, ``$defs.PartialSite``, with their nested ``$defs``)."""
+    defs = schema.get("$defs", {})
 
-    def walk(model: type[BaseModel], node: dict[str, Any], prefix: str) -> None:
+    def walk(model: type[BaseModel], node: dict[str, Any], prefix: str, kind: str) -> None:
         for name, info in model.model_fields.items():
             prop = node.get("properties", {}).get(name)
             if prop is None:
@@ -72,12 +74,16 @@ def annotate_schema(schema: dict[str, Any]) -> dict[str, Any]:
             if dotted in fields():
                 prop["description"] = describe(dotted)
             sub = _model_of(info.annotation)
-            if sub is not None and sub.__name__ in schema.get("$defs", {}):
-                walk(sub, schema["$defs"][sub.__name__], dotted + ".")
+            if sub is not None and kind + sub.__name__ in defs:
+                walk(sub, defs[kind + sub.__name__], dotted + ".", kind)
 
-    walk(Site, schema, "")
-    for name, prop in FILE_FIELDS.items():
-        schema.setdefault("properties", {})[name] = prop | {"description": describe(name)}
+    for kind in ("", "Partial"):
+        root = defs.get(kind + "Site", schema)
+        walk(Site, root, "", kind)
+        for name, prop in FILE_FIELDS.items():
+            root.setdefault("properties", {})[name] = prop | {"description": describe(name)}
+        if root is schema:
+            break
     return schema
 
 

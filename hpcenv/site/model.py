@@ -735,4 +735,47 @@ def placeholders(site: Site) -> dict[str, str]:
 
 
 def json_schema() -> dict[str, Any]:
-    return Site.model_json_schema()
+    """The JSON Schema of site files: a whole site, or (with ``extends:``) the changes to one,
+    where every field is optional at every level since the base supplies the rest (as
+    ``hpcenv sites validate`` reads such a file)."""
+    import copy
+
+    full = Site.model_json_schema()
+    defs = full.pop("$defs", {})
+    partial = _without_required(copy.deepcopy(full), "#/$defs/", "#/$defs/Partial")
+    both = {
+        f"Partial{name}": _without_required(copy.deepcopy(d), "#/$defs/", "#/$defs/Partial")
+        for name, d in defs.items()
+    }
+    return {
+        **{k: v for k, v in full.items() if k in ("title", "description")},
+        "$defs": {**defs, **both, "Site": full, "PartialSite": partial},
+        "type": "object",
+        "if": {"required": ["extends"]},
+        "then": {"$ref": "#/$defs/PartialSite"},
+        "else": {"$ref": "#/$defs/Site"},
+    }
+
+
+def _without_required(node: Any, ref: str, to: str) -> Any:
+    """``node`` with no ``required`` lists, each property also taking ``null`` (an ``extends:``
+    file's ``null`` gives a field back to its default), and its ``$ref``s pointed at the partial
+    copies."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "required":
+                continue
+            if key == "$ref" and isinstance(value, str):
+                out[key] = value.replace(ref, to, 1)
+            elif key == "properties" and isinstance(value, dict):
+                out[key] = {
+                    name: {"anyOf": [_without_required(prop, ref, to), {"type": "null"}]}
+                    for name, prop in value.items()
+                }
+            else:
+                out[key] = _without_required(value, ref, to)
+        return out
+    if isinstance(node, list):
+        return [_without_required(v, ref, to) for v in node]
+    return node
