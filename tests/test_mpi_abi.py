@@ -12,12 +12,13 @@ ranks), and the job preflight's ABI check against the real libraries.
 An hpcenv image built against the ABI (recipe mpi4py-abi: mpi4py compiled with mpicc_abi, PyPI's
 mpich wheel as the image's own libmpi_abi) runs, as one image digest, under MPICH 5.0.2 and Intel
 MPI 2021.18.1 bound in, and under the job hpcenv writes for local-bind on the real one-node
-Slurm, in podman and as a SIF: tests/test_mpi_abi_image.py.
+Slurm, in podman and as a SIF, and on the two-node rehearsal (site local-2node-bind):
+tests/test_mpi_abi_image.py.
 
 Not shown here (what blocks it): that image under Open MPI 6 (Debian sid's 6.0.0~rc2 needs glibc
 2.38, the image is Debian 12 with 2.36: rule mpi-abi-glibc, shown by tests/test_mpi_abi_image.py);
-the image on the two-node Slurm rehearsal (its site, local-2node, is hybrid: a bind-model
-two-node site file comes first); Horovod's MPI ops against the ABI (rule mpi-abi-programs: Horovod 0.28.1 not built against mpi_abi.h).
+Horovod's MPI ops against the ABI (rule mpi-abi-programs: Horovod 0.28.1 not built against
+mpi_abi.h).
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ preflight (``bindmodel.standard_abi``) run inside the image with the injection p
 library's ABI version and passes. And ``hpcenv submit --site local-bind --recipe mpi4py-abi``
 under the real one-node Slurm runs the same image with Intel MPI bound the way the site file
 says (srun --mpi=pmix): the job's preflight checks ``libmpi_abi.so.1`` and both ranks run on
-Intel MPI's; so does its SIF (``--site local-bind-sif``, ranks under ``apptainer exec``).
+Intel MPI's; so does its SIF (``--site local-bind-sif``, ranks under ``apptainer exec``), and
+on the two-node rehearsal as a bind-model site (site-configs/local-2node-bind.yaml: one rank on
+node1, one on node2, Intel MPI's libfabric tcp provider over the veth link).
 
 Not shown here (what blocks it):
 
@@ -33,11 +35,6 @@ Not shown here (what blocks it):
   2026-11-28) while the image is Debian 12 (glibc 2.36); a site's MPI built for an older glibc
   than its image's binds, a newer one does not. tests/test_mpi_abi.py runs one ABI binary under
   Open MPI 6 inside sid itself.
-- Two Slurm nodes: the job hpcenv writes for local-bind runs this image under the real
-  one-node Slurm (the last test here: srun --mpi=pmix, Intel MPI bound, the ABI preflight),
-  and its SIF under local-bind-sif's apptainer exec. The two-node rehearsal site (local-2node)
-  is hybrid with Open MPI 4.1.4, where the ABI does not apply (the resolver says so), so two
-  nodes need a bind-model two-node site file first.
 - Horovod's MPI operations against the ABI: not tried. Horovod 0.28.1 compiles its MPI ops
   in C++ against the MPI it finds at build time; the mpich wheel ships ``bin/mpicxx_abi``
   beside ``mpicc_abi``, so the next step is an ABI horovod-cpu build with ``MPICXX``/``MPICC``
@@ -66,7 +63,7 @@ from hpcenv.mpi_abi import soname
 from hpcenv.site import Site, load_site
 
 if TYPE_CHECKING:
-    from services import SlurmInfo
+    from services import SlurmInfo, TwoNodeInfo
 
 pytest_plugins = ["services"]
 pytestmark = [pytest.mark.podman, pytest.mark.timeout(1800)]
@@ -79,7 +76,8 @@ IMPI = SITE / "intel-mpi"
 IMAGE = "localhost/hpcenv/mpi4py-abi:local-bind"
 PROBE = "/probe/mpi_abi_allreduce.py"
 RANK = re.compile(
-    r"^ABI-RANK rank=(\d) size=(\d) sum=(\d+) expect=(\d+) abi=(\S+) maps=(\S*) lib=(.*)$"
+    r"^ABI-RANK rank=(\d) size=(\d) sum=(\d+) expect=(\d+) abi=(\S+) host=(\S+) maps=(\S*) "
+    r"lib=(.*)$"
 )
 
 
@@ -138,7 +136,10 @@ def _run(image: str, inj: SiteMpi | None, argv: list[str], env: dict[str, str] |
     return _podman("run", *opts, image, *argv)
 
 
-def _assert_two_ranks(proc: subprocess.CompletedProcess[str], lib: str, maps: str) -> None:
+def _assert_two_ranks(
+    proc: subprocess.CompletedProcess[str], lib: str, maps: str
+) -> list[tuple[str, ...]]:
+    """Two ranks, each with the exact sum, ABI 1.0, ``lib`` and only ``maps`` mapped; the rows."""
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     ranks = sorted(m.groups() for m in map(RANK.match, proc.stdout.splitlines()) if m)
     assert [r[:5] for r in ranks] == [
@@ -146,8 +147,9 @@ def _assert_two_ranks(proc: subprocess.CompletedProcess[str], lib: str, maps: st
         ("1", "2", "3", "3", "1.0"),
     ], proc.stdout + proc.stderr
     for r in ranks:
-        assert r[5] == maps + ";", r  # one libmpi_abi mapped: the bound one
-        assert lib in r[6], r
+        assert r[6] == maps + ";", r  # one libmpi_abi mapped: the bound one
+        assert lib in r[7], r
+    return ranks
 
 
 def test_the_image_is_built_against_the_abi(abi_image: str) -> None:
@@ -325,3 +327,58 @@ def test_the_job_hpcenv_writes_runs_the_abi_image_under_the_sites_intel_mpi(
     lines = "\n".join(ln for ln in log.splitlines() if ln.startswith("ABI-RANK "))
     fake = subprocess.CompletedProcess(cli, 0, lines, "")
     _assert_two_ranks(fake, "Intel(R) MPI Library 2021.18.1", f"{site_mpi_prefix}/lib/{soname()}")
+
+
+SCRATCH = Path("/var/tmp/hpcenv-scratch/rehearsal-tests")  # both rehearsal nodes see it
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(2400)
+def test_the_abi_image_runs_on_two_nodes_under_the_sites_intel_mpi(
+    two_node: TwoNodeInfo, site_mpi_prefix: Path
+) -> None:
+    """The two-node rehearsal as a bind-model site (site-configs/local-2node-bind.yaml): the
+    ABI image built for it, one rank on node1 and one on node2 (srun --mpi=pmix), Intel MPI's
+    libmpi_abi bound in each, libfabric's tcp provider over the veth link; exact sums."""
+    build = subprocess.run(
+        [HPCENV, "build", "--site", "local-2node-bind", "--recipe", "mpi4py-abi"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=REAL_ENV,
+        timeout=1500,
+    )
+    assert build.returncode == 0, build.stdout[-4000:]
+    wd = SCRATCH / f"abi-2node-{os.getpid()}"
+    cache = wd / "cache"  # job records on shared disk: each node has its own /tmp
+    cache.mkdir(parents=True)
+    shutil.copy(DATA / "mpi_abi_allreduce.py", wd)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the site names its own
+    env["HPCENV_CACHE"] = str(cache)
+    try:
+        cli = [HPCENV, "submit", "--site", "local-2node-bind", "--recipe", "mpi4py-abi"]
+        cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
+        cli += ["--wait", "--timeout", "300", "--json"]
+        cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
+        proc = subprocess.run(cli, capture_output=True, text=True, timeout=600, env=env, cwd=wd)
+        try:
+            job: str | None = str(json.loads(proc.stdout)["job_id"])
+        except (ValueError, KeyError):  # a failed --wait names the job on stderr
+            failed = re.search(r"^error: job (\S+): ", proc.stderr, re.M)
+            job = failed.group(1) if failed else None
+        log = ""
+        if job:
+            log = subprocess.run(
+                [HPCENV, "logs", job], capture_output=True, text=True, env=env
+            ).stdout
+        assert proc.returncode == 0, proc.stdout + proc.stderr + log
+        assert f"provides {site_mpi_prefix}/lib/{soname()} (ABI version 1.0)" in log, log
+        lines = "\n".join(ln for ln in log.splitlines() if ln.startswith("ABI-RANK "))
+        ranks = _assert_two_ranks(
+            subprocess.CompletedProcess(cli, 0, lines, ""),
+            "Intel(R) MPI Library 2021.18.1",
+            f"{site_mpi_prefix}/lib/{soname()}",
+        )
+        assert [r[5] for r in ranks] == ["node1", "node2"], log
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)

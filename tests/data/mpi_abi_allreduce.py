@@ -1,5 +1,8 @@
 """One rank of tests/test_mpi_abi_image.py: an exact allreduce with mpi4py, and what this process
-runs on: the MPI library's own name, the ABI version it reports and every libmpi_abi mapped."""
+runs on: the MPI library's own name, the ABI version it reports, the host and every
+libmpi_abi mapped."""
+
+import socket
 
 from mpi4py import MPI
 
@@ -12,6 +15,6 @@ major, minor = MPI.Get_abi_version()
 lib = MPI.Get_library_version().splitlines()[0].strip()
 print(
     f"ABI-RANK rank={rank} size={size} sum={total} expect={size * (size + 1) // 2} "
-    f"abi={major}.{minor} maps={';'.join(maps)}; lib={lib}",
+    f"abi={major}.{minor} host={socket.gethostname()} maps={';'.join(maps)}; lib={lib}",
     flush=True,
 )
