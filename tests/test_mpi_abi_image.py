@@ -35,12 +35,15 @@ Not shown here (what blocks it):
   2026-11-28) while the image is Debian 12 (glibc 2.36); a site's MPI built for an older glibc
   than its image's binds, a newer one does not. tests/test_mpi_abi.py runs one ABI binary under
   Open MPI 6 inside sid itself.
-- Horovod's MPI operations against the ABI: not tried. Horovod 0.28.1 compiles its MPI ops
-  in C++ against the MPI it finds at build time; the mpich wheel ships ``bin/mpicxx_abi``
-  beside ``mpicc_abi``, so the next step is an ABI horovod-cpu build with ``MPICXX``/``MPICC``
-  pointing at them and a torch install (over 10 min of compile on this 2-core machine, beyond
-  this session); until a test shows it, rule ``mpi-abi-programs`` keeps refusing Horovod and
-  the lock says so.
+- Horovod's MPI operations against the ABI: not built. What is known (2026-11-28): Horovod
+  0.28.1's MPI sources (``horovod/common/mpi/mpi_context.cc``, ``mpi_controller.cc``,
+  ``ops/mpi_operations.cc``, ``ops/adasum_mpi_operations.cc``) pass ``c++14 -fsyntax-only``
+  under MPICH 5.0.2's ``mpicxx_abi`` (its ``mpi.h`` includes ``mpi_abi.h`` under
+  ``-DMPI_ABI``), so nothing in them blocks the ABI at compile time. Missing: the Horovod
+  block pointing Horovod's CMake at the wheel's ``mpicc_abi``/``mpicxx_abi`` for an ABI lock,
+  and a horovod-cpu ABI image (torch plus a Horovod compile: over 10 min on this loaded 2-core
+  machine, past this session's deadline); until a test runs it, rule ``mpi-abi-programs``
+  keeps refusing Horovod and the resolver says so in one line.
 """
 
 from __future__ import annotations
