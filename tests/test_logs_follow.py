@@ -174,3 +174,16 @@ def test_follow_of_a_failed_job_exits_2_and_json_forms(slurm: SlurmInfo, tmp_pat
     cancel = hpcenv(tmp_path, "cancel", sleeper, "--json")
     assert cancel.returncode == 0, cancel.stderr
     assert json.loads(cancel.stdout) == {"job_id": sleeper, "cancelled": True}
+
+
+def test_an_empty_file_shows_its_header_once(tmp_path: Path) -> None:
+    """As logs always showed: an empty stderr file is listed (a test removes what it lists)."""
+    (tmp_path / "a.out").write_bytes(b"x\n")
+    (tmp_path / "a.err").write_bytes(b"")
+    shown: list[str] = []
+    paths = [str(tmp_path / "a.out"), str(tmp_path / "a.err")]
+    offsets: dict[str, int] = {}
+    write = printer(shown.append)
+    for _ in range(2):  # a follower's second look adds nothing
+        _drain(LocalTransport(), paths, offsets, write, 1024)
+    assert "".join(shown) == f"==> {paths[0]} <==\nx\n\n==> {paths[1]} <==\n"

@@ -136,7 +136,7 @@ def _drain(
     while True:
         behind = False
         for chunk in read_chunks(transport, paths, offsets, cap):
-            if chunk.data:
+            if chunk.data or chunk.path not in offsets:  # an empty file: once, for its header
                 write(chunk.path, chunk.data)
             offsets[chunk.path] = chunk.end
             behind = behind or chunk.end < chunk.size
@@ -158,13 +158,14 @@ def printer(out: Callable[[str], object]) -> Write:
     def write(path: str, data: bytes) -> None:
         dec = decoders.setdefault(path, codecs.getincrementaldecoder("utf-8")("replace"))
         text = dec.decode(data)
-        if not text:
+        if data and not text:  # part of a character: the rest comes with the next piece
             return
-        if last != [path]:
+        if last != [path]:  # a file's header, an empty file's too (as logs always showed)
             gap = "\n" if last else ""
             out(f"{gap}==> {printable(path)} <==\n")
             last[:] = [path]
-        out(printable(text, lines=True))
+        if text:
+            out(printable(text, lines=True))
 
     return write
 
