@@ -59,7 +59,9 @@ def test_an_injected_2x_slowdown_fails_the_references(tmp_path: Path) -> None:
     cycle time of 80 ms (1 ms by default) makes every training step wait for the next cycle
     (40 ms measured step / compute 4.4 here against the reference 1.15 +/-30 %; 80 ms keeps the
     ratio above the bound even if a loaded machine made the compute step 5x slower); the run
-    exits 1 naming the figure.
+    exits 1 naming the figure. It needs a machine that gives the ranks their cores (issue 40):
+    where each run's ranks were starved (hpcenv/smoke/starved.yaml) the figure is inconclusive,
+    the run exits 0 and this test fails showing the measured load.
     Open MPI's TCP transport instead of vader is no such injection: measured 2026-11-24 it took
     busbw_per_copy from 0.45 to 0.32 only (0.71x), inside the bounds, so it is not used here."""
     import os
@@ -95,4 +97,5 @@ def test_an_injected_2x_slowdown_fails_the_references(tmp_path: Path) -> None:
     again = json.loads((tmp_path / "results-retry-1" / "report.json").read_text())
     assert [t["nodeid"].rsplit("::", 1)[-1] for t in again["tests"]] == ["test_mnist_horovod"]
     step = next(v for v in again["references"] if v["figure"] == "mnist_horovod.step_per_compute")
-    assert step["verdict"] == "regression"
+    # a retry whose ranks were starved cannot judge, and keeps the regression judged before it
+    assert step["verdict"] in ("regression", "inconclusive"), step
