@@ -67,11 +67,12 @@ def test_ntasks_is_the_total_on_frontier(tmp_path: Path) -> None:
         (("-n", "3"), ("do not divide among 3 ranks",)),
         (("-n", "4", "--gpus-per-task", "4"), ("= 16 GPUs", "has 8")),
         (("--gpus-per-node", "9"), ("--gpus-per-node 9",)),
+        (("--gpus-per-node", "4"), ("8 ranks per node > 4 GPUs (--gpus-per-node 4)",)),
         (("-n", "8", "-c", "8"), ("over-subscription",)),
         (("-t", "1:30"), ("-t/--time", "ambiguous")),
         (("-t", "2-25:00:00"), ("-t/--time",)),
         (("-J", "my job"), ("-J/--job-name",)),
-        (("-o", "logs/x.out"), ("-o/--output", "no folder")),
+        (("-o", "logs/x.out"), ("-o/--output", "a folder for it ending in /")),
         (("-n", "0"), ("ntasks", "at least 1")),
     ],
 )

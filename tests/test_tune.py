@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -141,18 +144,22 @@ def test_ccl_default_on_for_ccl_recipes() -> None:
 
 
 def test_cli_tune_json_and_text(runner: CliRunner) -> None:
-    res = runner.invoke(app, ["tune", "--site", "local", "--nodes", "1", "-n", "2", "--json"])
+    res = runner.invoke(
+        app, ["tune", "--site", "local", "--nodes", "1", "--ranks-per-node", "2", "--json"]
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["omp_threads"] == 1 and data["ranks_per_node"] == 2
-    res = runner.invoke(app, ["tune", "--site", "generic-slurm", "-n", "2", "--ccl-workers", "4"])
+    res = runner.invoke(
+        app, ["tune", "--site", "generic-slurm", "--ranks-per-node", "2", "--ccl-workers", "4"]
+    )
     assert res.exit_code == 0
     assert "OMP_NUM_THREADS=24" in res.output and "rank 1: 28-51 | 52-55" in res.output
     assert "why:" in res.output
 
 
 def test_cli_tune_oversubscription_is_one_line_error(runner: CliRunner) -> None:
-    res = runner.invoke(app, ["tune", "--site", "local", "-n", "4"])
+    res = runner.invoke(app, ["tune", "--site", "local", "--ranks-per-node", "4"])
     assert res.exit_code != 0
     assert isinstance(res.exception, ConfigError)
 
@@ -216,3 +223,14 @@ def test_one_core_per_rank_ccl_worker_shares_the_rank_core() -> None:
     assert "CCL_WORKER_COUNT" not in place(load_site("local"), recipe="horovod-cpu").env
     with pytest.raises(ConfigError, match="no core"):  # asked for explicitly: still refused
         place(load_site("local"), recipe="torch-ccl", ccl_workers=4)
+
+
+def test_tune_has_no_n_that_means_something_else_than_submits() -> None:
+    """``submit -n`` is the total rank count (as Slurm's); tune's per-node count has no ``-n``."""
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("hpcenv")), "tune", "--site", "local", "-n", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "No such option: -n" in proc.stderr, proc.stderr

@@ -84,7 +84,7 @@ def _complete_site(incomplete: str) -> list[str]:
     return [n for n in site_names() if n.startswith(incomplete)]
 
 
-def _complete_recipe(incomplete: str) -> list[str]:
+def complete_recipe(incomplete: str) -> list[str]:
     from hpcenv.recipe import recipe_names
 
     return [n for n in recipe_names() if n.startswith(incomplete)]
@@ -116,7 +116,7 @@ RecipeOpt = Annotated[
         "--recipe",
         "-r",
         help="recipe name (see hpcenv recipes) or your recipe file (extends: a recipe, user: ...)",
-        autocompletion=_complete_recipe,
+        autocompletion=complete_recipe,
     ),
 ]
 RequirementsOpt = Annotated[
@@ -158,7 +158,7 @@ OptionalRecipeOpt = Annotated[
         "--recipe",
         "-r",
         help="recipe name (see hpcenv recipes) or your recipe file (default: hpcenv.yaml's)",
-        autocompletion=_complete_recipe,
+        autocompletion=complete_recipe,
     ),
 ]
 

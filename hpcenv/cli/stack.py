@@ -16,6 +16,7 @@ from hpcenv.cli.options import (
     PipOpt,
     RequirementsOpt,
     SetOpt,
+    complete_recipe,
     need,
     project_values,
 )
@@ -248,7 +249,10 @@ def register(app: typer.Typer) -> None:
         recipe: Annotated[
             list[str] | None,
             typer.Option(
-                "--recipe", "-r", help="default: the site's recipes; a name or a recipe file"
+                "--recipe",
+                "-r",
+                help="default: the site's recipes; a name or a recipe file",
+                autocompletion=complete_recipe,
             ),
         ] = None,
         set_: SetOpt = None,

@@ -17,6 +17,7 @@ from hpcenv.cli.options import (
     RequirementsOpt,
     SshClientOpt,
     SshConfigOpt,
+    complete_recipe,
     job_name,
     log_name,
     need,
@@ -40,7 +41,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Argument(help="command to run (after --)")
         ] = None,
         recipe: Annotated[
-            str | None, typer.Option("--recipe", "-r", help="recipe (default image)")
+            str | None,
+            typer.Option(
+                "--recipe", "-r", help="recipe (default image)", autocompletion=complete_recipe
+            ),
         ] = None,
         requirements: RequirementsOpt = None,
         pip: PipOpt = None,

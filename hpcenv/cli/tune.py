@@ -22,7 +22,8 @@ def register(app: typer.Typer) -> None:
     def tune_cmd(
         site: SiteOpt,
         nodes: Annotated[int, typer.Option("--nodes", "-N")] = 1,
-        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node", "-n")] = None,
+        # no -n: submit's -n is the total rank count (Slurm's), this is per node
+        ranks_per_node: Annotated[int | None, typer.Option("--ranks-per-node")] = None,
         cores_per_rank: Annotated[int | None, typer.Option("--cores-per-rank")] = None,
         ccl_workers: Annotated[int | None, typer.Option("--ccl-workers")] = None,
         recipe: Annotated[str | None, typer.Option("--recipe", "-r")] = None,

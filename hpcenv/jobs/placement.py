@@ -374,10 +374,11 @@ def _gpus(
         reasons.append(f"{k} ranks > {avail} {unit}s: FORCED, shared, no per-rank GPU binding")
         return 0, "shared", none
     else:
+        where = f"--gpus-per-node {per_node}" if per_node is not None else f"a {site.name} node"
         raise ConfigError(
-            f"{k} ranks per node > {avail} {unit}s per {site.name} node: ranks would share GPUs "
-            f"without a per-rank binding; give at most {avail} per node, --gpus-per-task 0 "
-            "for CPU-only ranks, or --force"
+            f"{k} ranks per node > {avail} {unit}s ({where}): ranks would share GPUs "
+            f"without a per-rank binding; give at most {avail} ranks per node, "
+            "--gpus-per-task 0 for CPU-only ranks, or --force"
         )
     if gpr == 0:
         reasons.append("no GPU per rank (--gpus-per-task 0 / --gpus-per-node 0)")

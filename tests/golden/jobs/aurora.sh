@@ -306,11 +306,8 @@ for name in ${HPCENV_CACHES:-}; do
   eval "dir=\${$name:-}"
   [ -z "$dir" ] || mkdir -p -- "$dir" || echo "hpcenv rank-env: cannot make $name=$dir on $(hostname)" >&2
 done
-if [ -n "$local_size" ]; then
-  export LOCAL_WORLD_SIZE="$local_size"
-else
-  echo "hpcenv rank-env: no local task count from the launcher on $(hostname): LOCAL_WORLD_SIZE unset" >&2
-fi
+[ -z "$local_size" ] || export LOCAL_WORLD_SIZE="$local_size"
+[ -n "$local_size" ] || echo "hpcenv rank-env: no local task count from the launcher on $(hostname): LOCAL_WORLD_SIZE unset" >&2
 exec "$@"
 HPCENV_RANK_ENV
 cat >"$HPCENV_STEPS/stage-in.sh" <<'HPCENV_STAGE_IN' # step file: stage-in
