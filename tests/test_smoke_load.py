@@ -291,3 +291,9 @@ def test_an_inconclusive_figure_exits_0_and_says_so(
     assert said["figure"] == STEP and said["load"] == BUSY and said["reason"]
     assert doc["reference_outcome"]["failed"] == []
     assert doc["references"][0]["verdict"] == "inconclusive"
+
+
+def test_rank_docs_read_files_catted_back_to_back() -> None:
+    """``cat dir/*.json`` of ``_cpu.py``'s files: objects with no newline between them."""
+    text = '{"run_ns": 100, "wait_ns": 4}{"run_ns": 300, "wait_ns": 5}{"run_ns"'
+    assert [d["run_ns"] for d in rank_docs(text)] == [100, 300]

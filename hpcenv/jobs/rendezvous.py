@@ -6,16 +6,13 @@ scheduler names it (:attr:`hpcenv.jobs.schedulers.Scheduler.first_node`), or the
 address, with the site's high-speed-network domain where it documents one; the site's documented
 port, else one derived from the job id (:func:`derived_port`).
 
-A derived port: two jobs that share a node must not collide, and the rendezvous host's port may
-already be taken (another user's job, a service). The job id spreads jobs over
+A derived port: two jobs that share a node must not collide. The job id spreads jobs over
 ``PORT_SLOTS`` ports from ``PORT_LOW`` (below Linux's ephemeral range, 32768-60999, which the
 kernel hands to outgoing connections: ``/proc/sys/net/ipv4/ip_local_port_range``), so only jobs
 ``PORT_SLOTS`` ids apart start from the same port (``29500 + id % 1000`` put jobs 1,000 ids
-apart on one port). Where the batch shell runs on the rendezvous host itself (Slurm and PBS run
-it on the first node; ``batch-host-ip`` is that host), it then takes the first of
-``PORT_TRIES`` ports from there that nothing listens on (a connection to it on the loopback
-address is refused), before any rank starts. Under LSF the batch shell runs on a launch node,
-which cannot see the compute node's ports: the derived port alone.
+apart on one port). A port another program already holds on the rendezvous host is not looked
+for (that would be a shell program in the job script's environment layer, which belongs in a
+shipped step file): rank 0's bind then fails with "address already in use" in the job's log.
 
 Each rank then gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` from its
 launcher's own variables, in the shipped step file ``rank-env.sh``
@@ -48,22 +45,12 @@ RANK_STEP = "rank-env.sh"
 CACHES_VAR = "HPCENV_CACHES"
 PORT_LOW = 20000  # derived ports: PORT_LOW .. PORT_LOW + PORT_SLOTS - 1 (20000-31999)
 PORT_SLOTS = 12000
-PORT_TRIES = 16  # ports tried from the derived one where the batch shell can see them
 
 
-def derived_port(job_id: str = "HPCENV_JOB_ID", *, probe: bool = False) -> str:
+def derived_port(job_id: str = "HPCENV_JOB_ID") -> str:
     """``PORT_LOW`` + the job id's leading digits mod ``PORT_SLOTS``, in bash arithmetic
-    (``10#0``: no octal, and 0 when the id has no leading digits); ``probe``: then the first of
-    ``PORT_TRIES`` ports from there (wrapping in the range) that no one listens on at this host
-    (bash's ``/dev/tcp``: a refused connection means free)."""
-    first = f"{PORT_LOW} + 10#0${{{job_id}%%[!0-9]*}} % {PORT_SLOTS}"
-    if not probe:
-        return f"$(({first}))"
-    step = f"p=$(({PORT_LOW} + (p - {PORT_LOW} + 1) % {PORT_SLOTS}))"
-    return (
-        f"$(p=$(({first})); n={PORT_TRIES}; while [ $n -gt 1 ] && "
-        f"(: </dev/tcp/127.0.0.1/$p) 2>/dev/null; do {step}; n=$((n - 1)); done; echo $p)"
-    )
+    (``10#0``: no octal, and 0 when the id has no leading digits)."""
+    return f"$(({PORT_LOW} + 10#0${{{job_id}%%[!0-9]*}} % {PORT_SLOTS}))"
 
 
 def address(site: Site, scheduler: Scheduler) -> str:
@@ -79,8 +66,7 @@ def address(site: Site, scheduler: Scheduler) -> str:
 def environment(site: Site, scheduler: Scheduler) -> dict[str, str]:
     """``MASTER_ADDR`` and ``MASTER_PORT`` for the job's ``rendezvous`` layer (both expand)."""
     r = site.rendezvous
-    here = r.address == "batch-host-ip" or scheduler.batch_on_first_node
     return {
         "MASTER_ADDR": address(site, scheduler),
-        "MASTER_PORT": str(r.port) if r.port else derived_port(probe=here),
+        "MASTER_PORT": str(r.port) if r.port else derived_port(),
     }

@@ -106,9 +106,6 @@ class Scheduler(ABC):
     # A command, run in the batch shell, that prints the allocation's first (compute) node: the
     # env:// rendezvous address (hpcenv.jobs.rendezvous).
     first_node: ClassVar[str]
-    # The batch shell runs on that first node (Slurm: "on the first node in the allocation",
-    # sbatch(1); PBS: the mother superior), so it can see the ports the rendezvous will use.
-    batch_on_first_node: ClassVar[bool] = True
     merge: ClassVar[dict[str, str]] = {}
     id_pattern: ClassVar[re.Pattern[str]]
     # The client program that takes a job script on stdin (sbatch), and the directive flag that
@@ -813,7 +810,6 @@ class Lsf(Scheduler):
     # first compute node (OLCF summit_user_guide.rst "Interactive Jobs", in the repository's
     # history before d900d52, read 2026-11-24).
     first_node = "jsrun -n1 -r1 -a1 -c1 hostname"
-    batch_on_first_node = False
     task_id_expr = "$((LSB_JOBINDEX - 1))"
     merge = {"-alloc_flags": " "}
     id_pattern = re.compile(r"^Job <(\d+)> is submitted")

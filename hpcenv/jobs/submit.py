@@ -231,7 +231,11 @@ def check_record(data: Any) -> Submission:
     if not isinstance(logs, list) or len(logs) != 2:
         raise bad("log_names", "not a pair of file names")
     for log in logs:
-        if log is not None and not (isinstance(log, str) and _LOG_NAME.fullmatch(log)):
+        if log is not None and not (
+            isinstance(log, str)
+            and _LOG_NAME.fullmatch(log)
+            and not {".", ".."} & set(log.split("/"))
+        ):
             raise bad("log_names", f"not a log file name: {log!r}")
     array = data.get("array")
     if array is not None and (type(array) is not int or not 1 <= array <= 100000):

@@ -169,9 +169,8 @@ def _rank_records(host: Any, folder: str) -> list[dict[str, Any]]:
     from hpcenv.smoke.load import rank_docs
 
     where = shlex.quote(folder)
-    got = host.run(
-        f'for f in {where}/*.json; do [ -f "$f" ] && cat "$f"; echo; done; rm -rf {where}'
-    )
+    got = host.run(f"cat -- {where}/*.json")  # one object per file, no newline between them
+    host.run(f"rm -rf -- {where}")
     return rank_docs(got.stdout)
 
 

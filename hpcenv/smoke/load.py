@@ -63,14 +63,18 @@ def _number(doc: Mapping[str, Any], key: str) -> float | None:
 
 
 def rank_docs(text: str) -> list[dict[str, Any]]:
-    """The ranks' records (one JSON object a line, as ``_cpu.py`` writes them); lines that do
-    not parse or lack the schedstat fields are left out."""
-    out = []
-    for line in text.splitlines():
+    """The ranks' records: JSON objects one after the other, as ``cat`` of ``_cpu.py``'s files
+    prints them (with or without whitespace between them); text that does not parse and
+    records without the schedstat fields are left out."""
+    decoder = json.JSONDecoder()
+    out, at = [], text.find("{")
+    while at != -1:
         try:
-            doc = json.loads(line)
+            doc, end = decoder.raw_decode(text, at)
         except ValueError:
+            at = text.find("{", at + 1)
             continue
+        at = text.find("{", end)
         if not isinstance(doc, dict):
             continue
         run, wait = _number(doc, "run_ns"), _number(doc, "wait_ns")

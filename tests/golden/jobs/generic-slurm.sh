@@ -366,7 +366,7 @@ export KMP_BLOCKTIME=1
 export I_MPI_PIN_DOMAIN='[0xfffffff,0xfffffff0000000]'
 MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 export MASTER_ADDR
-MASTER_PORT="$(p=$((20000 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 12000)); n=16; while [ $n -gt 1 ] && (: </dev/tcp/127.0.0.1/$p) 2>/dev/null; do p=$((20000 + (p - 20000 + 1) % 12000)); n=$((n - 1)); done; echo $p)"
+MASTER_PORT="$((20000 + 10#0${HPCENV_JOB_ID%%[!0-9]*} % 12000))"
 export MASTER_PORT
 
 # Stage-in: /lustre/scratch/$USER/datasets/mnist -> /tmp/hpcenv-$USER-train-${HPCENV_JOB_ID}-${HPCENV_NONCE}/data, once per node to node-local storage, verified against /lustre/scratch/$USER/datasets/mnist/.hpcenv-manifest
