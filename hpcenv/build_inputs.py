@@ -178,10 +178,14 @@ def project_inputs(
 def what_changed(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The parts whose digests differ, in words, the user's own first (requirements files,
     files, the user section), the matched stack last."""
-    old, new = recorded.get("parts", {}), current.get("parts", {})
+    old, new = recorded.get("parts"), current.get("parts", {})
+    if not isinstance(old, dict):  # a record or label another hpcenv wrote: compare the whole
+        old = {}
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     order = ("requirements ", "file ", "user section", "stack")
-    changed.sort(key=lambda k: next(i for i, p in enumerate(order) if k.startswith(p)))
+    changed.sort(
+        key=lambda k: next((i for i, p in enumerate(order) if str(k).startswith(p)), len(order))
+    )
     words = []
     for key in changed:
         if key.startswith("requirements "):
@@ -198,11 +202,27 @@ def what_changed(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]
     return words
 
 
-def record_inputs(lock: Any, content: Any) -> None:
+def record_inputs(lock: Any, content: Any, pins: dict[str, str]) -> None:
     """Put :func:`project_inputs` of a resolved lock (:class:`hpcenv.lock.Lock`) and its recipe's
-    user content (:class:`hpcenv.usercontent.UserContent`) into ``lock.user_content["inputs"]``."""
-    lock.user_content["inputs"] = project_inputs(
+    user content (:class:`hpcenv.usercontent.UserContent`) into ``lock.user_content["inputs"]``,
+    with the ``--set`` pins it was resolved with (``submit``, which takes none, resolves the
+    project again with them: the same pins give the same stack)."""
+    inputs = project_inputs(
         lock.to_dict(),
         [(r.spec, r.origin) for r in content.requirements],
         [(f.dest, f.host) for f in content.files],
     )
+    if pins:
+        inputs["pins"] = dict(sorted(pins.items()))
+    lock.user_content["inputs"] = inputs
+
+
+def recorded_pins(inputs: dict[str, Any]) -> dict[str, str]:
+    """The ``--set`` pins an image's recorded inputs name (:func:`record_inputs`); a value
+    that is not a mapping of names to strings (a label another tool wrote) counts as none."""
+    pins = inputs.get("pins")
+    if not isinstance(pins, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in pins.items()
+    ):
+        return {}
+    return pins

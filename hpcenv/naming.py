@@ -13,7 +13,10 @@ Which name a site's jobs run is its runtime's (hpcenv.jobs.runtimes: the last de
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Literal
+
+from hpcenv.errors import ConfigError
 
 SifSource = Literal["oci", "def"]
 # mksquashfs(1) compressors a site may name for its SIFs (build.sif_compression; gzip is
@@ -110,17 +113,25 @@ def project_name(raw: str) -> str:
     return text or "project"
 
 
-def project_recipe(*, recipe: str, project: str) -> str:
+def project_recipe(*, recipe: str, project: str, builtin: Collection[str] = ()) -> str:
     """The recipe name of a project's own image, ``<recipe>-<project>``: the image tag
     (``localhost/hpcenv/<recipe>-<project>:<site>``) and SIF file (``<recipe>-<project>-<site>
     .sif``) then carry the project, so two projects on one site never share an image. The
     project's ``.`` and ``_`` become ``-`` (a recipe name is ``[a-z][a-z0-9-]``, valid in a
     podman repository and a file name), at most :data:`RECIPE_MAX` characters, no trailing
-    ``-``."""
+    ``-``. A name in ``builtin`` (the built-in recipes') is never the result: a project
+    ``gpu`` of ``horovod`` would take ``horovod-gpu``'s image (a ConfigError naming how to name
+    the project)."""
     suffix = re.sub(r"[^a-z0-9]+", "-", project_name(project)).strip("-") or "project"
-    if recipe.endswith(f"-{suffix}"):  # already this project's (a recipe made by this rule)
+    if recipe.endswith(f"-{suffix}") and recipe not in builtin:  # made by this rule already
         return recipe[:RECIPE_MAX]
-    return f"{recipe}-{suffix}"[:RECIPE_MAX].rstrip("-")
+    name = f"{recipe}-{suffix}"[:RECIPE_MAX].rstrip("-")
+    if name in builtin:
+        raise ConfigError(
+            f"project {project!r}: its image would be named {name}, a built-in recipe's image; "
+            "give the project another name (project: in hpcenv.yaml, or hpcenv init --project)"
+        )
+    return name
 
 
 def inputs_record(*, recipe: str, site: str) -> str:

@@ -26,6 +26,8 @@ from pydantic import Field, StringConstraints, field_validator
 from hpcenv import naming
 from hpcenv.errors import ConfigError
 from hpcenv.safe import SafeModel, ShellPath, Word
+from hpcenv.tokens import token_kind
+from hpcenv.usercontent import PipSpec
 
 #: The file's name, looked for in the current folder only (as ``spack.yaml`` in an environment).
 FILE_NAME = "hpcenv.yaml"
@@ -69,9 +71,7 @@ class ProjectFile(SafeModel):
     requirements: list[ShellPath] = Field(
         default=[], description="pip requirements files, relative to this file"
     )
-    pip: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] = Field(
-        default=[], description="pip requirements added to the recipe"
-    )
+    pip: list[PipSpec] = Field(default=[], description="pip requirements added to the recipe")
     account: Word | None = Field(default=None, description="project/account to charge (-A)")
     nodes: int | None = Field(default=None, ge=1, le=100000, description="nodes per job (-N)")
     time: Walltime | None = Field(default=None, description="walltime: MM, HH:MM:SS, D-HH:MM:SS")
@@ -111,7 +111,7 @@ class ProjectFile(SafeModel):
 
         seen: set[str] = set()
         for item in items:
-            name, eq, _ = item.partition("=")
+            name, eq, value = item.partition("=")
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
                 raise ValueError(f"{name[:60]!r} is not a variable name; give NAME or NAME=VALUE")
             if name in seen:
@@ -121,6 +121,11 @@ class ProjectFile(SafeModel):
                 check({name: ""}, "user", "env")
             except ConfigError as err:
                 raise ValueError(str(err)) from None
+            if eq and any(token_kind(w) for w in re.split(r"[^A-Za-z0-9_.+/=-]+", value)):
+                raise ValueError(
+                    f"{name}=...: the value looks like a token (its text is not shown); export "
+                    f"it in your shell and list {name} alone (passed by name)"
+                )
             if eq and is_secret(name):
                 raise ValueError(
                     f"{name}=...: a secret's value does not belong in a file; export {name} "
@@ -163,10 +168,19 @@ def find(folder: Path | None = None) -> Path | None:
 
 def load(path: Path) -> Loaded:
     """Read and validate a project file; a problem is a ConfigError naming file and line."""
+    from hpcenv.reads import trust_problem
     from hpcenv.yamlsrc import load_yaml, validate_file
 
     if not path.is_file():  # a folder, a device, a link to nowhere
         raise ConfigError(f"{path}: not a regular file; hpcenv init writes one")
+    # read without being asked, in folders a group may share: it decides the site, the recipe
+    # and the environment, so it must be yours and nobody else's to change
+    problem = trust_problem(path.stat())
+    if problem is not None:
+        raise ConfigError(
+            f"refusing the project file {path}: {problem}; hpcenv reads only a project file of "
+            "yours that nobody else may change (chmod go-w, or copy it)"
+        )
     raw, lines = load_yaml(path)
     if raw is None:  # empty, or only comments: every value from the options or the defaults
         return Loaded(path, ProjectFile(), {})
@@ -312,11 +326,13 @@ def write_new(folder: Path, text: str, *, force: bool) -> Path:
     path = folder / FILE_NAME
     refused = ConfigError(f"{path} exists; give --force to replace it (or edit it)")
     if not force:
-        try:
-            with open(path, "x", encoding="utf-8") as handle:  # never replaces one made meanwhile
-                handle.write(text)
+        try:  # never replaces one made meanwhile; 0644 whatever the umask (load's rule)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         except FileExistsError:
             raise refused from None
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
         return path
     fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", dir=folder)
     try:

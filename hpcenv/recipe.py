@@ -169,7 +169,7 @@ def with_additions(
         content = content.then(UserContent(requirements=tuple(found)))
     if project is None:
         project = project_of(requirements[0].resolve().parent if requirements else Path.cwd())
-    name = naming.project_recipe(recipe=recipe.name, project=project)
+    name = naming.project_recipe(recipe=recipe.name, project=project, builtin=recipe_names())
     out = recipe.model_copy(update={"name": name})
     out._content = recipe.content.then(content)
     return out
@@ -197,7 +197,7 @@ def image_recipe(recipe: str, requirements: list[Path], pip: list[str]) -> str:
     if not requirements and not pip:
         return name
     folder = requirements[0].resolve().parent if requirements else Path.cwd()
-    return naming.project_recipe(recipe=name, project=project_of(folder))
+    return naming.project_recipe(recipe=name, project=project_of(folder), builtin=recipe_names())
 
 
 def recipe_name(name_or_path: str) -> str:

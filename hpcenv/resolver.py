@@ -921,5 +921,5 @@ def resolve(site: Site, recipe: Recipe, overrides: dict[str, str] | None = None)
         lock.user_content = user_lock(lock, site, recipe.content)
         from hpcenv.build_inputs import record_inputs  # issue 37: the image records its inputs
 
-        record_inputs(lock, recipe.content)
+        record_inputs(lock, recipe.content, overrides or {})
     return lock

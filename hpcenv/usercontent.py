@@ -194,9 +194,13 @@ def screen(value: str) -> str:
             ) from None
         reason = _parse_error(value, str(err).splitlines()[0])
         raise ValueError(f"not a pip requirement (PEP 508): {reason}") from None
-    kind = token_kind(req.name)
-    if kind is not None:
-        raise ValueError(f"looks like {kind}, not a package; its text is not shown")
+    # the name, and every word of its extras, version and marker (a token pasted there would
+    # reach the Dockerfile and the index request as well)
+    rest = value.replace(req.url, " ") if req.url else value  # a URL's own check is below
+    for word in (req.name, *re.split(r"[^A-Za-z0-9_.-]+", rest)):
+        kind = token_kind(word)
+        if kind is not None:
+            raise ValueError(f"looks like {kind}, not a package; its text is not shown")
     if req.url is not None:
         from urllib.parse import urlsplit
 

@@ -461,6 +461,39 @@ def test_submit_refuses_an_image_built_from_other_inputs(
     assert chosen.returncode == 0, chosen.stderr
 
 
+def test_an_image_built_with_set_pins_is_not_stale_and_run_checks_as_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``build --set`` pins are recorded with the inputs, so ``submit`` (which takes no
+    ``--set``) resolves the project with them and does not call the image stale; ``hpcenv run``
+    refuses a stale image as ``submit`` does (its dry run, outside an allocation)."""
+    from hpcenv.jobs.image_freshness import write_record
+    from hpcenv.jobs.runtimes.registry import default_image
+    from hpcenv.recipe import load_recipe, with_additions
+    from hpcenv.resolver import resolve
+    from hpcenv.site import load_site
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HPCENV_CACHE", str(cache))
+    folder = project(tmp_path / "proj")
+    assert hpcenv("init", "-s", SIF_SITE, "-r", "horovod-cpu", cwd=folder).returncode == 0
+    site = load_site(SIF_SITE)
+    recipe = with_additions(load_recipe("horovod-cpu"), [folder / "requirements.txt"], [])
+    pinned = resolve(site, recipe, {"mpi4py": "4.1.1"})
+    assert pinned.user_content["inputs"]["pins"] == {"mpi4py": "4.1.1"}
+    assert (
+        pinned.user_content["inputs"]["digest"]
+        != (resolve(site, recipe).user_content["inputs"]["digest"])
+    )
+    write_record(pinned, default_image(site, recipe.name))
+    env = {"HPCENV_CACHE": str(cache)}
+    ok = hpcenv("submit", "--dry-run", "--", "python3", "train.py", cwd=folder, env=env)
+    assert ok.returncode == 0, ok.stderr
+    (folder / "requirements.txt").write_text("tabulate==0.8.10\n", encoding="utf-8")
+    run = hpcenv("run", "--dry-run", "--", "python3", "train.py", cwd=folder, env=env)
+    refused(run, "requirements.txt changed since the image", "run hpcenv build")
+
+
 def test_smoke_tests_the_projects_image(tmp_path: Path) -> None:
     folder = project(tmp_path / "proj")
     assert hpcenv("init", "-s", "local", "-r", "horovod-cpu", cwd=folder).returncode == 0
@@ -489,3 +522,54 @@ def test_odd_files(tmp_path: Path) -> None:
     assert load(tmp_path / "hpcenv.yaml").data == ProjectFile()
     write(tmp_path, "- site\n")
     refused(hpcenv("config", cwd=tmp_path), "hpcenv.yaml:1: expected a mapping")
+
+
+def test_a_project_never_takes_a_built_in_recipes_image(tmp_path: Path) -> None:
+    """A folder named ``gpu``: its horovod-gpu image is ``horovod-gpu-gpu``, not the built-in
+    ``horovod-gpu`` (which the build would replace); a name that would become a built-in's is
+    refused in one line."""
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    proc = hpcenv(
+        "config", "--site", "local", "-r", "horovod-gpu", "--pip", "six", "--json", cwd=folder
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "horovod-gpu-gpu" in proc.stdout
+    builtin = ["horovod-cpu", "horovod-gpu"]
+    with pytest.raises(ConfigError, match="built-in recipe's image"):
+        naming.project_recipe(recipe="horovod", project="gpu", builtin=builtin)
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        (("--pip", "ghp_AbCdEf1234567890AbCdEf1234567890abcd"), ("--pip", "looks like a token")),
+        (("--pip", "foo[ghp_AbCdEf1234567890AbCdEf1234567890abcd]"), ("--pip", "a token")),
+        (("--env", "HF_HUB=hf_AbCdEf1234567890AbCdEf1234567890ab"), ("HF_HUB=...", "export it")),
+    ],
+)
+def test_init_never_writes_a_token(tmp_path: Path, option: tuple[str, str], words: str) -> None:
+    """A token given to ``init`` by mistake (as a pip spec, in its extras, as an env value) is
+    refused in one line that does not show it, and no file is written."""
+    folder = project(tmp_path / "proj")
+    proc = hpcenv("init", "-s", "local", "-r", "horovod-cpu", *option, cwd=folder)
+    line = refused(proc, *words)
+    assert "AbCdEf1234567890" not in line + proc.stdout
+    assert not (folder / "hpcenv.yaml").exists()
+
+
+def test_a_project_file_others_may_change_is_refused(tmp_path: Path) -> None:
+    """``hpcenv.yaml`` decides the site, recipe and environment of every command run in its
+    folder: one that the group may write (a shared folder under umask 002) is refused in one
+    line; ``init`` writes 0644 whatever the umask."""
+    folder = project(tmp_path / "proj")
+    old = os.umask(0o002)
+    try:
+        assert hpcenv("init", "-s", "local", "-r", "horovod-cpu", cwd=folder).returncode == 0
+    finally:
+        os.umask(old)
+    path = folder / "hpcenv.yaml"
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert hpcenv("config", cwd=folder).returncode == 0
+    path.chmod(0o664)
+    refused(hpcenv("config", cwd=folder), "refusing the project file", "others may write it")

@@ -68,11 +68,15 @@ def _from_label(image: str) -> dict[str, Any] | None:
     """The inputs in a local podman image's lock label; ``{}`` for an hpcenv image whose lock
     records none (built before images recorded their inputs); None when there is no such image."""
     from hpcenv.engines import get_engine
+    from hpcenv.errors import EnvironmentProblem
 
     engine = get_engine("podman")
-    if not engine.image_exists(image):
+    try:
+        if not engine.image_exists(image):
+            return None
+        raw = engine.labels(image).get("io.hpcenv.lock")
+    except EnvironmentProblem:  # no podman here: no image to read (the record may say)
         return None
-    raw = engine.labels(image).get("io.hpcenv.lock")
     if not raw:
         return None
     try:
@@ -104,7 +108,7 @@ def check_image_inputs(
 ) -> None:
     """Refuse ``image`` when the project's current inputs differ from those it was built from.
     ``recipe``, ``requirements``, ``pip``: as given to submit (and to build)."""
-    from hpcenv.build_inputs import what_changed
+    from hpcenv.build_inputs import recorded_pins, what_changed
     from hpcenv.recipe import load_recipe, with_additions
     from hpcenv.resolver import resolve
 
@@ -116,7 +120,7 @@ def check_image_inputs(
     recorded = recorded_inputs(site, loaded.name, image)
     if recorded is None:
         return
-    current = resolve(site, loaded).user_content.get("inputs", {})
+    current = resolve(site, loaded, recorded_pins(recorded)).user_content.get("inputs", {})
     if recorded.get("digest") == current.get("digest"):
         return
     again = f"run hpcenv build (or pass --image {image} to run it as it is)"

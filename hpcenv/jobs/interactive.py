@@ -227,7 +227,7 @@ def prepare_run(
     from hpcenv.jobs.measured import for_job
     from hpcenv.jobs.render import prepare, render_plan
     from hpcenv.jobs.schedulers import client_env, get_scheduler
-    from hpcenv.jobs.service import _ignore, _job_spec
+    from hpcenv.jobs.service import _ignore, _job_spec, check_here
     from hpcenv.site import load_site
 
     held: list[str] = []  # notes and warnings, shown unless the run is refused
@@ -247,6 +247,7 @@ def prepare_run(
     if shell:  # bash in the image: one task (pyxis's and the EDF's srun options kept)
         req = replace(req, command=("bash",), launcher=None, single=True)
     job = _job_spec(req, site, tell)
+    check_here(req, site, job, tell)
     measured, warning = for_job(site, job, job.image)
     if warning:
         tell(f"warning: {warning}")

@@ -78,9 +78,13 @@ def read_chunks(
     return parse_chunks(result.stdout)
 
 
+JSON_MAX = 16 * 1024 * 1024  # bytes of each file in ``logs --json`` (its size says the rest)
+
+
 def read_all(sub: Submission, transport: Transport) -> list[Chunk]:
-    """Every log file of the job, whole (``logs --json``); none there is a :class:`JobError`
-    naming where hpcenv looked, as ``logs`` says."""
+    """Every log file of the job (``logs --json``), its first :data:`JSON_MAX` bytes: a JSON
+    document is held whole in memory, and each file's ``size`` tells a reader what was left
+    out; none there is a :class:`JobError` naming where hpcenv looked, as ``logs`` says."""
     from hpcenv.jobs.submit import log_paths, status
 
     try:
@@ -92,7 +96,7 @@ def read_all(sub: Submission, transport: Transport) -> list[Chunk]:
     paths = log_paths(sub, st)
     if not paths:
         raise JobError(f"no log files known for job {sub.job_id}")
-    chunks = read_chunks(transport, paths, {}, cap=0)
+    chunks = read_chunks(transport, paths, {}, cap=JSON_MAX)
     if not chunks:
         raise JobError(
             f"no log file of job {sub.job_id} is there (not written yet, or removed): "

@@ -6,8 +6,9 @@ options as data; :func:`submit_request` checks how they combine, builds the
 :class:`~hpcenv.jobs.spec.JobSpec`, looks up measured tuning, prepares the plan and script,
 and (unless a dry run) checks the job records folder, makes the transport, checks the local
 image and dataset manifest (all before anything is queued),
-submits and waits. :func:`job_status`, :func:`cancel_job` and :func:`job_logs` find a job's
-record (or ask a site's scheduler) for ``status``/``cancel``/``logs``.
+submits and waits. :func:`job_status` and :func:`cancel_job` find a job's record (or ask a
+site's scheduler) for ``status`` and ``cancel``; ``logs`` reads through
+:mod:`hpcenv.jobs.logtail`.
 
 Nothing here prints: lines for stderr (warnings, a manifest written, ``--wait``'s state
 changes) go to the callbacks given, and the results say what the command shows. Heavy imports
@@ -449,6 +450,24 @@ def _chdir(req: SubmitRequest) -> str | None:
     return str(Path.cwd()) if req.transport is TransportKind.local else None
 
 
+def check_here(req: SubmitRequest, site: Site, job: JobSpec, notify: Notify) -> None:
+    """What ``submit``, ``run`` and ``shell`` check on this host before a job runs: the job's
+    folder is one the site lets jobs run from (a warning), and the project's image is not
+    stale (issue 37: its inputs changed since it was built; a ConfigError)."""
+    if req.transport is not TransportKind.local:
+        return
+    if job.chdir:
+        from hpcenv.jobs.submitdir import folder_warning
+
+        folder = folder_warning(site, job.chdir, os.environ)
+        if folder:
+            notify(f"warning: {folder}")
+    if not req.image and not req.no_container:
+        from hpcenv.jobs.image_freshness import check_image_inputs
+
+        check_image_inputs(site, req.recipe, req.requirements, req.pip, job.image)
+
+
 def submit_request(
     req: SubmitRequest,
     *,
@@ -470,16 +489,7 @@ def submit_request(
     if retired:
         notify(retired)
     job = _job_spec(req, s, notify)
-    if job.chdir and req.transport is TransportKind.local:
-        from hpcenv.jobs.submitdir import folder_warning
-
-        folder = folder_warning(s, job.chdir, os.environ)
-        if folder:
-            notify(f"warning: {folder}")
-    if req.transport is TransportKind.local and not req.image and not req.no_container:
-        from hpcenv.jobs.image_freshness import check_image_inputs  # issue 37: a stale image
-
-        check_image_inputs(s, req.recipe, req.requirements, req.pip, job.image)
+    check_here(req, s, job, notify)
     after = _scheduler(s).check_after(req.after) if req.after else []
     measured, warning = for_job(s, job, job.image)
     if warning:
@@ -687,17 +697,5 @@ def cancel_job(job_id: str, site: str | None = None, on: str | None = None) -> N
     sub, t = find_job(job_id, site, on)
     try:
         cancel(sub, t)
-    finally:
-        t.close()
-
-
-def job_logs(job_id: str, site: str | None = None, on: str | None = None) -> str:
-    """A job's stdout and stderr files, as text (``site``: for a job with no record here,
-    the files the scheduler names)."""
-    from hpcenv.jobs.submit import logs
-
-    sub, t = find_job(job_id, site, on)
-    try:
-        return logs(sub, t)
     finally:
         t.close()
