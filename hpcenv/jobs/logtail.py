@@ -174,7 +174,7 @@ def printer(out: Callable[[str], object]) -> Write:
     return write
 
 
-WHOLE_CHUNK = 4 << 20  # bytes per file per read for plain ``logs``: fewer round trips, bounded
+WHOLE_CHUNK = 2 << 20  # bytes per file per read for plain ``logs``: fewer round trips, bounded
 
 
 def print_logs(sub: Submission, transport: Transport, write: Write, cap: int = WHOLE_CHUNK) -> None:
