@@ -305,6 +305,11 @@ def run(
     )
 
 
+def dry_build(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hpcenv build --dry-run`` of the local horovod-cpu with ``args`` added, in ``folder``."""
+    return run("build", "--dry-run", "--site", "local", "-r", "horovod-cpu", *args, cwd=folder)
+
+
 def refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -373,17 +378,7 @@ def test_process_proc_self_environ_is_refused(tmp_path: Path) -> None:
 
 def test_process_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "req.txt")
-    proc = run(
-        "build",
-        "--dry-run",
-        "--site",
-        "local",
-        "-r",
-        "horovod-cpu",
-        "--requirements",
-        "req.txt",
-        cwd=tmp_path,
-    )
+    proc = dry_build(tmp_path, "--requirements", "req.txt")
     refused(proc, "req.txt")
 
 
@@ -412,17 +407,7 @@ def test_process_recipe_user_section_refusals(
 
 
 def test_process_short_form_direct_requirement_names_the_recipe_option(tmp_path: Path) -> None:
-    proc = run(
-        "build",
-        "--dry-run",
-        "--site",
-        "local",
-        "-r",
-        "horovod-cpu",
-        "--pip",
-        "pkg @ file:///opt/pkg",
-        cwd=tmp_path,
-    )
+    proc = dry_build(tmp_path, "--pip", "pkg @ file:///opt/pkg")
     refused(proc, "--pip", "user.allow_direct: true")
 
 
@@ -452,39 +437,17 @@ def test_process_the_docs_allow_direct_example_renders(tmp_path: Path) -> None:
 
 def test_process_a_nul_in_an_include_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "req.txt").write_bytes(b"six\n-r a\x00b\n")
-    proc = run(
-        "build",
-        "--dry-run",
-        "--site",
-        "local",
-        "-r",
-        "horovod-cpu",
-        "--requirements",
-        "req.txt",
-        cwd=tmp_path,
-    )
+    proc = dry_build(tmp_path, "--requirements", "req.txt")
     refused(proc, "req.txt:2", "control character")
 
 
 def test_process_a_token_given_as_pip_is_never_shown(tmp_path: Path) -> None:
-    proc = run(
-        "build", "--dry-run", "--site", "local", "-r", "horovod-cpu", "--pip", GHP, cwd=tmp_path
-    )
+    proc = dry_build(tmp_path, "--pip", GHP)
     refused(proc, "--pip", "a token (ghp_...)")
     nowhere(GHP, proc, tmp_path)
 
 
 def test_process_a_large_requirements_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "big.txt").write_bytes(b"six\n" * (300_000))
-    proc = run(
-        "build",
-        "--dry-run",
-        "--site",
-        "local",
-        "-r",
-        "horovod-cpu",
-        "--requirements",
-        "big.txt",
-        cwd=tmp_path,
-    )
+    proc = dry_build(tmp_path, "--requirements", "big.txt")
     refused(proc, "big.txt", "at most 1 MiB")
