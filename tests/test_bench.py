@@ -133,7 +133,7 @@ def test_render_markdown_has_headline_sections_and_failures() -> None:
     assert "![allreduce_bandwidth](allreduce_bandwidth.png)" in md
     assert "**Section failed:** BenchCommandError: boom" in md
     assert "- checks mounted" in md
-    assert "quick smoke" in md
+    assert "--quick (the headline ratios)" in md
 
 
 def test_write_report_writes_markdown_and_json(tmp_path: Path) -> None:

@@ -72,14 +72,37 @@ def test_rules_file_merges_runs_and_keeps_segment_sizes() -> None:
         coll_tuned_rules([], 2)
 
 
-def test_choose_needs_margin_and_verify_drops_losers() -> None:
+def test_choose_needs_margin_and_confirm_drops_rules_that_do_not_gain() -> None:
     default = {8: 1.0, 1024: 1.0, 1 << 26: 2.0}
     cands = {(1, 0): {8: 1.05, 1024: 1.5, 1 << 26: 2.5}, (2, 0): {8: 0.5, 1024: 1.2, 1 << 26: 2.6}}
     choice = measure.choose(default, cands)
     assert choice == {8: (0, 0), 1024: (1, 0), 1 << 26: (2, 0)}  # 5 % at 8 B is noise
-    kept, dropped = measure.verify(choice, {8: 1.0, 1024: 0.9, 1 << 26: 2.5}, default)
-    assert dropped == [1024] and kept[1024] == (0, 0) and kept[1 << 26] == (2, 0)
+    # confirming rounds: the 1 KiB rule's median is below 1 (no gain): it goes; 8 B (no rule)
+    # is noisy, not consistently slower: the file stands
+    rounds = {8: [0.97, 1.02, 0.96, 1.01, 0.98, 1.0], 1024: [1.02, 0.97, 0.98, 0.99, 1.01, 0.96]}
+    rounds[1 << 26] = [1.2, 1.3, 1.25, 1.1, 1.28, 1.22]
+    kept, dropped, vetoed = measure.confirm(choice, rounds)
+    assert dropped == [1024] and vetoed == []
+    assert kept == {8: (0, 0), 1024: (0, 0), 1 << 26: (2, 0)}
     assert measure.to_rules({8: (0, 0), 16: (0, 0)}) == []
+
+
+def test_confirm_drops_the_whole_file_when_a_size_without_a_rule_loses() -> None:
+    """With dynamic rules on, every size goes through the file: a size that keeps Open MPI's
+    decision but runs consistently slower under it vetoes every rule (the default must never
+    lose at any size)."""
+    choice = {8: (0, 0), 1024: (0, 0), 1 << 26: (2, 0)}
+    rounds = {
+        8: [0.90, 0.92, 0.88, 0.93, 0.91, 0.97],  # slower in 6 of 6, median 0.915
+        1024: [1.0] * 6,
+        1 << 26: [1.6] * 6,
+    }
+    kept, dropped, vetoed = measure.confirm(choice, rounds)
+    assert vetoed == [8] and dropped == []
+    assert measure.to_rules(kept) == []
+    # a rule with no confirming measurement at its size is not kept either
+    kept, dropped, _ = measure.confirm({1 << 26: (2, 0)}, {})
+    assert dropped == [1 << 26] and measure.to_rules(kept) == []
 
 
 def _rounds(per_size: dict[int, float], n: int = 5) -> dict[int, list[float]]:

@@ -81,11 +81,14 @@ def sweep_flags(checks_dir: Path = HOST_CHECKS) -> dict[str, str]:
     return {"min": "--min", "max": "--max", "exact": "--n"}
 
 
-def sweep_args(ctx: BenchContext, factor: int) -> str:
+def sweep_args(ctx: BenchContext, factor: int, *, every_size: bool = False) -> str:
+    """The sweep's flags: 8 B..64 MiB every ``factor``; a --quick run sweeps 8 B..1 MiB every
+    16x, unless ``every_size`` (the tuning rows judge the sizes its rules are chosen for)."""
     flags = sweep_flags()
-    hi = 1 * MiB if ctx.quick else 64 * MiB
+    short = ctx.quick and not every_size
+    hi = 1 * MiB if short else 64 * MiB
     exact = f" {flags['exact']} 1000" if ctx.quick else ""
-    return f"{flags['min']} 8 {flags['max']} {hi} --factor {16 if ctx.quick else factor}{exact}"
+    return f"{flags['min']} 8 {flags['max']} {hi} --factor {16 if short else factor}{exact}"
 
 
 def _record(section: Section, name: str, res: Result, doc: dict[str, Any] | None = None) -> None:
@@ -163,12 +166,46 @@ def memcopy_section(ctx: BenchContext) -> Section:
 
 
 # -- container tax + flavours ------------------------------------------------------------------
+def allreduce_flavours(ctx: BenchContext, sec: Section) -> dict[str, list[dict[str, Any]]]:
+    """Horovod over MPI and Gloo and torch.distributed gloo in the image, naive launch."""
+    args16 = sweep_args(ctx, 16)
+    return {
+        "image horovod-mpi": checked_sweep(
+            ctx,
+            sec,
+            "image horovod-mpi",
+            ctx.in_image(NAIVE_MPIRUN, "allreduce_horovod.py", args16, HOROVOD_MPI_ENV),
+        ),
+        "image horovod-gloo": checked_sweep(
+            ctx,
+            sec,
+            "image horovod-gloo",
+            ctx.in_image(
+                f"horovodrun -np {NP} -H localhost:{NP} --gloo",
+                "allreduce_horovod.py",
+                args16,
+                HOROVOD_GLOO_ENV,
+            ),
+        ),
+        "image torch-gloo": checked_sweep(
+            ctx,
+            sec,
+            "image torch-gloo",
+            ctx.in_image(
+                f"torchrun --standalone --nproc-per-node {NP}",
+                "allreduce_torch_gloo.py",
+                sweep_args(ctx, 4),
+            ),
+        ),
+    }
+
+
 def allreduce_section(ctx: BenchContext) -> Section:
     sec = Section("allreduce", "Container tax and allreduce flavours (2 ranks)")
     host_runs: list[list[dict[str, Any]]] = []
     image_runs: list[list[dict[str, Any]]] = []
     args4 = sweep_args(ctx, 4)
-    rounds = 1 if ctx.quick else 2
+    rounds = 2
     for i in range(rounds):  # interleaved: host, image, host, image
         host_runs.append(
             checked_sweep(
@@ -187,39 +224,9 @@ def allreduce_section(ctx: BenchContext) -> Section:
             )
         )
     host, image = best_sweep(*host_runs), best_sweep(*image_runs)
-    args16 = sweep_args(ctx, 16)
-    hvd_mpi = checked_sweep(
-        ctx,
-        sec,
-        "image horovod-mpi",
-        ctx.in_image(NAIVE_MPIRUN, "allreduce_horovod.py", args16, HOROVOD_MPI_ENV),
-    )
-    hvd_gloo = checked_sweep(
-        ctx,
-        sec,
-        "image horovod-gloo",
-        ctx.in_image(
-            f"horovodrun -np {NP} -H localhost:{NP} --gloo",
-            "allreduce_horovod.py",
-            args16,
-            HOROVOD_GLOO_ENV,
-        ),
-    )
-    torch_gloo = checked_sweep(
-        ctx,
-        sec,
-        "image torch-gloo",
-        ctx.in_image(
-            f"torchrun --standalone --nproc-per-node {NP}", "allreduce_torch_gloo.py", args4
-        ),
-    )
-    series = {
-        "host mpi4py": host,
-        "image mpi4py": image,
-        "image horovod-mpi": hvd_mpi,
-        "image horovod-gloo": hvd_gloo,
-        "image torch-gloo": torch_gloo,
-    }
+    series = {"host mpi4py": host, "image mpi4py": image}
+    if not ctx.quick:  # a --quick run measures the tax only (its headline ratios)
+        series |= allreduce_flavours(ctx, sec)
     ctx.shared["allreduce"] = series
     sec.data["series"] = series
 
@@ -267,7 +274,7 @@ def allreduce_section(ctx: BenchContext) -> Section:
     # flavours vs raw MPI in the same image
     mem = ctx.shared.get("memcopy", {})
     frows = []
-    big = largest_common(host, image, hvd_mpi, hvd_gloo, torch_gloo)
+    big = largest_common(*series.values())
     small = 8
     for name, rows_ in series.items():
         copy_bw = mem.get("host" if name.startswith("host") else "image")
@@ -342,7 +349,7 @@ def allreduce_section(ctx: BenchContext) -> Section:
     )
     if big:
         ib_big = at_size(image, big)
-        for name in ("image horovod-mpi", "image horovod-gloo", "image torch-gloo"):
+        for name in [n for n in series if n not in ("host mpi4py", "image mpi4py")]:
             bw = at_size(series[name], big)
             sec.headline.append(
                 Headline(
@@ -556,8 +563,8 @@ def _py() -> str:
 def tuning_section(ctx: BenchContext) -> Section:
     """hpcenv's default launch (placement + measured tuning) vs a naive launch, interleaved."""
     sec = Section("tuning", "Launch tuning: hpcenv's default launch vs a naive launch")
-    args = sweep_args(ctx, 4)
-    rounds = 1 if ctx.quick else TUNING_ROUNDS
+    args = sweep_args(ctx, 4, every_size=True)
+    rounds = TUNING_ROUNDS  # --quick too: the floor row needs them (its headline ratios)
     m = ctx.measured
     sec.text.append(
         f"Naive: `{NAIVE_MPIRUN}`, no environment. hpcenv launch: `{ctx.hpcenv_mpirun}` with "

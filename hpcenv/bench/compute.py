@@ -20,6 +20,11 @@ MPICH_LAUNCH = (
     f"LD_LIBRARY_PATH=${{HPCENV_MPICH_ABI_LIB:-/opt/mpich-abi/lib}} mpiexec.mpich -n {NP}"
 )
 KMEANS_LIMIT_GOAL = "<= 3"  # issue 21: within 3x of the copy bandwidth
+KMEANS_LIMIT_INFORMATIONAL = (
+    "on 2 cores a Lloyd iteration is bound by its distance arithmetic (k x d multiply-adds per "
+    "point, for every point), not by the bytes it reads once, so the one-core copy bandwidth is "
+    "not a limit it can come near here; kept to show where it sits (issue 39 retired the target)"
+)
 ITEMSIZE = {"float32": 4, "float64": 8}
 # x86 vector extensions that decide which kernels oneDAL and numpy run (Linux's flag names),
 # widest last; others (arm's asimd/sve) as the kernel names them.
@@ -124,6 +129,7 @@ def limit_headline(limit: Mapping[str, Any], copy_where: str) -> Headline:
         KMEANS_LIMIT_GOAL,
         value,
         note,
+        KMEANS_LIMIT_INFORMATIONAL,
     )
 
 

@@ -131,7 +131,9 @@ class Headline:
     With a ``goal`` (``">= 1.5"``, ``"<= 1.0"``, ``"< 4"``) and the ``value`` it applies to, the
     line is also a target: the report's targets table says whether this run met it. ``note``
     says what a reader must know to judge the row (why a target is not measured, what it ran on);
-    the targets table prints it under the table.
+    the targets table prints it under the table. ``informational``: why this machine cannot
+    judge the goal; such a row leaves the targets table for the informational one (its number
+    is still measured and shown, not counted as met or missed).
     """
 
     measure: str
@@ -140,10 +142,11 @@ class Headline:
     goal: str = ""
     value: float | None = None
     note: str = ""
+    informational: str = ""
 
     @property
     def met(self) -> bool | None:
-        return goal_met(self.goal, self.value) if self.goal else None
+        return goal_met(self.goal, self.value) if self.goal and not self.informational else None
 
 
 _GOAL_OPS = {
@@ -247,7 +250,7 @@ def targets_table(report: BenchReport) -> str:
     rows' notes (numbered) below the table."""
     rows, notes = [], []
     for h in report.headline:
-        if not h.goal:
+        if not h.goal or h.informational:
             continue
         met = h.met
         mark = ""
@@ -268,6 +271,18 @@ def targets_table(report: BenchReport) -> str:
     return table + "".join(f"\n[{i}] {note}\n" for i, note in enumerate(notes, 1))
 
 
+def informational_table(report: BenchReport) -> str:
+    """The rows whose goal this machine cannot judge: the goal, this run's value, and why."""
+    rows = [
+        [h.measure, h.goal, fmt_num(h.value), h.informational]
+        for h in report.headline
+        if h.goal and h.informational
+    ]
+    if not rows:
+        return ""
+    return markdown_table(["measure", "goal elsewhere", "this run", "why not judged here"], rows)
+
+
 def headline_table(report: BenchReport) -> str:
     rows = [
         [h.measure, h.values or h.note, h.ratio, better_direction(h.measure) if h.ratio else ""]
@@ -282,7 +297,7 @@ def render_markdown(report: BenchReport) -> str:
     lines.append(
         f"Machine: {meta.get('machine', '?')}. Image: `{meta.get('image', '?')}`"
         f"{' (' + meta['image_id'] + ')' if meta.get('image_id') else ''}. "
-        f"Mode: {'quick smoke of the bench' if meta.get('quick') else 'full'}; "
+        f"Mode: {'--quick (the headline ratios)' if meta.get('quick') else 'full'}; "
         f"total {meta.get('seconds', 0):.0f} s."
     )
     lines.append("")
@@ -303,6 +318,17 @@ def render_markdown(report: BenchReport) -> str:
             "numbers.",
             "",
             targets.rstrip(),
+        ]
+    info = informational_table(report)
+    if info:
+        lines += [
+            "",
+            "## Informational: goals this machine cannot judge",
+            "",
+            "Measured and shown, not counted as met or missed (issue 39 retired them from the "
+            "targets): each row says why.",
+            "",
+            info.rstrip(),
         ]
     lines += ["", "## Headline", "", headline_table(report)]
     for section in report.sections:

@@ -203,6 +203,11 @@ SECTION_NAMES = (
     "build",
     "targets",
 )
+# `hpcenv bench --quick`: the headline ratios in minutes (issue 39): container tax (image vs
+# bare host), tuning gain and floor (all 13 sizes, every round of a full run), time to first
+# step and step time (MNIST), one training run against the project's documented launch; the
+# rest (flavours, MPI candidates, K-Means, two nodes, builds, CLI) is `make bench`'s.
+QUICK_SECTIONS = ("startup", "memcopy", "allreduce", "tuning", "mnist", "training", "targets")
 EXTRA_SECTIONS = ("full-build",)  # only when asked for: a 10+ min cold build of the full image
 
 
@@ -325,7 +330,7 @@ def run_bench(cfg: BenchConfig, echo: Callable[[str], None] = print) -> BenchRep
 
     t_start = time.perf_counter()
     started = datetime.now(UTC)
-    names = list(cfg.sections or SECTION_NAMES)
+    names = list(cfg.sections or (QUICK_SECTIONS if cfg.quick else SECTION_NAMES))
     unknown = [n for n in names if n not in SECTION_NAMES + EXTRA_SECTIONS]
     if unknown:
         raise ConfigError(

@@ -18,7 +18,12 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--out", "-o", help="results folder (report.md, report.json, PNGs)")
         ] = Path("results/bench"),
         quick: Annotated[
-            bool, typer.Option("--quick", help="short smoke of the bench itself (no cold builds)")
+            bool,
+            typer.Option(
+                "--quick",
+                help="the headline ratios in minutes: container tax, tuning gain and floor, "
+                "time to first step, training against the documented launch",
+            ),
         ] = False,
         image: Annotated[
             str | None,

@@ -12,9 +12,10 @@ the reason.
 
 Noise control (the machine may be shared): every candidate runs in ``rounds`` interleaved
 rounds and keeps its best per size; a candidate replaces the default at a size only when it is
-``MARGIN`` faster there; then the resulting rules and the default run again, interleaved, and a
-size where the rules are slower than the default by more than ``KEEP_WITHIN`` goes back to the
-default. Transports (one choice for every size) run ``TRANSPORT_ROUNDS`` rounds, each paired
+``MARGIN`` faster there; then the resulting rules file and the default run again in
+``CONFIRM_ROUNDS`` interleaved rounds, and the file is kept only where it is slower at no size
+(:func:`confirm`: a rule that did not gain goes; a size without a rule that the file made
+consistently slower takes the whole file with it). Transports (one choice for every size) run ``TRANSPORT_ROUNDS`` rounds, each paired
 with the defaults of its own round, and are judged per size on the median of those ratios and
 on a sign test (:func:`consistently_slower`). The whole sweep stops starting new runs after
 ``budget_s`` seconds.
@@ -54,6 +55,11 @@ TRANSPORT_ROUNDS = 8
 # (12.5 %): fewer rounds (--quick, a spent budget) make the sign test much weaker.
 CONSISTENT_SHARE = 0.8
 HOROVOD_MARGIN = 1.10
+# Rules and the default sweep alternately this many times before a rules file is kept
+# (:func:`confirm`): one sweep of each is ~2.5 s here; 3 rounds judge a loss only when it shows
+# in all three (the sign test's 80 %), so --quick confirms less strictly.
+CONFIRM_ROUNDS = 6
+CONFIRM_ROUNDS_QUICK = 3
 MiB = 1 << 20
 
 Runner = Callable[[str, Mapping[str, str], float], Result]
@@ -277,19 +283,33 @@ def choose_transport(
     return best, stats
 
 
-def verify(
+def confirm(
     choice: dict[int, tuple[int, int]],
-    rules_bw: Mapping[int, float],
-    default_bw: Mapping[int, float],
-    keep_within: float = KEEP_WITHIN,
-) -> tuple[dict[int, tuple[int, int]], list[int]]:
-    """Drop the rule of every size where the rules file measured slower than the default."""
+    rounds: Mapping[int, Sequence[float]],
+    floor: float = KEEP_WITHIN,
+) -> tuple[dict[int, tuple[int, int]], list[int], list[int]]:
+    """Keep a rules file only where it is slower at no size across the confirming rounds.
+
+    ``rounds``: per size, rules / default busbw of each confirming round, the two interleaved
+    with the order rotating (:func:`paired_ratio_rounds`). A rule whose size did not gain in
+    the median of those rounds goes (a default applied without asking must never lose, and a
+    rule only exists to win). A size that keeps Open MPI's own decision can still lose to the
+    file: with dynamic rules on, every allreduce goes through the rules lookup, so if such a
+    size is :func:`consistently_slower` (the bench's floor rule) the whole file goes.
+    Returns the confirmed choice, the sizes whose rule was dropped, and the sizes that vetoed
+    the file (empty when it stands)."""
     dropped = [
         s
         for s, c in choice.items()
-        if c != (0, 0) and rules_bw.get(s, 0.0) < keep_within * default_bw.get(s, 0.0)
+        if c != (0, 0) and (not rounds.get(s) or statistics.median(rounds[s]) < 1.0)
     ]
-    return {s: ((0, 0) if s in dropped else c) for s, c in choice.items()}, dropped
+    vetoed = [
+        s
+        for s, c in choice.items()
+        if c == (0, 0) and consistently_slower(rounds.get(s, ()), floor)
+    ]
+    kept = {s: ((0, 0) if s in dropped or vetoed else c) for s, c in choice.items()}
+    return kept, dropped, vetoed
 
 
 class Sweep:
@@ -492,20 +512,29 @@ def measure_openmpi(
             "OMPI_MCA_coll_tuned_dynamic_rules_filename": sw.rules_path,
         }
         checks: dict[str, list[list[dict[str, Any]]]] = {"rules": [], "default": []}
-        for _ in range(1 if sw.quick else 2):
-            checks["rules"].append(sw.sweep_mpi(rules_env, "verify: rules file"))
-            checks["default"].append(sw.sweep_mpi(base_env, "verify: default"))
-        rules_bw, def_bw = best_per_size(checks["rules"]), best_per_size(checks["default"])
-        for s in default:  # the default's best over the sweep and the verification runs
-            def_bw_s = max(def_bw.get(s, 0.0), default[s])
-            def_bw = {**def_bw, s: def_bw_s}
-        choice, dropped = verify(choice, rules_bw, def_bw)
-        verify_doc = {"rules_busbw": rules_bw, "default_busbw": def_bw, "dropped_sizes": dropped}
+        envs = {"rules": rules_env, "default": dict(base_env)}
+        n_confirm = CONFIRM_ROUNDS_QUICK if sw.quick else CONFIRM_ROUNDS
+        for r in range(n_confirm):  # interleaved, the order rotating: no side always first
+            for name in round_order(["rules", "default"], r):
+                checks[name].append(sw.sweep_mpi(envs[name], f"confirm {r + 1}: {name}"))
+        per_round = paired_ratio_rounds(checks["default"], checks["rules"])
+        choice, dropped, vetoed = confirm(choice, per_round)
+        verify_doc = {
+            "rules_over_default": {s: list(v) for s, v in per_round.items()},
+            "dropped_sizes": dropped,
+            "vetoed_by": vetoed,
+        }
         if dropped:
             reasons.append(
-                "verification dropped the rule at "
-                + ", ".join(map(_fmt, dropped))
-                + f" (rules slower than the default by more than {1 - KEEP_WITHIN:.0%})"
+                f"{n_confirm} confirming rounds (rules file vs the default, interleaved) dropped "
+                "the rule at " + ", ".join(map(_fmt, dropped)) + " (no gain in their median)"
+            )
+        if vetoed:
+            reasons.append(
+                f"{n_confirm} confirming rounds: with the rules file in force, "
+                + ", ".join(map(_fmt, vetoed))
+                + f" (sizes that keep Open MPI's decision) ran consistently slower (median below "
+                f"{KEEP_WITHIN} and slower in {CONSISTENT_SHARE:.0%} of the rounds): no rules file"
             )
         rules = to_rules(choice)
     chosen = {s: c for s, c in choice.items() if c != (0, 0)}
