@@ -457,3 +457,40 @@ def test_cli_plan_for_a_gpu_site_renders_nccl() -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert any(k.startswith("nccl") for k in doc["rendered_only"])
+
+
+def _openmpi_sweep(tmp_path: Path, small_under_rules: list[float]) -> tuple[list[Rule], list[str]]:
+    """measure_openmpi with a fake image: algorithm 5 doubles 64 MiB; with the rules file in
+    force, 8 B runs at the next of ``small_under_rules`` (one per confirming run)."""
+    from hpcenv.shells import Result
+
+    small = iter(small_under_rules)
+
+    def run(line: str, env: Any, timeout: float) -> Result:
+        rules = "OMPI_MCA_coll_tuned_dynamic_rules_filename" in env
+        alg5 = env.get("OMPI_MCA_coll_tuned_allreduce_algorithm") == "5"
+        sweep = [
+            {"bytes": 8, "busbw_GBps": next(small) if rules else 1.0, "time_us": 1.0},
+            {"bytes": 1 << 26, "busbw_GBps": 2.0 if rules or alg5 else 1.0, "time_us": 1.0},
+        ]
+        for row in sweep:
+            row["mismatches"] = 0
+        return Result("image", line, dict(env), 0, "", "", 0.1, {"sweep": sweep, "exact": []})
+
+    sw = measure.Sweep(run, "mpirun -np 2", tmp_path, local_layout(), 600, lambda _: None)
+    plan = measure.Plan(mpi="openmpi", openmpi=[(5, 0)])
+    rules, _, reasons = measure.measure_openmpi(sw, plan, {}, rounds=1)
+    return rules, reasons
+
+
+def test_a_veto_stands_only_when_fresh_confirming_rounds_veto_at_the_same_size(
+    tmp_path: Path,
+) -> None:
+    n = measure.CONFIRM_ROUNDS
+    # 8 B slower in every round of the first set, not in the fresh second set: the file is kept
+    rules, reasons = _openmpi_sweep(tmp_path, [0.8] * n + [1.0] * n)
+    assert [(r.min_bytes, r.algorithm) for r in rules if r.algorithm] == [(1 << 26, 5)]
+    assert not any("no rules file" in r for r in reasons)
+    # slower in both sets: a real loss at a size without a rule, the whole file goes
+    rules, reasons = _openmpi_sweep(tmp_path, [0.8] * (2 * n))
+    assert rules == [] and any("and 6 again" in r and "no rules file" in r for r in reasons)
