@@ -100,11 +100,22 @@ def register(app: typer.Typer) -> None:
         ] = None,
         stdout: Annotated[
             str | None,
-            typer.Option("--output", "-o", help="stdout file name (%j %x ...)", callback=log_name),
+            typer.Option(
+                "--output",
+                "-o",
+                help="stdout file name (%j %x ...) or folder/; default NAME-%j.out beside the "
+                "submit folder (in --workdir when given)",
+                callback=log_name,
+            ),
         ] = None,
         stderr: Annotated[
             str | None,
-            typer.Option("--error", "-e", help="stderr file name (%j %x ...)", callback=log_name),
+            typer.Option(
+                "--error",
+                "-e",
+                help="stderr file name (%j %x ...) or folder/; default NAME-%j.err as -o",
+                callback=log_name,
+            ),
         ] = None,
         account: Annotated[
             str | None,

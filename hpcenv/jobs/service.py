@@ -377,7 +377,7 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
         built = read_record(site.name, image_recipe or "")  # build --on-login: where it landed
         image = built["image"] if built else default_image(site, image_recipe or "")
     try:
-        return JobSpec(
+        job = JobSpec(
             name=req.name or recipe or "hpcenv",
             command=list(req.command),
             launch="single" if req.single else "mpi",
@@ -415,6 +415,41 @@ def _job_spec(req: SubmitRequest, site: Site, notify: Notify = _ignore) -> JobSp
         )
     except ValidationError as err:
         raise ConfigError(validation_message(err, "invalid job")) from None
+    folder = _log_folder(req, site, job)
+    return job if folder is None else job.model_copy(update={"stdout": folder, "stderr": folder})
+
+
+def _log_folder(req: SubmitRequest, site: Site, job: JobSpec) -> str | None:
+    """Issue 37: where no ``-o``/``-e`` is given, the logs go beside the folder ``submit`` was
+    called from (or ``--chdir``), as the schedulers write them: sbatch(1) "By default both
+    standard output and standard error are directed to a file of the name slurm-%j.out", a
+    relative name in the batch script's working directory, sbatch's own unless --chdir
+    (man.archlinux.org/man/sbatch.1, read 2026-11-28); bsub -o "If only a file name is
+    specified, LSF writes the output file to the current working directory" (IBM LSF 10.1
+    bsub -o, read 2026-11-28). hpcenv's default names (``NAME-%j.out``) in that folder. They
+    stay in hpcenv's workdir when ``--workdir`` names it (its help: "steps, logs"), when the
+    job is not submitted from this machine, when the site says not to run jobs from that
+    folder (``submit_here: false``, ``read_only_on_compute``: submit warns), when this user
+    cannot write to it, when its name has characters a log path may not carry, or when the
+    scheduler expands no job id in a name (PBS: one fixed file)."""
+    from hpcenv.jobs.spec import LOG_NAME
+    from hpcenv.jobs.submitdir import folder_warning
+
+    chdir = job.chdir
+    if req.stdout or req.stderr or req.workdir or not chdir:
+        return None  # --workdir is "hpcenv's folder for the job (steps, logs)": asked for there
+    if req.transport is not TransportKind.local:
+        return None
+    folder = chdir.rstrip("/") + "/"
+    if "$" in chdir or not re.fullmatch(LOG_NAME, folder):
+        return None
+    if site.scheduler.kind == "none" or _scheduler(site).default_log_names(job)[0] is None:
+        return None
+    if folder_warning(site, chdir, os.environ) is not None:
+        return None
+    if not os.access(chdir, os.W_OK):  # the scheduler could not open the files: the job fails
+        return None
+    return folder
 
 
 def _scheduler(site: Site) -> Scheduler:
