@@ -31,7 +31,9 @@ def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, di
     ``CCL_LOG_LEVEL=debug`` says whether oneCCL's OFI transport had a shared-memory provider
     (``has_shm``) and which libfabric it loaded. On this machine (2026-11-22) it had none:
     libfabric's network provider over loopback, also with ``CCL_ATL_SHM=1``, while Open MPI's
-    vader BTL copies through shared memory."""
+    vader BTL copies through shared memory. The cause (2026-11-28): libfabric's shm provider
+    cannot start in podman's own 64 MB /dev/shm; hpcenv's containers now use the host's
+    (``--ipc=host``, as jobs do) and the image sets ``CCL_ATL_SHM=1`` (has_shm 1, 1.6x MPI)."""
     res = run(
         f"{launch} python3 {IMAGE_CHECKS}/allreduce_horovod.py --min-bytes 8 "
         "--max-bytes 8 --exact-n 10",
@@ -46,7 +48,8 @@ def transport_cause(run: Any, launch: str, env: dict[str, str]) -> tuple[str, di
         return (
             "oneCCL's OFI transport ran without a shared-memory provider in this run (has_shm 0 "
             f"in CCL_LOG_LEVEL=debug, libfabric {probe['libfabric'] or '?'}): a network provider "
-            "over loopback, where Open MPI copies through shared memory"
+            "over loopback, where Open MPI copies through shared memory (libfabric's shm needs "
+            "CCL_ATL_SHM=1 and more than podman's 64 MB /dev/shm)"
         ), probe
     return "cause not identified in this run (oneCCL's debug log shows has_shm " + (
         ",".join(shm) or "nothing"
