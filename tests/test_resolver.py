@@ -146,6 +146,7 @@ def test_oneccl_pypi_pass() -> None:
         "impi_rt": "impi-rt==2021.16.*",
         "prefix": "/opt/oneccl",
         "CCL_ATL_TRANSPORT": "ofi",
+        "CCL_ATL_SHM": "1",  # issue 39: libfabric's shm between ranks of one node
     }
     assert (
         hvd.options["HOROVOD_CPU_OPERATIONS"] == "CCL" and hvd.options["CCL_ROOT"] == "/opt/oneccl"
