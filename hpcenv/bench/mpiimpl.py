@@ -356,7 +356,7 @@ def mpi_impl_section(ctx: BenchContext) -> Section:
         Headline(
             "Collectives with the MPI implementation a candidate: the variant `hpcenv tune` "
             f"would choose (geomean >= {TRANSPORT_GAIN} and no size slower than naive by its "
-            "bar), its geomean busbw over {len(sizes)} sizes / naive (goal {COLLECTIVES_GOAL})",
+            f"bar), its geomean busbw over {len(sizes)} sizes / naive (goal {COLLECTIVES_GOAL})",
             chosen,
             fmt_ratio(gm),
             COLLECTIVES_GOAL,
