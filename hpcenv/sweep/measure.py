@@ -15,7 +15,8 @@ rounds and keeps its best per size; a candidate replaces the default at a size o
 ``MARGIN`` faster there; then the resulting rules file and the default run again in
 ``CONFIRM_ROUNDS`` interleaved rounds, and the file is kept only where it is slower at no size
 (:func:`confirm`: a rule that did not gain goes; a size without a rule that the file made
-consistently slower takes the whole file with it). Transports (one choice for every size) run ``TRANSPORT_ROUNDS`` rounds, each paired
+consistently slower takes the whole file with it). Transports (one choice for every size) run
+``TRANSPORT_ROUNDS`` rounds, each paired
 with the defaults of its own round, and are judged per size on the median of those ratios and
 on a sign test (:func:`consistently_slower`). The whole sweep stops starting new runs after
 ``budget_s`` seconds.
@@ -269,8 +270,7 @@ def choose_transport(
     (``candidates`` are, per size, each round's ratio to the default: :func:`paired_ratio_rounds`;
     the mean is taken over the per-size medians), among those at least ``gain`` better on that
     mean and losing at no size by the selection's bar (:func:`loses_when_chosen`; a job runs
-    one transport for every
-    message size, so one slow size vetoes it). None: keep the defaults. Also returns, per
+    one transport for every message size, so one slow size vetoes it). None: keep the defaults. Also returns, per
     candidate, its geomean, its worst size and median ratio there, the consistently slow
     sizes, and whether it qualified.
     """
@@ -317,16 +317,33 @@ def confirm(
     the file (empty when it stands). ``measure_openmpi`` takes a veto only when a second set of
     confirming rounds vetoes at the same size (a loss that is real shows again; one size of
     13 losing to noise rarely does twice)."""
-    dropped = [
+    dropped, vetoed = rules_without_gain(choice, rounds), vetoing_sizes(choice, rounds)
+    return without(choice, dropped, vetoed), dropped, vetoed
+
+
+def rules_without_gain(
+    choice: Mapping[int, tuple[int, int]], rounds: Mapping[int, Sequence[float]]
+) -> list[int]:
+    """The sizes whose rule did not gain in the median of the confirming rounds."""
+    return [
         s
         for s, c in choice.items()
         if c != (0, 0) and (not rounds.get(s) or statistics.median(rounds[s]) < 1.0)
     ]
-    vetoed = [
-        s for s, c in choice.items() if c == (0, 0) and consistently_slower(rounds.get(s, ()))
-    ]
-    kept = {s: ((0, 0) if s in dropped or vetoed else c) for s, c in choice.items()}
-    return kept, dropped, vetoed
+
+
+def vetoing_sizes(
+    choice: Mapping[int, tuple[int, int]], rounds: Mapping[int, Sequence[float]]
+) -> list[int]:
+    """The sizes without a rule that ran consistently slower with the rules file in force."""
+    return [s for s, c in choice.items() if c == (0, 0) and consistently_slower(rounds.get(s, ()))]
+
+
+def without(
+    choice: Mapping[int, tuple[int, int]], dropped: Sequence[int], vetoed: Sequence[int]
+) -> dict[int, tuple[int, int]]:
+    """``choice`` less the dropped rules; no rule at all when a size vetoed the file."""
+    return {s: ((0, 0) if vetoed or s in dropped else c) for s, c in choice.items()}
 
 
 class Sweep:
@@ -539,15 +556,13 @@ def measure_openmpi(
             return paired_ratio_rounds(checks["default"], checks["rules"])
 
         per_round = confirming("confirm")
-        vetoed = confirm(choice, per_round)[2]
+        vetoed = vetoing_sizes(choice, per_round)
         if vetoed:  # a loss is confirmed only if the same size loses again in fresh rounds
             again = confirming("confirm again")
-            vetoed_again = confirm(choice, again)[2]
+            vetoed = [s for s in vetoed if s in vetoing_sizes(choice, again)]
             per_round = {s: per_round.get(s, []) + v for s, v in again.items()}
-            vetoed = [s for s in vetoed if s in vetoed_again]
-        choice, dropped, _ = confirm(choice, per_round)
-        if vetoed:
-            choice = {s: (0, 0) for s in choice}
+        dropped = rules_without_gain(choice, per_round)
+        choice = without(choice, dropped, vetoed)
         verify_doc = {
             "rules_over_default": {s: list(v) for s, v in per_round.items()},
             "dropped_sizes": dropped,
