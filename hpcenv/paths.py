@@ -72,7 +72,14 @@ def cache_dir(*, create: bool = True) -> Path:
             "writable folder"
         ) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"cache folder {root} is not writable; set {env} to a writable folder")
+        from hpcenv.reads import owner_name
+
+        owner = path.stat().st_uid
+        whose = f" (it belongs to {owner_name(owner)})" if owner != os.geteuid() else ""
+        raise ConfigError(
+            f"cache folder {root} is not writable{whose}; set {env} to a folder of yours "
+            "(one cache per user: on project storage, a folder under it named for you)"
+        )
     return path
 
 

@@ -22,19 +22,10 @@ from pathlib import Path
 
 import pytest
 from requirements import need_root, need_tool
+from two_users import A, B, make_user
 
 from hpcenv.jobs.render import step_script
 from hpcenv.jobs.staging import write_manifest
-
-A, B = "hpcenv-ua", "hpcenv-ub"
-
-
-def _user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/bash", name], check=True)
-        return pwd.getpwnam(name)
 
 
 @dataclass
@@ -64,7 +55,7 @@ def node() -> Iterator[Node]:
     need_root("the test makes two Unix users and runs as each")
     for tool in ("runuser", "useradd", "flock"):
         need_tool(tool, why="two-user tests")
-    _user(A), _user(B)
+    make_user(A), make_user(B)
     root = Path(tempfile.mkdtemp(prefix="hpcenv-multiuser-", dir="/tmp"))
     try:
         root.chmod(0o1777)

@@ -25,8 +25,10 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from requirements import need_root, need_tool
-from test_multiuser import A, B, _user
+from two_users import PROJECT_GROUP, A, B, as_user, expose_prefix, home, make_user, sh
 
 from hpcenv.jobs.staging import write_manifest
 
@@ -58,82 +60,17 @@ JOB = (
 )
 
 
-def _blocked_ancestor(path: Path) -> Path | None:
-    """The first folder above ``path`` that other users cannot enter (no o+x), if any."""
-    for parent in reversed(path.parents):
-        if not os.stat(parent).st_mode & 0o001:
-            return parent
-    return None
-
-
-def _expose_prefix(tmp: Path) -> list[str]:
-    """An argv prefix that runs a command (as root, before ``runuser``) in a mount namespace
-    where this interpreter, its venv and this checkout are reachable by every user."""
-    needs = {
-        Path(os.path.realpath(sys.executable)),
-        Path(sys.base_prefix) / "lib",
-        Path(sys.prefix) / "lib",
-        ROOT / "hpcenv",
-    }
-    covers: dict[Path, set[str]] = {}
-    for need in needs:
-        blocker = _blocked_ancestor(need)
-        if blocker is not None:
-            covers.setdefault(blocker, set()).add(need.relative_to(blocker).parts[0])
-    if not covers:
-        return []
-    need_tool("unshare", why="the other users' hpcenv runs in a private mount namespace")
-    lines = ["set -e", "mount --make-rprivate /"]
-    for i, (blocker, children) in enumerate(sorted(covers.items())):
-        hold = tmp / f"hold-{i}"
-        hold.mkdir()
-        lines.append(f"mount --bind {blocker} {hold}")
-        lines.append(f"mount -t tmpfs -o mode=0755 hpcenv-expose {blocker}")
-        for child in sorted(children):
-            lines.append(
-                f"mkdir -p {blocker}/{child} && mount --bind {hold}/{child} {blocker}/{child}"
-            )
-    lines.append('exec "$@"')
-    return ["unshare", "--mount", "--", "bash", "-c", "\n".join(lines), "expose"]
-
-
-def _home(user: str) -> Path:
-    """The user's home (useradd --no-create-home left none): the per-user default workdir."""
-    pw = pwd.getpwnam(user)
-    home = Path(pw.pw_dir)
-    if not home.is_dir():
-        home.mkdir(mode=0o700, parents=True)
-        os.chown(home, pw.pw_uid, pw.pw_gid)
-    return home
-
-
-def _as(user: str, prefix: list[str], *argv: str, **kw: object) -> list[str]:
-    home = _home(user)
-    env = [
-        "env",
-        "-i",
-        "PATH=/usr/local/bin:/usr/bin:/bin",
-        f"HOME={home}",
-        f"USER={user}",
-        "LANG=C.UTF-8",
-        f"SLURM_CONF={os.environ['SLURM_CONF']}",
-        f"PYTHONPATH={ROOT}",
-    ]
-    return [*prefix, "runuser", "-u", user, "--", *env, *argv]
+def _as(user: str, prefix: list[str], *argv: str) -> list[str]:
+    return as_user(user, prefix, *argv, SLURM_CONF=os.environ["SLURM_CONF"])
 
 
 def _sh(user: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["runuser", "-u", user, "--", "bash", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return sh(user, script)
 
 
 def _dataset(user: str, text: str) -> Path:
     """``user``'s dataset in ``user``'s home (0700): nobody else can read the source either."""
-    src = _home(user) / f"ds-{uuid.uuid4().hex[:8]}"
+    src = home(user) / f"ds-{uuid.uuid4().hex[:8]}"
     src.mkdir()
     (src / "x.bin").write_text(text)
     write_manifest(src)
@@ -196,8 +133,7 @@ def _attack_staged(attacker: str, victim: str, name: str, job: subprocess.Popen[
         )
         job.kill()
         logs = [
-            f"{p}: {p.read_text()[-800:]}"
-            for p in (_home(victim) / "hpcenv-jobs").glob(f"{name}-*")
+            f"{p}: {p.read_text()[-800:]}" for p in (home(victim) / "hpcenv-jobs").glob(f"{name}-*")
         ]
         pytest.fail(
             f"{victim}'s node-local folder never appeared; queue: {queue.stdout}; {job.communicate()[1][-1500:]}; {logs}"
@@ -230,9 +166,9 @@ def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: 
     need_root("the test makes two Unix users and submits a Slurm job as each")
     for tool in ("runuser", "useradd", "mkfifo"):
         need_tool(tool, why="two users, two jobs")
-    _user(A), _user(B)
+    make_user(A), make_user(B)
     tmp_path.chmod(0o755)
-    prefix = _expose_prefix(tmp_path)
+    prefix = expose_prefix(tmp_path)
     hpcenv = Path(sys.executable).with_name("hpcenv")
     # the installed hpcenv: its console script, run by this venv's python (reachable above)
     for user in (A, B):
@@ -315,13 +251,13 @@ def test_two_users_two_jobs_each_reads_its_own_data(slurm: SlurmInfo, tmp_path: 
             assert text[other] not in logs.stdout
             assert f"folder: /tmp/hpcenv-{user}-{name[user]}-" in logs.stdout
             # the job's node-local folder went with it; the default workdir is the user's own
-            workdir = _home(user) / "hpcenv-jobs"
+            workdir = home(user) / "hpcenv-jobs"
             assert workdir.is_dir() and workdir.stat().st_uid == pwd.getpwnam(user).pw_uid
             assert not list(Path("/tmp").glob(f"hpcenv-{user}-{name[user]}-*"))
         # neither user can read the other's dataset or job folder
         for user, other in ((A, B), (B, A)):
             assert _sh(user, f"cat {src[other]}/x.bin").returncode != 0
-            assert _sh(user, f"ls {_home(other)}/hpcenv-jobs").returncode != 0
+            assert _sh(user, f"ls {home(other)}/hpcenv-jobs").returncode != 0
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -340,3 +276,41 @@ def _job_id(stdout: str) -> str:
     import json
 
     return str(json.loads(stdout)["job_id"])
+
+
+def test_a_members_folder_in_a_group_workdir_does_not_stop_the_job(
+    slurm: SlurmInfo, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 40, class 8, with two real users and a real Slurm job: a project folder both use as
+    ``--workdir`` (root:hpcenv-proj 2775, umask 002), where B made ``.hpcenv`` first and left it
+    open to the group (what would let B swap A's step scripts). A's job still runs (exit 0):
+    its steps go to a folder of its own, A's alone, and B's folder is left as it was."""
+    import grp
+
+    need_root("the test makes two Unix users and submits a Slurm job as one")
+    need_tool("runuser", why="two users, one group folder")
+    make_user(A), make_user(B)
+    tmp_path.chmod(0o755)
+    prefix = expose_prefix(tmp_path)
+    top = Path(tempfile.mkdtemp(prefix="hpcenv-group-", dir="/tmp"))  # others may enter
+    top.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    group = top / "project"
+    group.mkdir()
+    os.chown(group, 0, grp.getgrnam(PROJECT_GROUP).gr_gid)
+    group.chmod(0o2775)
+    assert sh(B, f"umask 002 && mkdir -m 2775 {group}/.hpcenv").returncode == 0
+    argv = [sys.executable, str(Path(sys.executable).with_name("hpcenv")), "submit"]
+    argv += ["--site", "local", "--no-container", "--single", "--name", "grp", "--workdir"]
+    argv += [str(group), "--wait", "--timeout", "240", "--json", "--", "true"]
+    cmd = as_user(A, prefix, *argv, umask="002", SLURM_CONF=os.environ["SLURM_CONF"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = _job_id(proc.stdout)
+    err = (group / f"grp-{job}.err").read_text()
+    assert "this job's steps go to a folder of its own" in err, err
+    (steps,) = group.glob(f".hpcenv-*/{job}")
+    info = steps.stat()
+    assert info.st_uid == pwd.getpwnam(A).pw_uid and stat.S_IMODE(info.st_mode) & 0o077 == 0
+    assert (group / ".hpcenv").stat().st_uid == pwd.getpwnam(B).pw_uid  # left as it was
+    assert sh(B, f"ls {steps}").returncode != 0  # B cannot look into A's steps

@@ -54,7 +54,7 @@ from hpcenv.jobs.transport import (
 from hpcenv.output import write_private
 from hpcenv.paths import cache_dir, templates_dir
 from hpcenv.printable import printable
-from hpcenv.reads import NotYours, load_json, trust_problem
+from hpcenv.reads import NotYours, load_json, owner_name, trust_problem
 from hpcenv.signals import Deferred, deferred_interrupt
 from hpcenv.site import Site
 
@@ -152,7 +152,9 @@ def records_dir(*, probe: bool = False) -> Path:
             f"job records folder {path} is not a folder (a file or link is there); {fix}"
         )
     if info.st_uid != os.geteuid():
-        raise ConfigError(f"job records folder {path} belongs to another user; {fix}")
+        raise ConfigError(
+            f"job records folder {path} belongs to {owner_name(info.st_uid)}, not to you; {fix}"
+        )
     try:
         if stat.S_IMODE(info.st_mode) != 0o700:
             os.chmod(path, 0o700)
