@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +107,32 @@ def slurm() -> Iterator[SlurmInfo]:
         _script("slurm-down.sh")
 
 
+@pytest.fixture
+def two_node(two_node_cluster: TwoNodeInfo) -> Iterator[TwoNodeInfo]:
+    """The two-node rehearsal cluster for one test; after the test, a job of it still queued or
+    running (a test that failed on a hung job, or gave up waiting) is cancelled, so the next
+    test does not queue behind it: the cluster lives for the session, and a job that hangs
+    holds both nodes until its walltime (CI, 2026-11-28: one hung 2-node job failed the next
+    test too, waiting behind it)."""
+    yield two_node_cluster
+    env = {**os.environ, "SLURM_CONF": str(two_node_cluster.conf)}
+    left = subprocess.run(
+        ["squeue", "-h", "-a", "-o", "%i"], capture_output=True, text=True, env=env
+    ).stdout.split()
+    if not left:
+        return
+    subprocess.run(["scancel", *left], capture_output=True, env=env)
+    for _ in range(60):  # until Slurm has let the nodes go
+        queued = subprocess.run(
+            ["squeue", "-h", "-a", "-o", "%i"], capture_output=True, text=True, env=env
+        ).stdout.split()
+        if not queued:
+            break
+        time.sleep(1)
+
+
 @pytest.fixture(scope="session")
-def two_node() -> Iterator[TwoNodeInfo]:
+def two_node_cluster() -> Iterator[TwoNodeInfo]:
     """The two-node rehearsal cluster (node1, node2 in network namespaces); stopped at the end
     unless it was already running. Tests use ``SLURM_CONF=info.conf`` (the site file names it)."""
     _need_root_and("munged", "slurmctld", "slurmd", "sbatch", "ip", "nsenter", "unshare")

@@ -133,3 +133,56 @@ def test_probe_records_survive_lines_cut_and_interleaved_by_slurm() -> None:
     assert sorted(r["rank"] for r in rank_probe.parse(text)) == [1, 2]
     with pytest.raises(ValueError, match="parts"):
         rank_probe.parse("".join(a[:-1]))
+
+
+def test_horovods_pinning_line_is_checked_on_horovods_local_rank(tmp_path: Path) -> None:
+    """A Horovod probe (``rank_probe.py --horovod``) applies ``set_device(hvd.local_rank())``:
+    where every rank sees the node's devices (Perlmutter's and Alps' Horovod jobs) it holds;
+    under one device per rank (``--gpus-per-task=1``) Horovod's local rank 1 names no device,
+    whatever LOCAL_RANK rank-env.sh computed, and the rule says so; a Horovod rank or size
+    that is not the job's is named."""
+
+    def record(rank: int, local: int, visible: str, cores: list[int], **hvd: int) -> dict:
+        env = {"RANK": str(rank), "LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": visible}
+        ranks = {"rank": rank, "local_rank": local, "size": 2, "local_size": 2} | hvd
+        chosen = rank_probe.selected({**env, "LOCAL_RANK": str(ranks["local_rank"])})
+        return {
+            "host": "n",
+            "env": env,
+            "horovod": ranks,
+            "selected": chosen,
+            "cores": cores,
+            "master_resolves": True,
+        }
+
+    every = [record(0, 0, "0,1", [0]), record(1, 1, "0,1", [1])]
+    assert rank_probe.problems(every, gpu_closest=[0, 1], cores=2, world=2) == []
+    one_each = [record(0, 0, "0", [0]), record(1, 1, "1", [1])]
+    found = rank_probe.problems(one_each, gpu_closest=[0, 1], cores=2, world=2)
+    assert found == [
+        "rank 1 on n: set_device(hvd.local_rank()=1): invalid device ordinal: 1 of 1 visible (['1'])"
+    ]
+    wrong = [record(0, 0, "0,1", [0], size=1), record(1, 1, "0,1", [1])]
+    found = rank_probe.problems(wrong, gpu_closest=[0, 1], cores=2, world=2)
+    assert found == ["rank 0 on n: Horovod says rank 0 of 1"]
+
+
+def test_closeness_is_checked_only_where_the_launch_binds_gpus_to_cores() -> None:
+    """Perlmutter's documented launch binds no GPU to cores (``gpu.visible: node``): local rank
+    0 on cores 0-15 uses GPU 0, which NERSC's map puts on NUMA 3. The probe's rule names that
+    when the site binds (``bound=True``) and leaves it when the site's launch does not."""
+    env = {"RANK": "0", "LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    record = {
+        "host": "n",
+        "env": env,
+        "selected": rank_probe.selected(env),
+        "cores": list(range(16)),
+        "master_resolves": True,
+    }
+    closest = load_site("perlmutter").node.gpu_closest
+    assert closest == [3, 2, 1, 0]
+    found = rank_probe.problems([record], gpu_closest=closest, cores=64, world=1)
+    assert found == [
+        "rank 0 on n: device 0, but cores " + str(list(range(16))) + " are closest to {3}"
+    ]
+    assert rank_probe.problems([record], gpu_closest=closest, cores=64, world=1, bound=False) == []

@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from requirements import need_file
 
 from hpcenv.checks import rank_probe
+from hpcenv.paths import cache_dir
 from hpcenv.site import load_site
 
 if TYPE_CHECKING:
@@ -42,6 +44,19 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600), pytest.mark.alongside
 HPCENV = str(Path(sys.executable).with_name("hpcenv"))
 SCRATCH = Path("/var/tmp/hpcenv-scratch/twin-tests")
 TWINS = ("frontier-twin", "perlmutter-twin", "alps-clariden-twin")
+# Where the site runs SIFs (Frontier: Apptainer), its twin runs there too: the local SIF
+SIF_TWINS = ("frontier-twin-sif",)
+# the real cache's (`make images` builds it), named before the tests' private cache is set
+SIF_IMAGE = cache_dir(create=False) / "sif" / "horovod-cpu-local.sif"
+
+
+@pytest.fixture
+def image(request: pytest.FixtureRequest, twin: str) -> str:
+    """The image the twin's runtime runs: the local podman image, or the local SIF."""
+    if twin in SIF_TWINS:
+        need_file(SIF_IMAGE, "the local SIF", f"{twin} runs its ranks in it")
+        return str(SIF_IMAGE)
+    return str(request.getfixturevalue("local_image"))
 
 
 @pytest.fixture
@@ -89,17 +104,19 @@ def _submit(site: str, launcher: list[str], wd: Path, image: str, *extra: str) -
 
 
 @pytest.mark.parametrize("launcher", ["site", "torchrun"])
-@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize(
+    "twin", [*TWINS, *(pytest.param(t, marks=pytest.mark.apptainer) for t in SIF_TWINS)]
+)
 def test_every_rank_sees_the_device_its_local_rank_names(
-    two_node: TwoNodeInfo, local_image: str, shared: Path, twin: str, launcher: str
+    two_node: TwoNodeInfo, image: str, shared: Path, twin: str, launcher: str
 ) -> None:
     site = load_site(twin)
     flag = ["--launcher", "torchrun"] if launcher == "torchrun" else []
     wd = shared / "work"
-    dry = _cli(shared, *_submit(twin, flag, wd, local_image, "--dry-run"))
+    dry = _cli(shared, *_submit(twin, flag, wd, image, "--dry-run"))
     assert dry.returncode == 0, dry.stderr
     placement = json.loads(dry.stdout)["plan"]["placement"]
-    proc = _cli(shared, *_submit(twin, flag, wd, local_image, "--wait", "--timeout", "240"))
+    proc = _cli(shared, *_submit(twin, flag, wd, image, "--wait", "--timeout", "240"))
     job = json.loads(proc.stdout)["job_id"] if proc.stdout.strip() else None
     log = _cli(shared, "logs", job).stdout if job else ""
     assert proc.returncode == 0, f"{proc.stderr}\n{log[-4000:]}"
@@ -112,6 +129,7 @@ def test_every_rank_sees_the_device_its_local_rank_names(
         gpu_closest=node.gpu_closest or list(range(node.gpus)),
         cores=node.cores,
         world=world,
+        bound=site.gpu.visible == "rank",
     )
     assert found == [], "\n".join(found)
     for r in records:
@@ -122,3 +140,33 @@ def test_every_rank_sees_the_device_its_local_rank_names(
         for r in records:
             local = int(r["slurm"]["SLURM_LOCALID"])
             assert [r["selected"]["device"]] == list(placement["gpu_ids"][local]), (r, placement)
+
+
+@pytest.mark.parametrize(
+    "twin", [t for t in TWINS if "horovod-gpu" in load_site(t.removesuffix("-twin")).recipes]
+)
+def test_a_horovod_job_pins_the_device_its_local_rank_names(
+    two_node: TwoNodeInfo, local_image: str, shared: Path, twin: str
+) -> None:
+    """One Horovod job where the site allows Horovod (Perlmutter and Alps list horovod-gpu;
+    Frontier refuses it): ``hvd.init()`` on every rank, then Horovod's own pinning line,
+    ``torch.cuda.set_device(hvd.local_rank())``, must name a device the rank sees, the closest
+    one, and Horovod's rank and size must be the job's."""
+    site = load_site(twin)
+    wd = shared / "work"
+    argv = _submit(twin, [], wd, local_image, "--wait", "--timeout", "240")
+    proc = _cli(shared, *argv, "--horovod")
+    job = json.loads(proc.stdout)["job_id"] if proc.stdout.strip() else None
+    log = _cli(shared, "logs", job).stdout if job else ""
+    assert proc.returncode == 0, f"{proc.stderr}\n{log[-4000:]}"
+    records = rank_probe.parse(log)
+    world = 2 * site.node.gpus
+    assert len(records) == world and all(r["horovod"] for r in records), log[-4000:]
+    found = rank_probe.problems(
+        records,
+        gpu_closest=site.node.gpu_closest or list(range(site.node.gpus)),
+        cores=site.node.cores,
+        world=world,
+        bound=site.gpu.visible == "rank",
+    )
+    assert found == [], "\n".join(found)

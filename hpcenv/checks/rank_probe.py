@@ -17,7 +17,11 @@ Standard library only: it runs in any image with a ``python3``. :func:`problems`
 tests apply to every rank's line (a CPU run cannot call ``set_device``; this applies the same rule
 to what the rank was given).
 
-    python3 rank_probe.py [--folder NAME=PATH ...]
+    python3 rank_probe.py [--folder NAME=PATH ...] [--horovod]
+
+``--horovod``: run ``hvd.init()`` first and apply Horovod's own pinning line,
+``torch.cuda.set_device(hvd.local_rank())`` (its documented PyTorch usage), instead of
+``LOCAL_RANK``.
 """
 
 from __future__ import annotations
@@ -113,13 +117,37 @@ def _resolves(host: str | None) -> bool | None:
     return True
 
 
-def probe(env: Mapping[str, str], extra: Sequence[str] = ()) -> dict[str, Any]:
+def horovod_ranks() -> dict[str, int]:
+    """Horovod's own view of this rank, after ``hvd.init()`` (its controller, MPI or Gloo,
+    decides ``local_rank``, not the job's ``LOCAL_RANK``)."""
+    import horovod.torch as hvd
+
+    hvd.init()
+    try:
+        return {
+            "rank": hvd.rank(),
+            "local_rank": hvd.local_rank(),
+            "size": hvd.size(),
+            "local_size": hvd.local_size(),
+        }
+    finally:
+        hvd.shutdown()
+
+
+def probe(
+    env: Mapping[str, str], extra: Sequence[str] = (), *, horovod: bool = False
+) -> dict[str, Any]:
+    hvd = horovod_ranks() if horovod else None
+    # Horovod's examples pin with torch.cuda.set_device(hvd.local_rank()): the same rule on
+    # Horovod's local rank
+    chosen = selected({**env, "LOCAL_RANK": str(hvd["local_rank"])} if hvd else env)
     return {
         "host": socket.gethostname(),
         "env": {n: env.get(n) for n in (*RANK_NAMES, *DEVICE_NAMES)},
         "slurm": {n: env.get(n) for n in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")},
+        "horovod": hvd,
         "visible": visible(env),
-        "selected": selected(env),
+        "selected": chosen,
         "cores": sorted(os.sched_getaffinity(0)),
         "master_resolves": _resolves(env.get("MASTER_ADDR")),
         "folders": folders(env, extra),
@@ -139,10 +167,15 @@ def problems(
     gpu_closest: Sequence[int],
     cores: int,
     world: int,
+    bound: bool = True,
 ) -> list[str]:
     """What a DDP script would hit, per rank: ``set_device(LOCAL_RANK)`` names no device the
     rank sees; the device is not one closest to the rank's cores; ranks repeat or are missing;
-    ``MASTER_ADDR`` does not resolve; two ranks of a node use the same device."""
+    ``MASTER_ADDR`` does not resolve; two ranks of a node use the same device. For a Horovod
+    probe the rule is Horovod's ``set_device(hvd.local_rank())``, and Horovod's rank and size
+    must be the job's. ``bound=False``: the site's launch binds no GPU to the ranks' cores
+    (every rank sees the node's GPUs and picks one by its local rank, ``gpu.visible: node``),
+    so closeness is not a promise it makes and is not checked."""
     out: list[str] = []
     ranks = sorted(int(r["env"]["RANK"]) for r in records)
     if ranks != list(range(world)):
@@ -150,13 +183,17 @@ def problems(
     used: dict[tuple[str, str], str] = {}
     for r in records:
         who = f"rank {r['env']['RANK']} on {r['host']}"
+        hvd = r.get("horovod")
+        if hvd and (str(hvd["rank"]), hvd["size"]) != (r["env"]["RANK"], world):
+            out.append(f"{who}: Horovod says rank {hvd['rank']} of {hvd['size']}")
         sel = r["selected"]
         if sel["error"]:
-            out.append(f"{who}: set_device(LOCAL_RANK={sel['index']}): {sel['error']}")
+            rule = "hvd.local_rank()" if hvd else "LOCAL_RANK"
+            out.append(f"{who}: set_device({rule}={sel['index']}): {sel['error']}")
             continue
         device = str(sel["device"])
         near = {closest(gpu_closest, cores, c) for c in r["cores"]}
-        if int(device) not in near:
+        if bound and int(device) not in near:
             out.append(f"{who}: device {device}, but cores {r['cores']} are closest to {near}")
         if (r["host"], device) in used:
             out.append(f"{who}: device {device} also used by {used[(r['host'], device)]}")
@@ -203,7 +240,7 @@ def main(argv: Sequence[str]) -> int:
     ident = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
     # One write per line, each under Slurm's message size: every node's ranks append to the
     # same job output file.
-    for line in lines(probe(os.environ, extra), ident):
+    for line in lines(probe(os.environ, extra, horovod="--horovod" in argv), ident):
         os.write(1, line.encode())
     return 0
 
