@@ -40,6 +40,10 @@ BUILDS: dict[str, tuple[str, ...]] = {
     # test_rehearsal_sitebuild.py: mpi4py compiled against the mounted site MPI, then its SIF
     "sitebuild": ("--recipe", "daal4py", "--site", "local-sitebuild", "--format", "oci"),
     "sitebuild-sif": ("--recipe", "daal4py", "--site", "local-sitebuild-sif"),
+    # test_mpi_abi_trixie.py: the MPI-5 ABI image on the Debian 13 base (debootstrap, mpi4py
+    # compiled), then its SIF
+    "abi-trixie": ("--site", "local-bind-trixie", "--recipe", "mpi4py-abi", "--format", "oci"),
+    "abi-trixie-sif": ("--site", "local-bind-trixie-sif", "--recipe", "mpi4py-abi"),
 }
 
 

@@ -34,7 +34,8 @@ Not shown here (what blocks it):
   ``libpmix.so.2``, ``prted``: ``GLIBC_2.38`` symbol versions, read with objdump -T
   2026-11-28) while the image is Debian 12 (glibc 2.36); a site's MPI built for an older glibc
   than its image's binds, a newer one does not. tests/test_mpi_abi.py runs one ABI binary under
-  Open MPI 6 inside sid itself.
+  Open MPI 6 inside sid itself, and tests/test_mpi_abi_trixie.py runs the same recipe built on
+  Debian 13 (glibc 2.41) under Open MPI 6, MPICH 5 and Intel MPI, one image.
 - Horovod's MPI operations against the ABI: not built. What is known (2026-11-28): Horovod
   0.28.1's MPI sources (``horovod/common/mpi/mpi_context.cc``, ``mpi_controller.cc``,
   ``ops/mpi_operations.cc``, ``ops/adasum_mpi_operations.cc``) pass ``c++14 -fsyntax-only``
@@ -90,6 +91,26 @@ def _podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["podman", *args], capture_output=True, text=True, timeout=300, env=engine_env()
     )
+
+
+def _job(
+    cli: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """``hpcenv submit ... --wait`` run; its process, its job's log (``hpcenv logs``), and the
+    ``ABI-RANK`` lines of that log. The job id comes from ``--json`` or the text output, or from
+    the error of a failed wait."""
+    proc = subprocess.run(cli, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    out = proc.stdout + proc.stderr
+    try:
+        job: str | None = str(json.loads(proc.stdout)["job_id"])
+    except (ValueError, KeyError):
+        found = re.search(r"^submitted (\S+) |^error: job (\S+): ", out, re.M)
+        job = (found.group(1) or found.group(2)) if found else None
+    log = ""
+    if job:
+        log = subprocess.run([HPCENV, "logs", job], capture_output=True, text=True, env=env).stdout
+    lines = "\n".join(ln for ln in log.splitlines() if ln.startswith("ABI-RANK "))
+    return proc, out + log, lines
 
 
 @pytest.fixture(scope="module")
@@ -314,20 +335,13 @@ def test_the_job_hpcenv_writes_runs_the_abi_image_under_the_sites_intel_mpi(
     cli = [HPCENV, "submit", "--site", abi_site, "--recipe", "mpi4py-abi"]
     cli += ["--ranks-per-node", "2", "--workdir", str(tmp_path), "--wait", "--timeout", "240"]
     cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
-    proc = subprocess.run(cli, capture_output=True, text=True, timeout=400)
-    out = proc.stdout + proc.stderr
-    found = re.search(r"^submitted (\S+) |^error: job (\S+): ", out, re.M)
-    job = (found.group(1) or found.group(2)) if found else None
-    log = (
-        subprocess.run([HPCENV, "logs", job], capture_output=True, text=True).stdout if job else ""
-    )
-    assert proc.returncode == 0, out + log
+    proc, log, lines = _job(cli)
+    assert proc.returncode == 0, log
     assert (
         f"site MPI intel-mpi@2021.18.1 provides {site_mpi_prefix}/lib/{soname()} "
         "(ABI version 1.0)" in log
     ), log
     assert f"replaces the image's /opt/venv/lib/{soname()}" in log, log
-    lines = "\n".join(ln for ln in log.splitlines() if ln.startswith("ABI-RANK "))
     fake = subprocess.CompletedProcess(cli, 0, lines, "")
     _assert_two_ranks(fake, "Intel(R) MPI Library 2021.18.1", f"{site_mpi_prefix}/lib/{soname()}")
 
@@ -363,20 +377,9 @@ def test_the_abi_image_runs_on_two_nodes_under_the_sites_intel_mpi(
         cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
         cli += ["--wait", "--timeout", "300", "--json"]
         cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
-        proc = subprocess.run(cli, capture_output=True, text=True, timeout=600, env=env, cwd=wd)
-        try:
-            job: str | None = str(json.loads(proc.stdout)["job_id"])
-        except (ValueError, KeyError):  # a failed --wait names the job on stderr
-            failed = re.search(r"^error: job (\S+): ", proc.stderr, re.M)
-            job = failed.group(1) if failed else None
-        log = ""
-        if job:
-            log = subprocess.run(
-                [HPCENV, "logs", job], capture_output=True, text=True, env=env
-            ).stdout
-        assert proc.returncode == 0, proc.stdout + proc.stderr + log
+        proc, log, lines = _job(cli, env, wd)
+        assert proc.returncode == 0, log
         assert f"provides {site_mpi_prefix}/lib/{soname()} (ABI version 1.0)" in log, log
-        lines = "\n".join(ln for ln in log.splitlines() if ln.startswith("ABI-RANK "))
         ranks = _assert_two_ranks(
             subprocess.CompletedProcess(cli, 0, lines, ""),
             "Intel(R) MPI Library 2021.18.1",

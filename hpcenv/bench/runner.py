@@ -46,6 +46,7 @@ NEEDS_CONTAINER = {
     "allreduce",
     "tuning",
     "mpi-impl",
+    "mpi-abi",
     "likeforlike",
     "mnist",
     "kmeans",
@@ -157,6 +158,7 @@ def _sections() -> dict[str, SectionFn]:
         tuning_section,
     )
     from hpcenv.bench.compute import kmeans_section
+    from hpcenv.bench.mpiabi import mpi_abi_section
     from hpcenv.bench.mpiimpl import mpi_impl_section
     from hpcenv.bench.sifbuild import sif_section
     from hpcenv.bench.targets import targets_section
@@ -170,6 +172,7 @@ def _sections() -> dict[str, SectionFn]:
         "allreduce": allreduce_section,
         "tuning": tuning_section,
         "mpi-impl": mpi_impl_section,
+        "mpi-abi": mpi_abi_section,
         "likeforlike": likeforlike_section,
         "mnist": mnist_section,
         "ccl": ccl_section,
@@ -191,6 +194,7 @@ SECTION_NAMES = (
     "allreduce",
     "tuning",
     "mpi-impl",
+    "mpi-abi",
     "likeforlike",
     "mnist",
     "ccl",

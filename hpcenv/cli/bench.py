@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--section",
                 help="run only these sections (repeatable): startup, memcopy, allreduce, tuning, "
-                "mpi-impl, likeforlike, mnist, ccl, kmeans, two-node, training, cli, rebuild, sif, build, targets; "
+                "mpi-impl, mpi-abi, likeforlike, mnist, ccl, kmeans, two-node, training, cli, rebuild, sif, build, targets; "
                 "and full-build (a 10+ min cold build of the full image, recorded for later reports)",
             ),
         ] = None,

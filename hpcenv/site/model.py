@@ -605,7 +605,7 @@ class Site(Strict):
         description="the day the system was retired (YYYY-MM-DD): build and submit warn once",
     )
     arch: Arch
-    os: Literal["debian-12", "ubuntu-22.04", "centos-8"] = "debian-12"
+    os: Literal["debian-12", "debian-13", "ubuntu-22.04", "centos-8"] = "debian-12"
     node: Node
     gpu: Gpu = Gpu()
     mpi: HostMpi
