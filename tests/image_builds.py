@@ -71,6 +71,30 @@ def built(name: str) -> None:
     assert proc.returncode == 0, f"hpcenv build {' '.join(BUILDS[name])}: {proc.stdout[-4000:]}"
 
 
+OMPI6_IMAGE = "localhost/hpcenv-test/ompi6-abi:1"
+
+
+def build_ompi6_image(log_dir: Path) -> str:
+    """Open MPI 6.0.0~rc2 from Debian sid over the local base (tests/data/ompi6-abi), built
+    once (podman caches it; the build's log in ``log_dir``): test_mpi_abi.py runs an ABI binary
+    in it, test_mpi_abi_image.py and test_mpi_abi_trixie.py copy its libraries out as a site
+    prefix. Not an ``hpcenv build``: it is the site's MPI, not an image hpcenv makes."""
+    from hpcenv.baseimage import default_mirror, ensure_base_image
+    from hpcenv.engines import get_engine
+
+    engine = get_engine("podman")
+    if not engine.image_exists(OMPI6_IMAGE):
+        ctx = Path(__file__).parent / "data" / "ompi6-abi"
+        engine.build(
+            ctx,
+            ctx / "Containerfile",
+            OMPI6_IMAGE,
+            log_path=log_dir / "ompi6-abi-build.log",
+            build_args={"BASE": ensure_base_image(), "APT_MIRROR": default_mirror("sid")},
+        )
+    return OMPI6_IMAGE
+
+
 def helper_ready() -> str:
     """The Apptainer helper image, built first when its Containerfile changed: the alongside
     tests' ``site_apptainer`` fixture then finds it current (or waits on its lock) and builds

@@ -30,6 +30,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from image_builds import build_ompi6_image
 from requirements import need_file, need_tool
 
 from hpcenv.jobs.bindmodel import ABI_MISMATCH_EXIT, preflight_args, site_mpi, standard_abi
@@ -44,7 +45,6 @@ SITE = Path(os.environ.get("HPCENV_SITE_ROOT", "/opt/site"))
 MPICH5 = SITE / "mpich-5"
 IMPI = SITE / "intel-mpi"  # 2021.18.1, the local-bind site MPI; its wheel has libmpi_abi.so.1 too
 SITE_MPI = "`make host` (scripts/site-mpi-setup.sh) installs it"
-OMPI6_IMAGE = "localhost/hpcenv-test/ompi6-abi:1"
 RANK = re.compile(
     r"^ABI-RANK rank=(\d) size=(\d) sum=(\d+) expect=(\d+) abi=(\S+) maps=(\S*) lib=(.*)$"
 )
@@ -95,22 +95,10 @@ def abi_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ompi6_image() -> str:
+def ompi6_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Open MPI 6.0.0~rc2 from Debian sid over the local base (built once; podman caches it)."""
     need_tool("podman", why="Open MPI 6 runs in a container with Debian sid's packages")
-    from hpcenv.baseimage import default_mirror, ensure_base_image
-    from hpcenv.engines import get_engine
-
-    engine = get_engine("podman")
-    if not engine.image_exists(OMPI6_IMAGE):
-        ctx = DATA / "ompi6-abi"
-        engine.build(
-            ctx,
-            ctx / "Containerfile",
-            OMPI6_IMAGE,
-            build_args={"BASE": ensure_base_image(), "APT_MIRROR": default_mirror("sid")},
-        )
-    return OMPI6_IMAGE
+    return build_ompi6_image(tmp_path_factory.mktemp("ompi6"))
 
 
 def test_the_libraries_carry_what_the_rules_say(abi_binary: Path) -> None:

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from image_builds import REAL_ENV
+from image_builds import REAL_ENV, build_ompi6_image
 from requirements import need_file, need_tool
 
 from hpcenv.jobs.bindmodel import SiteMpi, preflight_args, site_mpi, standard_abi
@@ -247,7 +247,6 @@ def test_the_preflight_passes_in_the_abi_image(abi_image: str, tmp_path: Path) -
     ), proc.stdout
 
 
-OMPI6_IMAGE = "localhost/hpcenv-test/ompi6-abi:1"
 GLIBC_LIBS = ("libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "ld-linux")
 
 
@@ -256,18 +255,7 @@ def ompi6_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Open MPI 6.0.0~rc2 (Debian sid, tests/data/ompi6-abi) as a site prefix: its
     libmpi_abi.so.1 and the libraries that one needs, glibc's own left out (the image has one)."""
     need_tool("podman", why="Open MPI 6 comes from a container image of Debian sid's packages")
-    from hpcenv.baseimage import default_mirror, ensure_base_image
-    from hpcenv.engines import get_engine
-
-    engine = get_engine("podman")
-    if not engine.image_exists(OMPI6_IMAGE):
-        ctx = DATA / "ompi6-abi"
-        engine.build(
-            ctx,
-            ctx / "Containerfile",
-            OMPI6_IMAGE,
-            build_args={"BASE": ensure_base_image(), "APT_MIRROR": default_mirror("sid")},
-        )
+    image = build_ompi6_image(tmp_path_factory.mktemp("ompi6"))
     root = tmp_path_factory.mktemp("site") / "openmpi-6"
     (root / "lib").mkdir(parents=True)
     lib = f"/usr/lib/x86_64-linux-gnu/{soname()}"
@@ -276,7 +264,7 @@ def ompi6_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"cp -L {lib} /out/lib/ && ldd {lib} | awk '$3 ~ /^\\// {{print $3}}' "
         f"| grep -Ev '/({skip})' | xargs -r cp -L -t /out/lib/"
     )
-    proc = _podman("run", "--rm", "-v", f"{root}:/out", OMPI6_IMAGE, "sh", "-c", copy)
+    proc = _podman("run", "--rm", "-v", f"{root}:/out", image, "sh", "-c", copy)
     assert proc.returncode == 0, proc.stderr
     return root
 
