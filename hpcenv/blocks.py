@@ -809,6 +809,8 @@ class Blocks:
         mpi = self.lock.components["mpi"]
         if mpi.source.startswith("host"):  # site-build: CMake finds the host's mpicxx first
             env_words = f'PATH="{mpi.options["root"]}/bin:$PATH" {env_words}'
+        if "CXX" in hvd.options:  # the MPI-5 ABI: compiled and linked by the ABI wrappers
+            env_words = f"CC={hvd.options['CC']} CXX={hvd.options['CXX']} {env_words}"
 
         src = f"/tmp/horovod-{hvd.version}"
         cmds = [
@@ -831,6 +833,13 @@ class Blocks:
             f"rm -rf {src} /tmp/horovod-{hvd.version}.tar.gz",
             f"{VENV}/bin/horovodrun --check-build",
         ]
+        if "standard_abi" in mpi.options:  # its MPI operations link the ABI library only
+            lib = mpi.options["standard_abi"]
+            ops = f"{VENV}/lib/python3*/site-packages/horovod/torch/mpi_lib_v2.*.so"
+            after += [
+                f'readelf -d {ops} | grep -F "[{lib}]"',
+                f'! readelf -d {ops} | grep -F "[libmpi.so"',
+            ]
         if flags.get("HOROVOD_CPU_OPERATIONS") == "CCL":
             after.append(
                 f"{VENV}/bin/python -c "

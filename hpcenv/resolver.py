@@ -15,7 +15,7 @@ its source) and :class:`ConflictError` reports them all, one per line.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hpcenv import mpi_abi, platforms
@@ -864,6 +864,21 @@ class Resolver:
                 options={"MPICC": f"{VENV}/{image['mpicc']}", "CFLAGS": "python's CFLAGS -g0"},
                 rules=[*mpi4py.rules, "mpi-abi-image", self.use("mpi4py-source-no-debug")],
                 rejected=mpi4py.rejected,
+            )
+        hvd = self.components.get("horovod")
+        if hvd is not None:  # its MPI operations: C++ compiled and linked by the ABI wrappers
+            self.components["horovod"] = replace(
+                hvd,
+                reason=f"{hvd.reason}; its MPI operations built against mpi_abi.h: "
+                f"CC={VENV}/{image['mpicc']} CXX={VENV}/{image['mpicxx']} (CMake's FindMPI "
+                f"takes the compiler itself as MPI's; links {mpi_abi.soname()} only; rule "
+                "mpi-abi-image)",
+                options={
+                    **hvd.options,
+                    "CC": f"{VENV}/{image['mpicc']}",
+                    "CXX": f"{VENV}/{image['mpicxx']}",
+                },
+                rules=[*hvd.rules, "mpi-abi-image"],
             )
 
     def build_info(self, accel: str) -> dict[str, Any]:

@@ -35,6 +35,10 @@ BUILDS: dict[str, tuple[str, ...]] = {
     # test_rehearsal_bind.py: Horovod on Debian's MPICH for the bind model, then its SIF
     "bind": ("--recipe", "horovod-cpu", "--site", "local-bind", "--format", "oci"),
     "bind-sif": ("--recipe", "horovod-cpu", "--site", "local-bind-sif"),
+    # test_mpi_abi_horovod.py: Horovod compiled against the MPI-5 ABI (local-bind's torch layer,
+    # the compiler cache of the bind build), then its SIF
+    "hvd-abi": ("--recipe", "horovod-abi", "--site", "local-bind", "--format", "oci"),
+    "hvd-abi-sif": ("--recipe", "horovod-abi", "--site", "local-bind-sif"),
     # test_rehearsal_podman_hpc.py: local-bind's layers built by podman-hpc, then migrated
     "podman-hpc": ("--recipe", "horovod-cpu", "--site", "local-podman-hpc"),
     # test_rehearsal_sitebuild.py: mpi4py compiled against the mounted site MPI, then its SIF

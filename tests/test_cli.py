@@ -44,6 +44,7 @@ def test_recipes(runner: CliRunner) -> None:
         "daal4py",
         "mpi4py-os",
         "mpi4py-abi",
+        "horovod-abi",
     }
 
 

@@ -159,6 +159,46 @@ def test_podman_rank_recipe(tmp_path: Path) -> None:
     )
 
 
+def test_podman_rank_carries_pmi2s_descriptor(tmp_path: Path) -> None:
+    """Under srun --mpi=pmi2 the rank's PMI-2 client talks over Slurm's PMI_FD: the wrapper
+    moves it to 3 and has podman pass it (--preserve-fds=1), as podman-hpc does; a PMI_FD that
+    is not a number stops the rank with a message, before podman starts. The fake podman reads
+    the line written into its descriptor 3 (tests/test_mpi_abi_trixie.py crosses it for real)."""
+    plan = plan_job(
+        load_site("local"),
+        JobSpec(name="t", command=["python3", "x.py"], ranks_per_node=1),
+        image="img",
+    )
+    step = next(f for f in plan.files if f.name == "podman-rank.sh")
+    (tmp_path / "podman-rank.sh").write_text(step.text + "\n")
+    fake = tmp_path / "bin" / "podman"
+    fake.parent.mkdir()
+    fake.write_text(
+        '#!/bin/bash\nprintf "%s\\n" "$@"\necho "PMI_FD=$PMI_FD"\nread -r line <&3\necho "fd3: $line"\n'
+    )
+    fake.chmod(0o755)
+    pmi = tmp_path / "pmi-wire"
+    pmi.write_text("cmd=init pmi_version=2\n")
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "PMI_FD": "7"}
+    rank = f'exec 7<"{pmi}"; exec bash "{tmp_path}/podman-rank.sh" img id'
+    proc = subprocess.run(["bash", "-c", rank], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "--preserve-fds=1" in out and ["--env", "PMI_*"] in [
+        out[i : i + 2] for i in range(len(out) - 1)
+    ]
+    assert "PMI_FD=3" in out and "fd3: cmd=init pmi_version=2" in out, out
+    env["PMI_FD"] = "-"  # '3<&-' would close the descriptor instead
+    bad = subprocess.run(
+        ["bash", str(tmp_path / "podman-rank.sh"), "img", "id"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert bad.returncode == 2 and "PMI_FD is not a descriptor number: -" in bad.stderr, bad
+    assert bad.stdout == ""  # podman never started
+
+
 @needs_shellcheck
 def test_summit_lsf_directives_and_jsrun(tmp_path: Path) -> None:
     site = load_site("summit")

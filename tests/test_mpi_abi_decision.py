@@ -50,7 +50,9 @@ def test_each_kind_of_site_gets_one_line_why_not() -> None:
     old = mpi_abi.decide(_with_mpi("local-bind", "mpich@4.2"), horovod)
     assert "mpich 4.2 predates libmpi_abi.so.1 (mpich >= 5.0 provides it)" in old.reason
     programs = mpi_abi.decide(_with_mpi("local-bind", "mpich@5.0.2"), horovod)
-    assert "Horovod 0.28.1" in programs.reason and "[rule mpi-abi-programs]" in programs.reason
+    # Horovod is built against the ABI (horovod-abi), daal4py's distributed mode is not
+    assert "daal4py's distributed mode" in programs.reason, programs.reason
+    assert "Horovod" not in programs.reason and "[rule mpi-abi-programs]" in programs.reason
     daal = mpi_abi.decide(_with_mpi("local-bind", "mpich@5.0.2"), load_recipe("daal4py"))
     assert "loads libmpi.so.12" in daal.reason
 
@@ -118,3 +120,17 @@ def test_submit_lets_an_abi_image_run_under_the_sites_abi_library() -> None:
     family = json.loads(Resolver(load_site("local"), MPI4PY_ONLY, {}).resolve().to_json())
     why = image_mismatch(site, "local-image", family)
     assert why is not None and "[rule mpi-bind-abi]" in why
+
+
+def test_horovod_is_compiled_by_the_abi_wrappers_where_the_abi_fits() -> None:
+    res = Resolver(load_site("local-bind"), load_recipe("horovod-abi"), {})
+    lock = res.resolve()
+    assert res.mpi_abi is not None and res.mpi_abi.fits, res.mpi_abi
+    hvd = lock.components["horovod"]
+    assert hvd.options["CC"] == "/opt/venv/bin/mpicc_abi"
+    assert hvd.options["CXX"] == "/opt/venv/bin/mpicxx_abi"
+    assert "mpi-abi-image" in hvd.rules and "built against mpi_abi.h" in hvd.reason
+    # the same recipe where the site's MPI lacks the ABI: Horovod as the bind model builds it
+    old = Resolver(_with_mpi("local-bind", "mpich@4.2"), load_recipe("horovod-abi"), {})
+    assert "CXX" not in old.resolve().components["horovod"].options
+    assert old.mpi_abi is not None and "predates libmpi_abi.so.1" in old.mpi_abi.reason

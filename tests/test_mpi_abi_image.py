@@ -36,15 +36,8 @@ Not shown here (what blocks it):
   than its image's binds, a newer one does not. tests/test_mpi_abi.py runs one ABI binary under
   Open MPI 6 inside sid itself, and tests/test_mpi_abi_trixie.py runs the same recipe built on
   Debian 13 (glibc 2.41) under Open MPI 6, MPICH 5 and Intel MPI, one image.
-- Horovod's MPI operations against the ABI: not built. What is known (2026-11-28): Horovod
-  0.28.1's MPI sources (``horovod/common/mpi/mpi_context.cc``, ``mpi_controller.cc``,
-  ``ops/mpi_operations.cc``, ``ops/adasum_mpi_operations.cc``) pass ``c++14 -fsyntax-only``
-  under MPICH 5.0.2's ``mpicxx_abi`` (its ``mpi.h`` includes ``mpi_abi.h`` under
-  ``-DMPI_ABI``), so nothing in them blocks the ABI at compile time. Missing: the Horovod
-  block pointing Horovod's CMake at the wheel's ``mpicc_abi``/``mpicxx_abi`` for an ABI lock,
-  and a horovod-cpu ABI image (torch plus a Horovod compile: over 10 min on this loaded 2-core
-  machine, past this session's deadline); until a test runs it, rule ``mpi-abi-programs``
-  keeps refusing Horovod and the resolver says so in one line.
+
+Horovod's MPI operations against the ABI: tests/test_mpi_abi_horovod.py (recipe horovod-abi).
 """
 
 from __future__ import annotations

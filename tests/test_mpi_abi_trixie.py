@@ -45,6 +45,7 @@ from test_mpi_abi_image import (
 )
 
 from hpcenv.mpi_abi import soname
+from hpcenv.site import load_site
 
 if TYPE_CHECKING:
     from services import SlurmInfo, TwoNodeInfo
@@ -55,6 +56,11 @@ pytestmark = [pytest.mark.podman, pytest.mark.timeout(1800)]
 SITE = "local-bind-trixie"
 IMAGE = f"localhost/hpcenv/mpi4py-abi:{SITE}"
 OMPI6_SAYS = "Open MPI v6.0.0rc2"
+MPICH5_SAYS = "MPICH Version:      5.0.2"
+# the site MPIs bound in by the jobs below: spec and PMI. MPICH 5.0.2's wheel starts under srun
+# --mpi=pmi2 only (measured 2026-11-28 with a C program from its mpicc_abi, bare on both
+# rehearsal nodes: --mpi=pmix stops in MPIR_pmi_init with any MPIR_CVAR_PMI_VERSION)
+SITE_MPIS = {"openmpi6": ("openmpi@6.0.0", "pmix@4"), "mpich5": ("mpich@5.0.2", "pmi2")}
 
 
 @pytest.fixture(scope="module")
@@ -101,18 +107,21 @@ def test_alone_and_under_mpich_5_and_intel_mpi(trixie_image: str) -> None:
     _assert_two_ranks(intel, "Intel(R) MPI Library 2021.18.1", f"{IMPI}/lib/{soname()}")
 
 
-def _ompi6_site(folder: Path, prefix: Path, base: str, more: str = "") -> Path:
-    """``base`` with Open MPI 6 as the site's MPI (``more``: further site-file lines): its
-    prefix, nothing of Intel MPI's (no host PMIx library: Open MPI 6 brings its own PMIx
-    client, sid's libpmix.so.2)."""
-    path = folder / f"{base}-ompi6.yaml"
+def _bind_site(folder: Path, base: str, mpi: str, prefix: Path, more: str = "") -> Path:
+    """``base`` with ``mpi`` (a key of :data:`SITE_MPIS`) at ``prefix`` as the site's MPI
+    (``more``: further site-file lines); nothing of Intel MPI's (no host PMIx library: Open MPI 6
+    brings its own PMIx client, sid's libpmix.so.2; PyPI's MPICH 5 speaks PMI-2 only)."""
+    spec, pmi = SITE_MPIS[mpi]
+    path = folder / f"{base}-{mpi}.yaml"
+    plugin = f"scheduler:\n  mpi_plugin: {pmi}\n" if pmi == "pmi2" else ""
     path.write_text(
         f"extends: {base}\n"
-        f"name: {base}-ompi6\n"
-        f"description: {base} with Debian sid's Open MPI 6.0.0~rc2 as the site MPI\n"
-        f"{more}"
+        f"name: {base}-{mpi}\n"
+        f"description: {base} with {spec} as the site MPI\n"
+        f"{more}{plugin}"
         "mpi:\n"
-        "  spec: openmpi@6.0.0\n"
+        f"  spec: {spec}\n"
+        f"  pmi: {pmi}\n"
         f"  root: {prefix}\n"
         "  bind_paths: []\n"
         "  host_libs: []\n"
@@ -170,7 +179,7 @@ def test_the_job_hpcenv_writes_runs_the_image_under_open_mpi_6(
     ompi6_prefix.parent.chmod(0o755)
     shutil.copy(DATA / "mpi_abi_allreduce.py", tmp_path)
     tmp_path.chmod(0o755)
-    site = _ompi6_site(tmp_path, ompi6_prefix, base)
+    site = _bind_site(tmp_path, base, "openmpi6", ompi6_prefix)
     cli = [HPCENV, "submit", "--site", str(site), "--recipe", "mpi4py-abi", *image_option]
     cli += ["--ranks-per-node", "2", "--workdir", str(tmp_path), "--wait", "--timeout", "240"]
     cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
@@ -188,28 +197,53 @@ SCRATCH = Path("/var/tmp/hpcenv-scratch/rehearsal-tests")  # both rehearsal node
 
 @pytest.mark.slurm
 @pytest.mark.timeout(1200)
-def test_the_same_image_runs_on_two_nodes_under_open_mpi_6(
+@pytest.mark.parametrize("mpi", ["openmpi6", "mpich5"])
+@pytest.mark.parametrize(
+    "runtime_image",
+    [
+        pytest.param("podman", id="podman"),
+        pytest.param("sif", id="sif", marks=pytest.mark.apptainer),
+    ],
+    indirect=True,
+)
+def test_the_same_image_runs_on_two_nodes_under_open_mpi_6_and_mpich_5(
     trixie_image: str,
-    ompi6_prefix: Path,  # noqa: F811 (the fixture imported above)
+    runtime_image: tuple[str, list[str]],
+    mpi: str,
+    request: pytest.FixtureRequest,
     two_node: TwoNodeInfo,
 ) -> None:
-    """The two-node rehearsal as a bind site with Open MPI 6.0.0~rc2 (local-2node-bind with the
-    Debian 13 image): one rank on node1 and one on node2 (srun --mpi=pmix), Open MPI's
-    libmpi_abi bound in each, exact sums; the image is the one above (``--image``)."""
-    wd = SCRATCH / f"abi-ompi6-2node-{os.getpid()}"
+    """The two-node rehearsal as a bind site (local-2node-bind with the Debian 13 image) whose
+    MPI is Open MPI 6.0.0~rc2 (srun --mpi=pmix) or MPICH 5.0.2 (srun --mpi=pmi2: the rank
+    wrapper carries Slurm's PMI_FD into the container; without it each rank ran alone, size 1,
+    measured 2026-11-28): one rank on node1 and one on node2, the site's libmpi_abi bound in
+    each, exact sums; the image is the one above (``--image``: its id, or its SIF, on the
+    scratch disk both nodes see)."""
+    one_node_site, (_, image) = runtime_image
+    runtime = ""
+    if one_node_site.endswith("-sif"):  # its runtime: the site's Apptainer
+        apptainer = load_site(one_node_site).runtime.executable
+        runtime = f"runtime: {{kind: apptainer, executable: {apptainer}}}\n"
+    wd = SCRATCH / f"abi-{mpi}-2node-{os.getpid()}"
     cache = wd / "cache"  # job records on shared disk: each node has its own /tmp
     cache.mkdir(parents=True)
     try:
-        prefix = shutil.copytree(ompi6_prefix, wd / "openmpi-6")  # /tmp is each node's own
+        if mpi == "openmpi6":  # /tmp is each node's own
+            prefix = shutil.copytree(request.getfixturevalue("ompi6_prefix"), wd / "openmpi-6")
+            says = OMPI6_SAYS
+        else:
+            lib = MPICH5 / "lib" / soname()
+            need_file(lib, "MPICH 5.0.2's libmpi_abi", "it is bound in", "`make host`")
+            prefix, says = MPICH5, MPICH5_SAYS
         shutil.copy(DATA / "mpi_abi_allreduce.py", wd)
         debian_13 = (  # local-2node-bind with the Debian 13 image
             "os: debian-13\ndefaults: {python: '3.13'}\n"
             "build: {base_image: 'localhost/hpcenv-base:trixie'}\n"
         )
-        site = _ompi6_site(wd, prefix, "local-2node-bind", debian_13)
+        site = _bind_site(wd, "local-2node-bind", mpi, prefix, debian_13 + runtime)
         env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the site names its own
         env["HPCENV_CACHE"] = str(cache)
-        cli = [HPCENV, "submit", "--site", str(site), "--recipe", "mpi4py-abi", "--image", IMAGE]
+        cli = [HPCENV, "submit", "--site", str(site), "--recipe", "mpi4py-abi", "--image", image]
         cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
         cli += ["--wait", "--timeout", "300", "--json"]
         cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
@@ -217,7 +251,7 @@ def test_the_same_image_runs_on_two_nodes_under_open_mpi_6(
         assert proc.returncode == 0, log
         assert f"provides {prefix}/lib/{soname()} (ABI version 1.0)" in log, log
         ranks = _assert_two_ranks(
-            subprocess.CompletedProcess(cli, 0, lines, ""), OMPI6_SAYS, f"{prefix}/lib/{soname()}"
+            subprocess.CompletedProcess(cli, 0, lines, ""), says, f"{prefix}/lib/{soname()}"
         )
         assert [r[5] for r in ranks] == ["node1", "node2"], log
         same = _podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()

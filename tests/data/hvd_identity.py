@@ -2,7 +2,7 @@
 
 Horovod's own view (``mpi_built``/``mpi_enabled``/``gloo_enabled``, rank, size), the MPI library
 Horovod's MPI ops loaded (``MPI_Get_library_version`` called through the already-loaded
-``libmpi.so.12``, and every MPI library in /proc/self/maps), and allreduces of known values:
+``libmpi_abi.so.1`` or ``libmpi.so.12``, and every MPI library in /proc/self/maps), and allreduces of known values:
 rank r contributes r+1 (exact sum size*(size+1)/2) in float32 and float64, and a 1 MiB float64
 tensor whose sum is exact, so a test tells the site MPI from the image's and a working job
 from N unconnected copies.
@@ -30,7 +30,19 @@ big = torch.arange(131072, dtype=torch.float64) * (rank + 1)
 big_sum = hvd.allreduce(big, op=hvd.Sum, name="big")
 big_exact = bool(torch.equal(big_sum, torch.arange(131072, dtype=torch.float64) * want))
 
-libmpi = ctypes.CDLL("libmpi.so.12", mode=os.RTLD_NOLOAD | os.RTLD_NOW)  # Horovod's own
+
+def _loaded(*names: str) -> ctypes.CDLL:
+    """Horovod's own MPI library: the first of ``names`` already loaded (MPI-5 ABI image:
+    libmpi_abi.so.1; MPICH ABI: libmpi.so.12)."""
+    for name in names:
+        try:
+            return ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        except OSError:
+            continue
+    raise OSError(f"none of {names} is loaded")
+
+
+libmpi = _loaded("libmpi_abi.so.1", "libmpi.so.12")
 buf = ctypes.create_string_buffer(8192)
 length = ctypes.c_int(0)
 libmpi.MPI_Get_library_version(buf, ctypes.byref(length))

@@ -9,6 +9,10 @@ server (measured with Slurm 22.05 + PMIx 4.2 + Open MPI 4.1.4 on both sides):
 - ``--env PMIX_* --env SLURM_* --env OMPI_*``: the client finds its namespace, rank and server.
 - ``--volume=$PMIX_SERVER_TMPDIR``: the server's shared-memory data store (gds ds12/ds21); without
   it clients fall back to slower hash lookups and print ``gds_ds12_lock_pthread.c`` errors.
+- ``--preserve-fds=1`` and ``PMI_FD=3`` under ``srun --mpi=pmi2`` (a site whose MPI takes
+  PMI-2 only, such as PyPI's MPICH 5 wheel): the rank's PMI-2 client talks over the descriptor
+  slurmstepd left open (``PMI_FD``); podman passes descriptors from 3 up only, so the wrapper
+  moves it to 3 first, as NERSC's podman-hpc does (its ``pmi_fd()``, podman-hpc 1.2.2).
 - ``--user $(id -u):$(id -g)``: PMIx ``native`` security accepts only the job owner's uid, and the
   data store belongs to it. The image's default user ``hpc`` (uid 1000) is refused and Open MPI
   then claims it was "not built with SLURM's PMI support". Rootful podman maps uid 0 to host 0.
@@ -40,8 +44,8 @@ from hpcenv.site import Site
 
 #: The per-rank wrapper the job writes into its steps folder (a shipped step template).
 RANK_STEP = "podman-rank.sh"
-# PMIX_*, SLURM_*, OMPI_*, HPCENV_* pass by wildcard in the podman-rank.sh step.
-_WILDCARDS = ("PMIX_", "SLURM_", "OMPI_", "HPCENV_")
+# PMIX_*, SLURM_*, OMPI_*, PMI_*, HPCENV_* pass by wildcard in the podman-rank.sh step.
+_WILDCARDS = ("PMIX_", "SLURM_", "OMPI_", "PMI_", "HPCENV_")
 
 
 class Podman(ContainerRuntime):
