@@ -29,7 +29,6 @@ with a framework.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,7 +37,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from image_builds import built
 from requirements import need_file
-from test_mpi_abi_image import DATA, HPCENV, IMPI, MPICH5, _injection, _job, _podman, _run
+from test_mpi_abi_image import (
+    DATA,
+    HPCENV,
+    IMPI,
+    MPICH5,
+    _injection,
+    _podman,
+    _run,
+    apptainer_runtime,
+    two_node_job,
+    two_node_workdir,
+)
 from test_mpi_abi_trixie import MPICH5_SAYS, _bind_site
 
 from hpcenv.mpi_abi import soname
@@ -52,7 +62,6 @@ pytestmark = [pytest.mark.podman, pytest.mark.timeout(1800)]
 IMAGE = "localhost/hpcenv/horovod-abi:local-bind"
 PROBE = "/probe/hvd_identity.py"
 IMPI_SAYS = "Intel(R) MPI Library 2021.18.1"
-SCRATCH = Path("/var/tmp/hpcenv-scratch/rehearsal-tests")  # both rehearsal nodes see it
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +151,7 @@ def hvd_image_option(request: pytest.FixtureRequest, hvd_abi_image: str) -> tupl
     assert plan.returncode == 0, plan.stderr
     sif = json.loads(plan.stdout)["image"]  # where the build delivered it
     assert sif.endswith(".sif") and Path(sif).is_file(), sif
-    from hpcenv.site import load_site
-
-    apptainer = load_site("local-bind-sif").runtime.executable
-    return f"runtime: {{kind: apptainer, executable: {apptainer}}}\n", sif
+    return apptainer_runtime("local-bind-sif"), sif
 
 
 @pytest.mark.slurm
@@ -170,10 +176,7 @@ def test_one_horovod_image_on_two_nodes_under_intel_mpi_and_mpich_5(
     on node1 and one on node2, the site's libmpi_abi bound in each, Horovod's exact sums over
     MPI; Intel MPI over srun --mpi=pmix, MPICH 5.0.2 over srun --mpi=pmi2."""
     runtime, image = hvd_image_option
-    wd = SCRATCH / f"hvd-abi-{mpi}-2node-{os.getpid()}"
-    cache = wd / "cache"  # job records on shared disk: each node has its own /tmp
-    cache.mkdir(parents=True)
-    try:
+    with two_node_workdir(f"hvd-abi-{mpi}-2node") as wd:
         shutil.copy(DATA / "hvd_identity.py", wd)
         if mpi == "intel":
             prefix, says = site_mpi_prefix, IMPI_SAYS
@@ -184,26 +187,14 @@ def test_one_horovod_image_on_two_nodes_under_intel_mpi_and_mpich_5(
                 f"recipes: [horovod-abi]\n{runtime}"
             )
         else:
-            need_file(
-                MPICH5 / "lib" / soname(),
-                "MPICH 5.0.2's libmpi_abi",
-                "it is bound in",
-                "`make host`",
-            )
+            lib = MPICH5 / "lib" / soname()
+            need_file(lib, "MPICH 5.0.2's libmpi_abi", "it is bound in", "`make host`")
             prefix, says = MPICH5, MPICH5_SAYS
             site = _bind_site(wd, "local-2node-bind", mpi, prefix, runtime)
-        env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the site names its own
-        env["HPCENV_CACHE"] = str(cache)
-        cli = [HPCENV, "submit", "--site", str(site), "--recipe", "horovod-abi", "--image", image]
-        cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
-        cli += ["--wait", "--timeout", "300", "--json"]
-        cli += ["--", "/opt/venv/bin/python3", "{workdir}/hvd_identity.py"]
-        proc, log, _ = _job(cli, env, wd)
+        proc, log, _ = two_node_job(site, "horovod-abi", wd, "hvd_identity.py", image)
         assert proc.returncode == 0, log
         assert f"provides {prefix}/lib/{soname()} (ABI version 1.0)" in log, log
         ranks = _assert_two_exact_ranks(log, says, f"{prefix}/lib/{soname()}")
         assert [r["host"] for r in ranks] == ["node1", "node2"], log
         same = _podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
         assert same == hvd_abi_image
-    finally:
-        shutil.rmtree(wd, ignore_errors=True)

@@ -48,6 +48,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -330,6 +332,38 @@ def test_the_job_hpcenv_writes_runs_the_abi_image_under_the_sites_intel_mpi(
 SCRATCH = Path("/var/tmp/hpcenv-scratch/rehearsal-tests")  # both rehearsal nodes see it
 
 
+@contextmanager
+def two_node_workdir(name: str) -> Iterator[Path]:
+    """A job folder on the scratch disk both rehearsal nodes see, with the job records there
+    (``cache``: each node has its own /tmp); removed afterwards."""
+    wd = SCRATCH / f"{name}-{os.getpid()}"
+    (wd / "cache").mkdir(parents=True)
+    try:
+        yield wd
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def two_node_job(
+    site: Path | str, recipe: str, wd: Path, script: str, image: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """``hpcenv submit`` of ``{workdir}/script`` on both rehearsal nodes, one rank each, as
+    :func:`_job` runs it; the site file names its own Slurm, the records go to ``wd/cache``."""
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env["HPCENV_CACHE"] = str(wd / "cache")
+    cli = [HPCENV, "submit", "--site", str(site), "--recipe", recipe]
+    cli += ["--image", image] if image else []
+    cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
+    cli += ["--wait", "--timeout", "300", "--json"]
+    cli += ["--", "/opt/venv/bin/python3", f"{{workdir}}/{script}"]
+    return _job(cli, env, wd)
+
+
+def apptainer_runtime(site: str) -> str:
+    """The site-file lines that give a two-node site ``site``'s Apptainer as its runtime."""
+    return f"runtime: {{kind: apptainer, executable: {load_site(site).runtime.executable}}}\n"
+
+
 @pytest.mark.slurm
 @pytest.mark.timeout(2400)
 def test_the_abi_image_runs_on_two_nodes_under_the_sites_intel_mpi(
@@ -347,25 +381,16 @@ def test_the_abi_image_runs_on_two_nodes_under_the_sites_intel_mpi(
         timeout=1500,
     )
     assert build.returncode == 0, build.stdout[-4000:]
-    wd = SCRATCH / f"abi-2node-{os.getpid()}"
-    cache = wd / "cache"  # job records on shared disk: each node has its own /tmp
-    cache.mkdir(parents=True)
-    shutil.copy(DATA / "mpi_abi_allreduce.py", wd)
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the site names its own
-    env["HPCENV_CACHE"] = str(cache)
-    try:
-        cli = [HPCENV, "submit", "--site", "local-2node-bind", "--recipe", "mpi4py-abi"]
-        cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
-        cli += ["--wait", "--timeout", "300", "--json"]
-        cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
-        proc, log, lines = _job(cli, env, wd)
+    with two_node_workdir("abi-2node") as wd:
+        shutil.copy(DATA / "mpi_abi_allreduce.py", wd)
+        proc, log, lines = two_node_job(
+            "local-2node-bind", "mpi4py-abi", wd, "mpi_abi_allreduce.py"
+        )
         assert proc.returncode == 0, log
         assert f"provides {site_mpi_prefix}/lib/{soname()} (ABI version 1.0)" in log, log
         ranks = _assert_two_ranks(
-            subprocess.CompletedProcess(cli, 0, lines, ""),
+            subprocess.CompletedProcess([], 0, lines, ""),
             "Intel(R) MPI Library 2021.18.1",
             f"{site_mpi_prefix}/lib/{soname()}",
         )
         assert [r[5] for r in ranks] == ["node1", "node2"], log
-    finally:
-        shutil.rmtree(wd, ignore_errors=True)

@@ -21,7 +21,6 @@ Each rank reports ``MPI.Get_library_version()``, ``MPI.Get_abi_version()`` and e
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,11 +40,13 @@ from test_mpi_abi_image import (
     _job,
     _podman,
     _run,
+    apptainer_runtime,
     ompi6_prefix,  # noqa: F401 (a fixture)
+    two_node_job,
+    two_node_workdir,
 )
 
 from hpcenv.mpi_abi import soname
-from hpcenv.site import load_site
 
 if TYPE_CHECKING:
     from services import SlurmInfo, TwoNodeInfo
@@ -192,9 +193,6 @@ def test_the_job_hpcenv_writes_runs_the_image_under_open_mpi_6(
     assert same == trixie_image  # one image: the one the other MPIs ran
 
 
-SCRATCH = Path("/var/tmp/hpcenv-scratch/rehearsal-tests")  # both rehearsal nodes see it
-
-
 @pytest.mark.slurm
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("mpi", ["openmpi6", "mpich5"])
@@ -220,14 +218,8 @@ def test_the_same_image_runs_on_two_nodes_under_open_mpi_6_and_mpich_5(
     each, exact sums; the image is the one above (``--image``: its id, or its SIF, on the
     scratch disk both nodes see)."""
     one_node_site, (_, image) = runtime_image
-    runtime = ""
-    if one_node_site.endswith("-sif"):  # its runtime: the site's Apptainer
-        apptainer = load_site(one_node_site).runtime.executable
-        runtime = f"runtime: {{kind: apptainer, executable: {apptainer}}}\n"
-    wd = SCRATCH / f"abi-{mpi}-2node-{os.getpid()}"
-    cache = wd / "cache"  # job records on shared disk: each node has its own /tmp
-    cache.mkdir(parents=True)
-    try:
+    runtime = apptainer_runtime(one_node_site) if one_node_site.endswith("-sif") else ""
+    with two_node_workdir(f"abi-{mpi}-2node") as wd:
         if mpi == "openmpi6":  # /tmp is each node's own
             prefix = shutil.copytree(request.getfixturevalue("ompi6_prefix"), wd / "openmpi-6")
             says = OMPI6_SAYS
@@ -241,20 +233,12 @@ def test_the_same_image_runs_on_two_nodes_under_open_mpi_6_and_mpich_5(
             "build: {base_image: 'localhost/hpcenv-base:trixie'}\n"
         )
         site = _bind_site(wd, "local-2node-bind", mpi, prefix, debian_13 + runtime)
-        env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the site names its own
-        env["HPCENV_CACHE"] = str(cache)
-        cli = [HPCENV, "submit", "--site", str(site), "--recipe", "mpi4py-abi", "--image", image]
-        cli += ["--nodes", "2", "--ranks-per-node", "1", "--workdir", str(wd)]
-        cli += ["--wait", "--timeout", "300", "--json"]
-        cli += ["--", "/opt/venv/bin/python3", "{workdir}/mpi_abi_allreduce.py"]
-        proc, log, lines = _job(cli, env, wd)
+        proc, log, lines = two_node_job(site, "mpi4py-abi", wd, "mpi_abi_allreduce.py", image)
         assert proc.returncode == 0, log
         assert f"provides {prefix}/lib/{soname()} (ABI version 1.0)" in log, log
         ranks = _assert_two_ranks(
-            subprocess.CompletedProcess(cli, 0, lines, ""), says, f"{prefix}/lib/{soname()}"
+            subprocess.CompletedProcess([], 0, lines, ""), says, f"{prefix}/lib/{soname()}"
         )
         assert [r[5] for r in ranks] == ["node1", "node2"], log
         same = _podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
         assert same == trixie_image
-    finally:
-        shutil.rmtree(wd, ignore_errors=True)
