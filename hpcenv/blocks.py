@@ -350,6 +350,15 @@ def aws_ofi_nccl(version: str, accelerator: str, jobs: int) -> Parts:
     )
 
 
+def links_only(library: str, abi: str) -> list[str]:
+    """Build commands that fail unless the compiled ``library`` (a path or shell word) needs the
+    MPI-5 ABI library ``abi`` and no family ``libmpi.so.*`` (rule ``mpi-abi-image``)."""
+    return [
+        f'readelf -d {library} | grep -F "[{abi}]"',
+        f'! readelf -d {library} | grep -F "[libmpi.so"',
+    ]
+
+
 @register("mpich-abi-soname")
 def mpich_abi_soname(
     library: str, abi_soname: str, lib_dir: str, unused: list[str], apt: Primitive
@@ -641,8 +650,7 @@ class Blocks:
                 comment(f"mpi4py links {lib} only (MPI-5 standard ABI)"),
                 shell(
                     f"so=$({probe} | head -1)",
-                    f'readelf -d "$so" | grep -F "[{lib}]"',
-                    '! readelf -d "$so" | grep -F "[libmpi.so"',
+                    *links_only('"$so"', lib),
                     probe,
                 ),
             ]
@@ -836,10 +844,7 @@ class Blocks:
         if "standard_abi" in mpi.options:  # its MPI operations link the ABI library only
             lib = mpi.options["standard_abi"]
             ops = f"{VENV}/lib/python3*/site-packages/horovod/torch/mpi_lib_v2.*.so"
-            after += [
-                f'readelf -d {ops} | grep -F "[{lib}]"',
-                f'! readelf -d {ops} | grep -F "[libmpi.so"',
-            ]
+            after += links_only(ops, lib)
         if flags.get("HOROVOD_CPU_OPERATIONS") == "CCL":
             after.append(
                 f"{VENV}/bin/python -c "
