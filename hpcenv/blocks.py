@@ -423,6 +423,25 @@ def oneccl_pypi(
     )
 
 
+# The components whose default install compiles nothing (apt packages, binary wheels, the base
+# image's own), see Blocks.compiles: a stack of these alone builds without the toolchain.
+WHEEL_ONLY_COMPONENTS = frozenset(
+    {
+        "arch",
+        "os",
+        "python",
+        "mpi",
+        "pmix",
+        "ucx",
+        "libfabric",
+        "mpi4py",
+        "numpy",
+        "daal4py",
+        "torch",
+    }
+)
+
+
 class Blocks:
     """Build the two stages for one lock on one site."""
 
@@ -562,7 +581,35 @@ class Blocks:
         )
 
     def build_tools(self) -> Parts:
-        return Parts(build=[self.install(list(self.os_packages["build_tools"]))])
+        return Parts(build=[self.install(self.build_tool_packages())])
+
+    def build_tool_packages(self) -> list[str]:
+        """The build stage's first OS packages: the toolchain where a step compiles, else only
+        what the venv and pip need (knowledge ``install.<package manager>.wheels_only``, where
+        the package manager has such a list)."""
+        key = "build_tools"
+        if "wheels_only" in self.os_packages and not self.compiles():
+            key = "wheels_only"
+        return list(self.os_packages[key])
+
+    def compiles(self) -> bool:
+        """Whether a build step compiles anything. Conservative: only a CPU stack of the
+        components in :data:`WHEEL_ONLY_COMPONENTS` installed from apt or as binary wheels
+        compiles nothing; any other component, an MPI not from apt (source, the host's, the
+        standard ABI's), mpi4py built against an MPI (``MPICC``) or torch from conda compile."""
+        comps = self.lock.components
+        if self.lock.build.get("accelerator", "none") != "none":
+            return True
+        if set(comps) - WHEEL_ONLY_COMPONENTS:
+            return True
+        mpi = comps.get("mpi")
+        if mpi is not None and (mpi.source != "apt" or "standard_abi" in mpi.options):
+            return True
+        mpi4py = comps.get("mpi4py")
+        if mpi4py is not None and ("MPICC" in mpi4py.options or mpi4py.source != "pip"):
+            return True
+        torch = comps.get("torch")
+        return torch is not None and torch.source != "pip"
 
     def compiler_cache(self) -> dict[str, str] | None:
         """The compiler cache a compiling step uses (knowledge ``install.compiler_cache``; its
@@ -903,7 +950,10 @@ class Blocks:
                 reqs.append(f"{dist}=={comps[name].version}")
                 index = f"--extra-index-url {shlex.quote(comps[name].options['index'])} "
         if reqs:
-            steps.append(shell(pip_install(*reqs, extra=index)))
+            # a stack built without the toolchain takes wheels only: a pin without one stops
+            # pip at resolution, not in a compiler that is not there
+            wheels = "" if self.compiles() else "--only-binary=:all: "
+            steps.append(shell(pip_install(*reqs, extra=wheels + index)))
         if not steps:
             return Parts()
         return Parts(build=[comment("python packages"), *steps])

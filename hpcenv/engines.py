@@ -64,6 +64,11 @@ def containers_conf_path() -> Path:
 # building with `--format docker`"), podman #8477, podman-build(1) v4.3 --format; read
 # 2026-11-27. Measured here, podman 4.3.1: after that SHELL, `RUN false | true` passes with
 # --format oci and fails with --format docker. The image still converts to oci-archive and SIF.
+# No `--jobs N` (podman-build(1) v4.3: "run up to N concurrent stages"): measured here
+# 2026-11-28, the daal4py recipe on `local`, cold, each build in its own throw-away storage
+# (hpcenv.bench.buildcost.IsolatedStorage), alternating: without it 94.6 and 97.1 s, with
+# `--jobs 2` 104.8 and 123.9 s (the runtime stage's apt step then competes with the build
+# stage's pip install for the two cores; `COPY --from=build` took 22-28 s instead of ~5).
 LAYERED_BUILD_OPTIONS = ("--layers", "--format", "docker")
 
 

@@ -412,6 +412,7 @@ def _stack_of(tag: str, storage: tuple[str, ...] = ()) -> str:
 def build_section(ctx: BenchContext) -> Section:
     """Build cost of the ``daal4py`` recipe three ways + the full image from its build log."""
     from hpcenv.bench import hpccm_daal4py
+    from hpcenv.blocks import Blocks
     from hpcenv.build import ensure_base, make_plans, write_context
     from hpcenv.paths import cache_dir
     from hpcenv.shells import podman
@@ -436,7 +437,11 @@ def build_section(ctx: BenchContext) -> Section:
         pins.append(str(lock.components["daal4py"].options.get("package", "scikit-learn-intelex")))
         pins.append("scikit-learn")
     files["hpccm"].write_text(
-        hpccm_daal4py.recipe(base_image=lock.build["base_image"], pip_packages=pins),
+        hpccm_daal4py.recipe(
+            base_image=lock.build["base_image"],
+            pip_packages=pins,
+            tools=Blocks(lock, ctx.site).build_tool_packages(),  # the same as hpcenv's stage
+        ),
         encoding="utf-8",
     )
     for name, path in files.items():

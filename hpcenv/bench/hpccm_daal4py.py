@@ -18,19 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hpcenv.knowledge import mpi_soname
+from hpcenv.knowledge import kb, mpi_soname
 from hpcenv.naming import base_tag
 
-# apt packages of hpcenv's daal4py build stage (tools, primary MPI, MPICH side runtime).
-APT_TOOLS = [
-    "build-essential",
-    "ca-certificates",
-    "cmake",
-    "curl",
-    "git",
-    "python3-dev",
-    "python3-venv",
-]
+# apt packages of hpcenv's daal4py build stage (what its venv and pip need: the stack compiles
+# nothing, hpcenv.blocks.Blocks.compiles), then the primary MPI and the MPICH side runtime. The
+# bench passes the list hpcenv's build stage installs for the lock it measures.
+APT_TOOLS = sorted(kb()["install"]["apt"]["wheels_only"])
 APT_MPI = ["libopenmpi-dev", "openmpi-bin", "libmpich-dev", "mpich"]
 BASE_IMAGE = base_tag(suite="bookworm")  # the bootstrapped base of the local site
 DEFAULT_PIP = ["mpi4py==4.1.2", "scikit-learn-intelex==2026.2.0", "scikit-learn"]
@@ -40,6 +34,7 @@ def recipe(
     base_image: str = BASE_IMAGE,
     pip_packages: Sequence[str] = DEFAULT_PIP,
     fmt: str = "docker",
+    tools: Sequence[str] = APT_TOOLS,
 ) -> str:
     """The recipe rendered by hpccm as a Dockerfile (``fmt="docker"``) or Singularity def."""
     import hpccm
@@ -57,7 +52,7 @@ def recipe(
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )
-    stage += packages(ospackages=APT_TOOLS)
+    stage += packages(ospackages=list(tools))
     stage += packages(ospackages=APT_MPI)
     stage += shell(
         commands=[
