@@ -437,7 +437,6 @@ WHEEL_ONLY_COMPONENTS = frozenset(
         "mpi4py",
         "numpy",
         "daal4py",
-        "torch",
     }
 )
 
@@ -595,8 +594,9 @@ class Blocks:
     def compiles(self) -> bool:
         """Whether a build step compiles anything. Conservative: only a CPU stack of the
         components in :data:`WHEEL_ONLY_COMPONENTS` installed from apt or as binary wheels
-        compiles nothing; any other component, an MPI not from apt (source, the host's, the
-        standard ABI's), mpi4py built against an MPI (``MPICC``) or torch from conda compile."""
+        compiles nothing; any other component (torch included: its own pip step is not
+        limited to wheels), an MPI not from apt (source, the host's, the standard ABI's) or
+        mpi4py built against an MPI (``MPICC``) compile."""
         comps = self.lock.components
         if self.lock.build.get("accelerator", "none") != "none":
             return True
@@ -606,10 +606,7 @@ class Blocks:
         if mpi is not None and (mpi.source != "apt" or "standard_abi" in mpi.options):
             return True
         mpi4py = comps.get("mpi4py")
-        if mpi4py is not None and ("MPICC" in mpi4py.options or mpi4py.source != "pip"):
-            return True
-        torch = comps.get("torch")
-        return torch is not None and torch.source != "pip"
+        return mpi4py is not None and ("MPICC" in mpi4py.options or mpi4py.source != "pip")
 
     def compiler_cache(self) -> dict[str, str] | None:
         """The compiler cache a compiling step uses (knowledge ``install.compiler_cache``; its
