@@ -376,7 +376,7 @@ def mpich_abi_soname(
     lists libraries by their own name only). Example: ``mpich_abi_soname("libmpich.so.12",
     "libmpi.so.12", "/usr/lib/x86_64-linux-gnu", ["libmpichcxx.so.12"], apt)``.
     """
-    link = shell(f"ln -s {library} {lib_dir}/{abi_soname}", f"test -e {lib_dir}/{abi_soname}")
+    link = abi_link(library, abi_soname, lib_dir)
     copy_step, relink, files = build_step("relink-mpich-abi.sh", library, abi_soname, VENV, *unused)
     return Parts(
         build=[
@@ -387,6 +387,31 @@ def mpich_abi_soname(
             relink,
         ],
         runtime=[link, env(HPCENV_MPICH_ABI_LIB=lib_dir)],
+        context=files,
+    )
+
+
+def abi_link(library: str, abi_soname: str, lib_dir: str) -> Primitive:
+    """The MPICH ABI's library name as a link to the OS's name (see :func:`mpich_abi_soname`)."""
+    return shell(f"ln -s {library} {lib_dir}/{abi_soname}", f"test -e {lib_dir}/{abi_soname}")
+
+
+@register("mpich-abi-soname-wheels")
+def mpich_abi_soname_wheels(library: str, abi_soname: str, lib_dir: str) -> Parts:
+    """:func:`mpich_abi_soname` for a venv of binary wheels only (a stack that compiles
+    nothing, whose build stage has no MPI): nothing was linked against the OS's name, so there
+    is nothing to relink; the build fails if a wheel's extension names ``library`` all the same
+    (the shipped step ``templates/image/wheels-load-abi-name.sh``). Example:
+    ``mpich_abi_soname_wheels("libmpich.so.12", "libmpi.so.12", "/usr/lib/x86_64-linux-gnu")``.
+    The runtime stage gets the same link and ``HPCENV_MPICH_ABI_LIB``."""
+    copy_step, check, files = build_step("wheels-load-abi-name.sh", library, abi_soname, VENV)
+    return Parts(
+        build=[
+            comment(f"MPI under its ABI name: {abi_soname} -> {library} (binary wheels only)"),
+            copy_step,
+            check,
+        ],
+        runtime=[abi_link(library, abi_soname, lib_dir), env(HPCENV_MPICH_ABI_LIB=lib_dir)],
         context=files,
     )
 
@@ -626,13 +651,13 @@ class Blocks:
             return self.standard_abi_mpi()
         if mpi.source == "apt":
             pkgs = self.apt[name]
+            about = comment(
+                f"MPI: {name} {mpi.version} ({mpi.options.get('abi')} ABI) - {mpi.reason}"
+            )
+            if not self.compiles():  # nothing builds against it: its runtime packages only
+                return Parts(runtime=[about], runtime_apt=list(pkgs["runtime"]))
             return Parts(
-                build=[
-                    comment(
-                        f"MPI: {name} {mpi.version} ({mpi.options.get('abi')} ABI) - {mpi.reason}"
-                    ),
-                    apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
-                ],
+                build=[about, apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite)],
                 runtime_apt=list(pkgs["runtime"]),
             )
         if name == "mpich":
@@ -707,6 +732,10 @@ class Blocks:
         if "abi_soname" not in mpi.options:
             return Parts()
         data = rule("debian-mpich-soname").data
+        if not self.compiles():
+            return mpich_abi_soname_wheels(
+                data["library"], data["abi_soname"], mpi.options["lib_dir"]
+            )
         apt = apt_install(["patchelf"], self.site.build.apt_mirror, self.suite)
         return mpich_abi_soname(
             data["library"], data["abi_soname"], mpi.options["lib_dir"], list(data["unused"]), apt
@@ -716,6 +745,8 @@ class Blocks:
         for fab in ("ucx", "libfabric"):
             if fab in self.lock.components:
                 pkgs = self.apt[fab]
+                if not self.compiles():
+                    return Parts(runtime_apt=list(pkgs["runtime"]))
                 return Parts(
                     build=[apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite)],
                     runtime_apt=list(pkgs["runtime"]),
@@ -734,16 +765,27 @@ class Blocks:
         lib_dir = d4p.options["lib_dir"]
         soname = mpi_soname("mpich")
         pkgs = self.apt["mpich"]
+        about = comment(f"daal4py side MPI: {d4p.options['side_mpi']} as {soname} in {lib_dir}")
+        link = (
+            f"mkdir -p {lib_dir}",
+            f"ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" {lib_dir}/{soname}",
+        )
+        if not self.compiles():  # made where its runtime library is: the runtime stage
+            return Parts(
+                runtime=[
+                    about,
+                    shell("update-alternatives --set mpirun /usr/bin/mpirun.openmpi", *link),
+                ],
+                runtime_apt=list(pkgs["runtime"]),
+            )
         return Parts(
             build=[
-                comment(f"daal4py side MPI: {d4p.options['side_mpi']} as {soname} in {lib_dir}"),
+                about,
                 apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 shell(
                     "update-alternatives --set mpirun /usr/bin/mpirun.openmpi",
                     "update-alternatives --set mpi /usr/bin/mpicc.openmpi",
-                    f"mkdir -p {lib_dir}",
-                    "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" "
-                    f"{lib_dir}/{soname}",
+                    *link,
                 ),
             ],
             runtime=[

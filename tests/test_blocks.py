@@ -36,6 +36,7 @@ def test_every_block_is_registered_and_documented() -> None:
         "xpu-runtime",
         "aws-ofi-nccl",
         "mpich-abi-soname",
+        "mpich-abi-soname-wheels",
         "oneccl-pypi",
         "host-mpi-build",
     }
@@ -210,9 +211,13 @@ IMAGE_STEPS = sorted(p.name for p in templates_dir().joinpath("image").glob("*.s
 def test_image_steps_are_the_shipped_files() -> None:
     """Every shipped step is used by a block, and a block's context file is the shipped text."""
     parts = BLOCKS["mpich-abi-soname"](*_ABI_SONAME_ARGS)
-    assert IMAGE_STEPS == ["relink-mpich-abi.sh"]
+    assert IMAGE_STEPS == ["relink-mpich-abi.sh", "wheels-load-abi-name.sh"]
     assert parts.context == {
         f"{STEPS_CONTEXT}/relink-mpich-abi.sh": step_text("relink-mpich-abi.sh")
+    }
+    wheels = BLOCKS["mpich-abi-soname-wheels"](*_ABI_SONAME_ARGS[:3])
+    assert wheels.context == {
+        f"{STEPS_CONTEXT}/wheels-load-abi-name.sh": step_text("wheels-load-abi-name.sh")
     }
 
 

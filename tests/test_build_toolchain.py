@@ -1,11 +1,15 @@
 """The build stage carries the toolchain only where a step compiles (Blocks.compiles).
 
 A CPU stack of apt packages and binary wheels (daal4py on local) installs only what its venv and
-pip need, and its pip step takes wheels only; every stack that compiles something (Horovod, an
+pip need, its pip step takes wheels only, and its MPI (with daal4py's side MPI and a bind
+model's ABI link) is installed in the runtime stage only: nothing builds against it. Every stack that compiles something (Horovod, an
 MPI from source or the host's, mpi4py against the MPI-5 ABI) and every GPU stack keeps the whole
 toolchain, byte for byte as before (so their first layers stay shared)."""
 
 from __future__ import annotations
+
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +44,40 @@ def test_a_stack_of_wheels_and_apt_packages_builds_without_the_toolchain(
     for tool in ("build-essential", "cmake", "ccache", "python3-dev"):
         assert tool not in build_stage, tool
     assert "pip install --no-cache-dir --only-binary=:all: mpi4py==" in build_stage
+    # no MPI in the build stage: its runtime packages come with the runtime stage's apt step
+    for pkg in (*APT["openmpi"]["build"], *APT["mpich"]["build"]):
+        assert f" {pkg}" not in build_stage, pkg
+    runtime_stage = dockerfile.split(" AS runtime", 1)[1]
+    mpi = blocks.lock.components["mpi"].implementation
+    for pkg in APT[mpi]["runtime"]:
+        assert f" {pkg}" in runtime_stage.split("COPY --from=build", 1)[0], pkg
+
+
+def test_daal4py_side_mpi_is_linked_in_the_runtime_stage_when_nothing_compiles() -> None:
+    """local's daal4py: Open MPI the image's MPI, Debian's MPICH the side runtime whose
+    libmpich.so.12 is linked as libmpi.so.12 where the runtime stage installed it."""
+    blocks = _blocks("local", "daal4py")
+    build, runtime = render(blocks.lock, blocks.site).dockerfile.split(" AS runtime", 1)
+    assert "/opt/mpich-abi" not in build
+    assert "COPY --from=build /opt/mpich-abi" not in runtime
+    link = "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" /opt/mpich-abi/lib/"
+    assert link in runtime
+    assert runtime.index("libmpich12") < runtime.index(link)
+    assert "update-alternatives --set mpi " not in runtime  # no mpicc to choose: no -dev package
+
+
+def test_a_bind_model_of_wheels_checks_that_no_wheel_loads_the_os_name() -> None:
+    """local-bind's daal4py: nothing was linked against Debian's libmpich.so.12, so there is no
+    relink (no patchelf, no binutils); the build stage fails if a wheel names it all the same,
+    and the runtime stage adds libmpi.so.12 as before."""
+    blocks = _blocks("local-bind", "daal4py")
+    assert not blocks.compiles()
+    build, runtime = render(blocks.lock, blocks.site).dockerfile.split(" AS runtime", 1)
+    assert "patchelf" not in build and "relink-mpich-abi.sh" not in build
+    check = "sh /opt/hpcenv-steps/wheels-load-abi-name.sh libmpich.so.12 libmpi.so.12 /opt/venv"
+    assert check in build
+    assert "ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12" in runtime
+    assert 'HPCENV_MPICH_ABI_LIB="/usr/lib/x86_64-linux-gnu"' in runtime
 
 
 @pytest.mark.parametrize(
@@ -69,3 +107,30 @@ def test_the_hpccm_comparison_installs_what_hpcenvs_build_stage_installs() -> No
     installed = first_run.split("--no-install-recommends", 1)[1].split("&&")[0]
     assert installed.replace("\\", " ").split() == sorted(APT["wheels_only"])
     assert sorted(APT["wheels_only"]) == hpccm_daal4py.APT_TOOLS
+
+
+@pytest.mark.parametrize(("names_os_library", "code"), [(False, 0), (True, 1)])
+def test_the_wheels_check_runs_and_fails_on_a_wheel_that_loads_the_os_name(
+    tmp_path: Path, names_os_library: bool, code: int
+) -> None:
+    """The build stage's shipped check, run by sh on a venv of two extensions."""
+    from hpcenv.blocks import STEPS_CONTEXT, mpich_abi_soname_wheels
+
+    venv = tmp_path / "venv"
+    (venv / "lib").mkdir(parents=True)
+    (venv / "lib" / "ok.so").write_bytes(b"\x7fELF libmpi.so.12\x00")
+    if names_os_library:
+        (venv / "lib" / "bad.so").write_bytes(b"\x7fELF libmpich.so.12\x00")
+    parts = mpich_abi_soname_wheels("libmpich.so.12", "libmpi.so.12", "/usr/lib")
+    script = tmp_path / "check.sh"
+    script.write_text(parts.context[f"{STEPS_CONTEXT}/wheels-load-abi-name.sh"])
+    proc = subprocess.run(
+        ["sh", str(script), "libmpich.so.12", "libmpi.so.12", str(venv)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == code, proc.stderr
+    if names_os_library:
+        assert "bad.so" in proc.stderr and "ok.so" not in proc.stderr
+        assert "these binary wheels load libmpich.so.12, not libmpi.so.12" in proc.stderr

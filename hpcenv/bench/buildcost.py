@@ -86,9 +86,10 @@ def single_stage_dockerfile(multi_stage: str) -> str:
 
     Keeps every instruction of the build stage except ``COPY hpcenv-build`` (those build inputs
     are bind-mounted at build time instead, so the CA bundle never lands in a layer), then the
-    runtime stage's instructions except its FROM/SHELL, the ``COPY --from=`` lines (the files are
-    already in place) and its runtime-library ``apt-get`` step (the build stage installed the
-    same libraries with their development packages).
+    runtime stage's instructions except its FROM/SHELL and the ``COPY --from=`` lines (the files
+    are already in place). The runtime stage's ``apt-get`` step stays: a stack that compiles
+    nothing installs its MPI there only (:meth:`hpcenv.blocks.Blocks.compiles`), and for one that
+    compiles it adds nothing the development packages did not bring.
     """
     groups = stages(multi_stage)
     if len(groups) != 2:
@@ -104,8 +105,6 @@ def single_stage_dockerfile(multi_stage: str) -> str:
         if ins.keyword == "SHELL":
             continue
         if ins.keyword == "COPY" and ins.args.startswith("--from="):
-            continue
-        if ins.keyword == "RUN" and "apt-get install" in ins.text:
             continue
         keep.append(ins.text)
     header = (
