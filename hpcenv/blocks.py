@@ -407,11 +407,15 @@ def mpich_abi_soname_wheels(library: str, abi_soname: str, lib_dir: str) -> Part
     copy_step, check, files = build_step("wheels-load-abi-name.sh", library, abi_soname, VENV)
     return Parts(
         build=[
-            comment(f"MPI under its ABI name: {abi_soname} -> {library} (binary wheels only)"),
+            comment(f"binary wheels only: none may load {library} (nothing is relinked)"),
             copy_step,
             check,
         ],
-        runtime=[abi_link(library, abi_soname, lib_dir), env(HPCENV_MPICH_ABI_LIB=lib_dir)],
+        runtime=[
+            comment(f"MPI under its ABI name: {abi_soname} -> {library}"),
+            abi_link(library, abi_soname, lib_dir),
+            env(HPCENV_MPICH_ABI_LIB=lib_dir),
+        ],
         context=files,
     )
 
@@ -655,7 +659,8 @@ class Blocks:
                 f"MPI: {name} {mpi.version} ({mpi.options.get('abi')} ABI) - {mpi.reason}"
             )
             if not self.compiles():  # nothing builds against it: its runtime packages only
-                return Parts(runtime=[about], runtime_apt=list(pkgs["runtime"]))
+                installed = comment("its runtime packages come with this stage's apt step above")
+                return Parts(runtime=[about, installed], runtime_apt=list(pkgs["runtime"]))
             return Parts(
                 build=[about, apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite)],
                 runtime_apt=list(pkgs["runtime"]),

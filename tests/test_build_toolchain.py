@@ -2,9 +2,10 @@
 
 A CPU stack of apt packages and binary wheels (daal4py on local) installs only what its venv and
 pip need, its pip step takes wheels only, and its MPI (with daal4py's side MPI and a bind
-model's ABI link) is installed in the runtime stage only: nothing builds against it. Every stack that compiles something (Horovod, an
-MPI from source or the host's, mpi4py against the MPI-5 ABI) and every GPU stack keeps the whole
-toolchain, byte for byte as before (so their first layers stay shared)."""
+model's ABI link) is installed in the runtime stage only: nothing builds against it. Every
+stack that compiles something (Horovod, an MPI from source or the host's, mpi4py against the
+MPI-5 ABI) and every GPU stack keeps the whole toolchain, byte for byte as before (so their first
+layers stay shared)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,23 @@ def test_a_stack_of_wheels_and_apt_packages_builds_without_the_toolchain(
     mpi = blocks.lock.components["mpi"].implementation
     for pkg in APT[mpi]["runtime"]:
         assert f" {pkg}" in runtime_stage.split("COPY --from=build", 1)[0], pkg
+
+
+def test_the_wheels_check_stops_on_a_venv_it_cannot_read(tmp_path: Path) -> None:
+    from hpcenv.blocks import STEPS_CONTEXT, mpich_abi_soname_wheels
+
+    parts = mpich_abi_soname_wheels("libmpich.so.12", "libmpi.so.12", "/usr/lib")
+    script = tmp_path / "check.sh"
+    script.write_text(parts.context[f"{STEPS_CONTEXT}/wheels-load-abi-name.sh"])
+    missing = tmp_path / "no-venv"
+    proc = subprocess.run(
+        ["sh", str(script), "libmpich.so.12", "libmpi.so.12", str(missing)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert f"hpcenv: no venv at {missing}" in proc.stderr
 
 
 def test_daal4py_side_mpi_is_linked_in_the_runtime_stage_when_nothing_compiles() -> None:
@@ -121,6 +139,9 @@ def test_the_wheels_check_runs_and_fails_on_a_wheel_that_loads_the_os_name(
     (venv / "lib" / "ok.so").write_bytes(b"\x7fELF libmpi.so.12\x00")
     if names_os_library:
         (venv / "lib" / "bad.so").write_bytes(b"\x7fELF libmpich.so.12\x00")
+        libs = venv / "lib" / "pkg.libs"  # a library a wheel carries, versioned (auditwheel)
+        libs.mkdir()
+        (libs / "libdep-1a2b.so.3").write_bytes(b"\x7fELF libmpich.so.12\x00")
     parts = mpich_abi_soname_wheels("libmpich.so.12", "libmpi.so.12", "/usr/lib")
     script = tmp_path / "check.sh"
     script.write_text(parts.context[f"{STEPS_CONTEXT}/wheels-load-abi-name.sh"])
@@ -132,5 +153,6 @@ def test_the_wheels_check_runs_and_fails_on_a_wheel_that_loads_the_os_name(
     )
     assert proc.returncode == code, proc.stderr
     if names_os_library:
-        assert "bad.so" in proc.stderr and "ok.so" not in proc.stderr
+        assert "bad.so" in proc.stderr and "libdep-1a2b.so.3" in proc.stderr
+        assert "ok.so" not in proc.stderr
         assert "these binary wheels load libmpich.so.12, not libmpi.so.12" in proc.stderr

@@ -11,7 +11,18 @@ if [ "$#" -ne 3 ]; then
   exit 2
 fi
 library=$1 abi=$2 venv=$3
-files=$(grep -rlF --include='*.so' -e "$library" "$venv" || true)
+if [ ! -d "$venv" ]; then
+  echo "hpcenv: no venv at $venv" >&2
+  exit 2
+fi
+# extensions and the libraries wheels carry (auditwheel's *.libs/: libfoo-1a2b.so.3); grep's
+# status 1 is "none", 2 an error
+status=0
+files=$(grep -rlF --include='*.so' --include='*.so.*' -e "$library" "$venv") || status=$?
+if [ "$status" -gt 1 ]; then
+  echo "hpcenv: could not read $venv" >&2
+  exit 2
+fi
 if [ -n "$files" ]; then
   printf '%s\n' "$files" >&2
   echo "hpcenv: these binary wheels load $library, not $abi" >&2
