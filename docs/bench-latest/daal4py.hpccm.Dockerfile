@@ -7,12 +7,7 @@ ENV PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf \
 
 RUN apt-get update -y && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        build-essential \
         ca-certificates \
-        cmake \
-        curl \
-        git \
-        python3-dev \
         python3-venv && \
     rm -rf /var/lib/apt/lists/*
 

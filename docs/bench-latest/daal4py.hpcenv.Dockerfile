@@ -10,26 +10,14 @@ COPY hpcenv-build /opt/hpcenv-build
 ENV PIP_CONFIG_FILE="/opt/hpcenv-build/pip.conf" \
     PIP_DISABLE_PIP_VERSION_CHECK="1"
 RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential ca-certificates cmake curl git python3-dev python3-venv && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates python3-venv && \
     rm -rf /var/lib/apt/lists/*
-# MPI: openmpi 4.1.4 (openmpi ABI) - hybrid model: same MPI family and version as the host (openmpi@4.1.4)
-RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libopenmpi-dev openmpi-bin && \
-    rm -rf /var/lib/apt/lists/*
-# daal4py side MPI: mpich@4.0.2 as libmpi.so.12 in /opt/mpich-abi/lib
-RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libmpich-dev mpich && \
-    rm -rf /var/lib/apt/lists/*
-RUN update-alternatives --set mpirun /usr/bin/mpirun.openmpi && \
-    update-alternatives --set mpi /usr/bin/mpicc.openmpi && \
-    mkdir -p /opt/mpich-abi/lib && \
-    ln -sf "$(find /usr/lib -name 'libmpich.so.12' | head -n 1)" /opt/mpich-abi/lib/libmpi.so.12
 # python 3.11 venv at /opt/venv
 RUN python3 -m venv /opt/venv && \
     /opt/venv/bin/pip install --no-cache-dir --upgrade pip setuptools wheel
 ENV PATH="/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # python packages
-RUN /opt/venv/bin/pip install --no-cache-dir mpi4py==4.1.2 scikit-learn-intelex==2026.2.0 scikit-learn
+RUN /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: mpi4py==4.1.2 scikit-learn-intelex==2026.2.0 scikit-learn
 
 FROM localhost/hpcenv-base:bookworm AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -38,9 +26,12 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates libgomp1 libmpich12 libopenmpi3 mpich openmpi-bin python3 && \
     rm -rf /var/lib/apt/lists/*
-RUN update-alternatives --set mpirun /usr/bin/mpirun.openmpi
-COPY --from=build /opt/mpich-abi/lib /opt/mpich-abi/lib
 COPY --from=build /opt/venv /opt/venv
+# MPI: openmpi 4.1.4 (openmpi ABI) - hybrid model: same MPI family and version as the host (openmpi@4.1.4)
+# daal4py side MPI: mpich@4.0.2 as libmpi.so.12 in /opt/mpich-abi/lib
+RUN update-alternatives --set mpirun /usr/bin/mpirun.openmpi && \
+    mkdir -p /opt/mpich-abi/lib && \
+    ln -sf "$(find /usr/lib -name 'libmpich.so.12' | head -n 1)" /opt/mpich-abi/lib/libmpi.so.12
 ENV PATH="/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     HPCENV_LOCK="/opt/hpcenv/stack.lock.json" \
     HPCENV_SITE="local" \
@@ -55,6 +46,7 @@ LABEL org.opencontainers.image.title="hpcenv daal4py for local" \
       org.opencontainers.image.description="hpcenv recipe daal4py, site local" \
       io.hpcenv.site="local" \
       io.hpcenv.recipe="daal4py" \
+      io.hpcenv.platform="linux/amd64" \
       io.hpcenv.lock="{\"arch\":\"x86_64\",\"build\":{\"accelerator\":\"none\",\"base_image\":\"localhost/hpcenv-base:bookworm\",\"bootstrap_base\":true,\"debootstrap_suite\":\"bookworm\",\"engine\":\"podman\",\"jobs\":2,\"platform\":\"linux/amd64\",\"user\":\"hpc\"},\"components\":{\"arch\":{\"reason\":\"site local architecture\",\"source\":\"site\",\"version\":\"x86_64\"},\"daal4py\":{\"options\":{\"launcher\":\"mpiexec.mpich\",\"lib_dir\":\"/opt/mpich-abi/lib\",\"package\":\"scikit-learn-intelex==2026.2.0\",\"side_mpi\":\"mpich@4.0.2\"},\"reason\":\"distributed mode needs an MPICH-ABI libmpi.so.12 but the image MPI is openmpi (hybrid with the host); adds Debian MPICH 4.0.2 as a side runtime linked as /opt/mpich-abi/lib/libmpi.so.12, launched with mpiexec.mpich inside one container\",\"rules\":[\"daal4py-mpich-abi\"],\"source\":\"pip\",\"version\":\"2026.2.0\"},\"mpi\":{\"implementation\":\"openmpi\",\"options\":{\"abi\":\"openmpi\"},\"reason\":\"hybrid model: same MPI family and version as the host (openmpi@4.1.4)\",\"rules\":[\"mpi-hybrid-family\"],\"source\":\"apt\",\"version\":\"4.1.4\"},\"mpi4py\":{\"reason\":\"binary wheel; loads the image's openmpi at run time\",\"source\":\"pip\",\"version\":\"4.1.2\"},\"os\":{\"reason\":\"site local image OS (glibc 2.36)\",\"source\":\"base image\",\"version\":\"debian-12\"},\"pmix\":{\"reason\":\"PMIx of debian-12; major 4 matches host pmix@4 (srun --mpi=pmix)\",\"rules\":[\"mpi-hybrid-pmi\"],\"source\":\"apt\",\"version\":\"4.2.2\"},\"python\":{\"reason\":\"python3 of debian-12, in a venv at /opt/venv\",\"rules\":[\"os-python\"],\"source\":\"apt\",\"version\":\"3.11\"}},\"excluded\":{},\"mpi_model\":\"hybrid\",\"recipe\":\"daal4py\",\"rules\":{\"daal4py-mpich-abi\":\"scikit-learn-intelex docs, distributed mode (daal4py SPMD needs an MPICH-ABI libmpi.so.12, e.g. Intel MPI); platform measurements\",\"mpi-hybrid-family\":\"apptainer docs 'Singularity and MPI applications' (hybrid model: the host launcher starts the container's MPI); apptainer #5131, #1689\",\"mpi-hybrid-pmi\":\"Slurm mpi_guide (srun --mpi=pmix|pmi2); apptainer docs 'Singularity and MPI applications' (hybrid model); apptainer #5131, #1689\",\"os-python\":\"hpcenv builds its venv from the OS python3 (Debian 12: 3.11, Ubuntu 22.04: 3.10)\"},\"schema\":1,\"site\":\"local\"}" \
       io.hpcenv.component.arch="x86_64" \
       io.hpcenv.component.daal4py="2026.2.0" \
