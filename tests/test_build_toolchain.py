@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpcenv.bench import hpccm_daal4py
-from hpcenv.blocks import Blocks
+from hpcenv.blocks import STEPS_CONTEXT, Blocks, mpich_abi_soname_wheels
 from hpcenv.knowledge import kb
 from hpcenv.recipe import load_recipe
 from hpcenv.render import render
@@ -54,19 +54,22 @@ def test_a_stack_of_wheels_and_apt_packages_builds_without_the_toolchain(
         assert f" {pkg}" in runtime_stage.split("COPY --from=build", 1)[0], pkg
 
 
-def test_the_wheels_check_stops_on_a_venv_it_cannot_read(tmp_path: Path) -> None:
-    from hpcenv.blocks import STEPS_CONTEXT, mpich_abi_soname_wheels
-
+def _wheels_check(tmp_path: Path, venv: Path) -> subprocess.CompletedProcess[str]:
+    """The build stage's shipped check (the block's context file), run by sh on ``venv``."""
     parts = mpich_abi_soname_wheels("libmpich.so.12", "libmpi.so.12", "/usr/lib")
     script = tmp_path / "check.sh"
     script.write_text(parts.context[f"{STEPS_CONTEXT}/wheels-load-abi-name.sh"])
-    missing = tmp_path / "no-venv"
-    proc = subprocess.run(
-        ["sh", str(script), "libmpich.so.12", "libmpi.so.12", str(missing)],
+    return subprocess.run(
+        ["sh", str(script), "libmpich.so.12", "libmpi.so.12", str(venv)],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_the_wheels_check_stops_on_a_venv_it_cannot_read(tmp_path: Path) -> None:
+    missing = tmp_path / "no-venv"
+    proc = _wheels_check(tmp_path, missing)
     assert proc.returncode == 2
     assert f"hpcenv: no venv at {missing}" in proc.stderr
 
@@ -132,8 +135,6 @@ def test_the_wheels_check_runs_and_fails_on_a_wheel_that_loads_the_os_name(
     tmp_path: Path, names_os_library: bool, code: int
 ) -> None:
     """The build stage's shipped check, run by sh on a venv of two extensions."""
-    from hpcenv.blocks import STEPS_CONTEXT, mpich_abi_soname_wheels
-
     venv = tmp_path / "venv"
     (venv / "lib").mkdir(parents=True)
     (venv / "lib" / "ok.so").write_bytes(b"\x7fELF libmpi.so.12\x00")
@@ -142,15 +143,7 @@ def test_the_wheels_check_runs_and_fails_on_a_wheel_that_loads_the_os_name(
         libs = venv / "lib" / "pkg.libs"  # a library a wheel carries, versioned (auditwheel)
         libs.mkdir()
         (libs / "libdep-1a2b.so.3").write_bytes(b"\x7fELF libmpich.so.12\x00")
-    parts = mpich_abi_soname_wheels("libmpich.so.12", "libmpi.so.12", "/usr/lib")
-    script = tmp_path / "check.sh"
-    script.write_text(parts.context[f"{STEPS_CONTEXT}/wheels-load-abi-name.sh"])
-    proc = subprocess.run(
-        ["sh", str(script), "libmpich.so.12", "libmpi.so.12", str(venv)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _wheels_check(tmp_path, venv)
     assert proc.returncode == code, proc.stderr
     if names_os_library:
         assert "bad.so" in proc.stderr and "libdep-1a2b.so.3" in proc.stderr
