@@ -771,6 +771,7 @@ class Blocks:
         soname = mpi_soname("mpich")
         pkgs = self.apt["mpich"]
         about = comment(f"daal4py side MPI: {d4p.options['side_mpi']} as {soname} in {lib_dir}")
+        pin = "update-alternatives --set mpirun /usr/bin/mpirun.openmpi"
         link = (
             f"mkdir -p {lib_dir}",
             f"ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" {lib_dir}/{soname}",
@@ -779,7 +780,7 @@ class Blocks:
             return Parts(
                 runtime=[
                     about,
-                    shell("update-alternatives --set mpirun /usr/bin/mpirun.openmpi", *link),
+                    shell(pin, *link),
                 ],
                 runtime_apt=list(pkgs["runtime"]),
             )
@@ -788,13 +789,13 @@ class Blocks:
                 about,
                 apt_install(pkgs["build"], self.site.build.apt_mirror, self.suite),
                 shell(
-                    "update-alternatives --set mpirun /usr/bin/mpirun.openmpi",
+                    pin,
                     "update-alternatives --set mpi /usr/bin/mpicc.openmpi",
                     *link,
                 ),
             ],
             runtime=[
-                shell("update-alternatives --set mpirun /usr/bin/mpirun.openmpi"),
+                shell(pin),
                 copy(lib_dir, lib_dir, from_stage="build"),
             ],
             runtime_apt=list(pkgs["runtime"]),
