@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from requirements import need_image
 
-from hpcenv.bench.comm import TUNING_ROUNDS
+from hpcenv.bench.comm import LATENCY_MAX_BYTES, LATENCY_ROUNDS_QUICK, TUNING_ROUNDS_QUICK
 from hpcenv.bench.runner import QUICK_SECTIONS, SECTION_NAMES
 from hpcenv.naming import image_tag
 from hpcenv.sweep.measure import CONFIRM_ROUNDS_QUICK, consistently_slower
@@ -60,16 +60,21 @@ def test_real_quick_bench_judges_the_floor_and_confirms_the_rules(tmp_path: Path
     assert not any(s.get("error") for s in doc["sections"])
     by_key = {s["key"]: s for s in doc["sections"]}
 
-    # the tuning section ran every round of a full run, over every size, and judged the floor
+    # the tuning section ran every round of a full run, over every size, and judged the floor;
+    # the latency-bound sizes from their own short launches
     paired = by_key["tuning"]["data"]["paired_vs_naive"]["hpcenv default"]
-    assert len(paired) == 13 and all(len(v) == TUNING_ROUNDS for v in paired.values())
+    assert len(paired) == 13
+    for size, ratios in paired.items():
+        short = int(size) <= LATENCY_MAX_BYTES
+        assert len(ratios) == (LATENCY_ROUNDS_QUICK if short else TUNING_ROUNDS_QUICK), size
     floor = next(h for h in by_key["tuning"]["headline"] if "consistently" in h["measure"])
     losses = [int(s) for s, v in paired.items() if consistently_slower(v)]
     assert floor["value"] == float(len(losses))  # judged, and from the rounds shown
     # ... and the run is in the floor history, marked --quick, with the tuning it ran
     history = cache / "bench" / "floor-history-local.jsonl"
     (entry,) = [json.loads(line) for line in history.read_text().splitlines()]
-    assert entry["quick"] is True and entry["rounds"] == TUNING_ROUNDS
+    assert entry["quick"] is True and entry["rounds"] == TUNING_ROUNDS_QUICK
+    assert entry["latency_rounds"] == LATENCY_ROUNDS_QUICK
     assert entry["tuning"] and sorted(entry["losses"]) == sorted(losses)
 
     # the measured tuning the bench made: every rule it kept gained in the median of its

@@ -7,6 +7,7 @@ All allreduce numbers come from the smoke check scripts (``allreduce_mpi.py``,
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 import sys
@@ -65,7 +66,15 @@ ALLREDUCE_ALGORITHMS = {
 }
 HOROVOD_MPI_ENV = HOROVOD_OPS_ENV["mpi"]
 HOROVOD_GLOO_ENV = HOROVOD_OPS_ENV["gloo"]
-TUNING_ROUNDS = 8  # naive / launch / default sweeps, interleaved (see tuning_section's text)
+TUNING_ROUNDS = 16  # naive / launch / default sweeps, interleaved (see tuning_section's text)
+TUNING_ROUNDS_QUICK = 8
+# The latency-bound sizes are judged from short launches of their own, more of them and closer
+# together: on the 2-vCPU VM (2026-11-29) one launch's 8 B allreduce moves between ~0.9 and
+# ~1.7 us within seconds, in the same launch and whatever the binding, as the host places the
+# vCPUs; a full sweep's rounds are ~3 s apart, so 8 of them flagged 8 B in one run of three.
+LATENCY_MAX_BYTES = 8192
+LATENCY_ROUNDS = 16
+LATENCY_ROUNDS_QUICK = 8
 
 
 def sweep_flags(checks_dir: Path = HOST_CHECKS) -> dict[str, str]:
@@ -560,12 +569,40 @@ def _py() -> str:
 
 
 # -- tuning ------------------------------------------------------------------------------------
+def sign_test(k: int, n: int) -> float:
+    """The chance that noise alone (a fair coin per round) makes a launch slower in ``k`` or
+    more of ``n`` rounds."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
+def interleaved_sweeps(
+    ctx: BenchContext,
+    sec: Section,
+    variants: list[tuple[str, str, Mapping[str, str]]],
+    rounds: int,
+    args: str,
+    label: str = "",
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """Each variant's mpi4py sweep ``rounds`` times, interleaved (round r starts with variant r
+    mod their number); per variant the rows of each round, in order."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {}
+    for i in range(rounds):
+        for name, launcher, env in round_order(variants, i):
+            res = ctx.in_image(launcher, "allreduce_mpi.py", args, env)
+            runs.setdefault(name, []).append(
+                checked_sweep(ctx, sec, f"{name} {label}#{i + 1}", res)
+            )
+    return runs
+
+
 def tuning_section(ctx: BenchContext) -> Section:
     """hpcenv's default launch (placement + measured tuning) vs a naive launch, interleaved."""
     sec = Section("tuning", "Launch tuning: hpcenv's default launch vs a naive launch")
     args = sweep_args(ctx, 4, every_size=True)
-    rounds = TUNING_ROUNDS  # --quick too: the floor row needs them (its headline ratios)
+    rounds = TUNING_ROUNDS_QUICK if ctx.quick else TUNING_ROUNDS  # the floor is judged on both
+    latency_rounds = LATENCY_ROUNDS_QUICK if ctx.quick else LATENCY_ROUNDS
     m = ctx.measured
+    needed = math.ceil(CONSISTENT_SHARE * rounds)
     sec.text.append(
         f"Naive: `{NAIVE_MPIRUN}`, no environment. hpcenv launch: `{ctx.hpcenv_mpirun}` with "
         + ", ".join(f"`{k}={v}`" for k, v in ctx.launch_env.items())
@@ -583,33 +620,43 @@ def tuning_section(ctx: BenchContext) -> Section:
         "with variant r mod 3). Ratios are per round (each variant against the naive run of its "
         "own round) and the table gives their median; a size counts as a real loss only when "
         f"the median is below {KEEP_WITHIN} and hpcenv was slower in at least "
-        f"{CONSISTENT_SHARE:.0%} of the rounds (per "
-        "size, 7 or more of 8 rounds happen by noise alone with probability 3.5 %), the rule "
+        f"{CONSISTENT_SHARE:.0%} of the rounds (per size, {needed} or more of {rounds} rounds "
+        f"happen by noise alone with probability {sign_test(needed, rounds):.1%}), the rule "
         "`hpcenv tune --measure` applies to transports; with fewer than 3 rounds that row is "
         "not judged. Two launches that move small messages the same way (the 'launch / naive' "
         "column: only the binding differs) differ here by 4-15 % per size between paired runs, "
         f"more than the {1 - KEEP_WITHIN:.0%} the floor allows, so the lowest of the medians is "
-        "shown, not judged."
+        "shown, not judged. The latency-bound sizes (up to "
+        f"{fmt_bytes(LATENCY_MAX_BYTES)}) are judged from short launches of their own (8 B.."
+        f"{fmt_bytes(LATENCY_MAX_BYTES)}), {latency_rounds} interleaved rounds about a second "
+        "apart: on this machine one launch's "
+        "8 B time moves between two levels (~0.9 and ~1.7 us on the 2-vCPU VM) within seconds, "
+        "in the same launch and bound or not, as the host places the vCPUs, so rounds of full "
+        "sweeps ~3 s apart are too few and too far apart to tell a launch from the host."
     )
     variants = [
         ("naive", NAIVE_MPIRUN, {}),
         ("hpcenv launch, no measured tuning", ctx.hpcenv_mpirun, ctx.launch_env),
         ("hpcenv default", ctx.hpcenv_mpirun, ctx.hpcenv_env),
     ]
-    runs: dict[str, list[list[dict[str, Any]]]] = {}
-    for i in range(rounds):
-        for name, launcher, env in round_order(variants, i):
-            swept = checked_sweep(
-                ctx, sec, f"{name} #{i + 1}", ctx.in_image(launcher, "allreduce_mpi.py", args, env)
-            )
-            runs.setdefault(name, []).append(swept)
-    best = {name: best_sweep(*r) for name, r in runs.items()}
+    runs = interleaved_sweeps(ctx, sec, variants, rounds, args)
+    flags = sweep_flags()
+    short = interleaved_sweeps(
+        ctx,
+        sec,
+        variants,
+        latency_rounds,
+        f"{flags['min']} 8 {flags['max']} {LATENCY_MAX_BYTES} --factor 4 {flags['exact']} 1000",
+        "latency-bound sizes ",
+    )
+    best = {name: best_sweep(*r, *short[name]) for name, r in runs.items()}
     sec.data["best"] = best
     naive, tuned = best["naive"], best["hpcenv default"]
     hp = best["hpcenv launch, no measured tuning"]
     sizes = sorted({r["bytes"] for r in naive})
     per_round = {
         name: paired_ratio_rounds(runs["naive"], runs[name])
+        | paired_ratio_rounds(short["naive"], short[name])
         for name in ("hpcenv launch, no measured tuning", "hpcenv default")
     }
     med = {name: medians(pr) for name, pr in per_round.items()}
@@ -729,7 +776,12 @@ def tuning_section(ctx: BenchContext) -> Section:
         )
         losses = [s for s, v in per_round["hpcenv default"].items() if consistently_slower(v)]
         if rounds >= 3:  # the targets section keeps it: the floor is judged over three runs
-            ctx.shared["floor"] = {"sizes": len(per_size), "losses": losses, "rounds": rounds}
+            ctx.shared["floor"] = {
+                "sizes": len(per_size),
+                "losses": losses,
+                "rounds": rounds,
+                "latency_rounds": latency_rounds,
+            }
         sec.headline.append(
             Headline(
                 f"Tuning: sizes where hpcenv default is slower than naive by more than "

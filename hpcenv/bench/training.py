@@ -395,7 +395,7 @@ def training_section(ctx: BenchContext) -> Section:
     sec = Section(
         "training", "Public training benchmark: pytorch/examples minGPT-DDP via a user recipe"
     )
-    shape = Shape(epochs=3) if ctx.quick else Shape()
+    shape = Shape(epochs=2) if ctx.quick else Shape()  # --quick: one timed epoch
     rounds = QUICK_ROUNDS if ctx.quick else ROUNDS
     folder = ctx.work / PROJECT
     recipe = prepare_project(vendored(), folder)
