@@ -21,7 +21,7 @@ from hpcenv.bench.buildcost import (
     stages,
     timeline_seconds,
 )
-from hpcenv.bench.comm import paired_ratios, sweep_flags
+from hpcenv.bench.comm import latency_spread, paired_ratios, sign_test, sweep_flags
 from hpcenv.bench.report import (
     BenchReport,
     Headline,
@@ -419,3 +419,20 @@ def test_a_cold_build_gets_the_isolated_storage_tmpdir_so_no_compiler_cache_is_r
     assert not timing.ok and timing.error == "stopped here"
     assert seen["env"] == {"TMPDIR": str(tmp_path / "store" / "tmp")}
     assert seen["argv"][:3] == ["podman", "--root", str(tmp_path / "store" / "root")]
+
+
+def test_sign_test_gives_the_chance_of_k_slower_rounds_by_noise() -> None:
+    assert sign_test(7, 8) == pytest.approx(9 / 256)  # the 3.5 % of 8 rounds
+    assert sign_test(13, 16) == pytest.approx(697 / 65536)  # 1.1 %: 16 rounds
+    assert sign_test(0, 4) == 1.0
+
+
+def test_latency_spread_reports_each_variants_8_byte_times() -> None:
+    def launch(us: float) -> list[dict[str, float]]:
+        return [{"bytes": 8, "time_us": us}, {"bytes": 32, "time_us": 9.0}]
+
+    text = latency_spread(
+        {"naive": [launch(1.7), launch(0.9), launch(1.2)], "hpcenv default": [launch(1.0)]}
+    )
+    assert "naive 0.90 / 1.20 / 1.70" in text
+    assert "hpcenv default 1.00 / 1.00 / 1.00" in text

@@ -569,6 +569,23 @@ def _py() -> str:
 
 
 # -- tuning ------------------------------------------------------------------------------------
+def latency_spread(runs: Mapping[str, list[list[dict[str, Any]]]]) -> str:
+    """The evidence for judging the latency-bound sizes apart: each variant's 8 B time over its
+    short launches (min / median / max), one launch alike another in all but the moment."""
+    parts = []
+    for name, rounds in runs.items():
+        times = sorted(float(rows[0]["time_us"]) for rows in rounds if rows)
+        if times:
+            parts.append(
+                f"{name} {times[0]:.2f} / {statistics.median(times):.2f} / {times[-1]:.2f}"
+            )
+    return (
+        "8 B time of each short launch, µs (min / median / max over the rounds): "
+        + "; ".join(parts)
+        + ". A spread that every variant shows alike is the machine's, not a launch setting's."
+    )
+
+
 def sign_test(k: int, n: int) -> float:
     """The chance that noise alone (a fair coin per round) makes a launch slower in ``k`` or
     more of ``n`` rounds."""
@@ -649,6 +666,7 @@ def tuning_section(ctx: BenchContext) -> Section:
         f"{flags['min']} 8 {flags['max']} {LATENCY_MAX_BYTES} --factor 4 {flags['exact']} 1000",
         "latency-bound sizes ",
     )
+    sec.text.append(latency_spread(short))
     best = {name: best_sweep(*r, *short[name]) for name, r in runs.items()}
     sec.data["best"] = best
     naive, tuned = best["naive"], best["hpcenv default"]
