@@ -12,7 +12,7 @@ oci`` (the user layers are late, the matched stack's come from the layer cache, 
 fast; the image is kept). The run is made small with the project's own hydra overrides.
 
 Launches, :data:`NP` ranks on one node, each an exec into one container of that
-image, interleaved (hpcenv, naive, documented; again), :data:`ROUNDS` rounds, medians:
+image, interleaved (hpcenv, naive, documented; the next round starts with naive), :data:`ROUNDS` rounds, medians:
 
 - hpcenv default: ``mpirun`` with hpcenv's placement and launch environment (the bench's
   "hpcenv default", as in the MNIST section), each rank through the step file a job ships,
@@ -64,6 +64,7 @@ from hpcenv.bench.targets import DOCUMENTED_GOAL, TRAINING_GOAL
 from hpcenv.errors import EnvironmentProblem
 from hpcenv.paths import package_dir
 from hpcenv.shells import BenchCommandError, Container
+from hpcenv.sweep.measure import round_order
 
 RECIPE_NAME = "hpcenv-bench-mingpt"
 VENDORED = Path("tests/data/third_party/pytorch-examples-mingpt-ddp")
@@ -204,7 +205,8 @@ class Launch:
 
 
 def launches(ctx: BenchContext) -> list[Launch]:
-    """hpcenv default, naive, documented: in the order each round runs them; a --quick run
+    """hpcenv default, naive, documented: the order of the first round (round r starts with the
+    r-th, :func:`round_order`); a --quick run
     leaves naive out (its row is informational, :data:`TRAINING_GOAL`)."""
     every = [
         Launch("hpcenv default", ctx.hpcenv_mpirun, ctx.hpcenv_env, True),
@@ -369,8 +371,9 @@ def two_node_runs(
         ctx.say("training", f"hpcenv build of the user recipe for {SITE} ...")
         built = build_user_recipe(ctx, recipe, SITE)
         tag = naming.image_tag(recipe=RECIPE_NAME, site=SITE)
-        for _ in range(rounds):
-            for name, launcher in zip(TWO_NODE, (None, "torchrun"), strict=True):
+        pairs = list(zip(TWO_NODE, (None, "torchrun"), strict=True))
+        for r in range(rounds):
+            for name, launcher in round_order(pairs, r):  # neither always first
                 sub = submit(site, two_node_job(shape, folder, tag, launcher), transport)
                 wait(sub, transport, timeout=900)
                 log = logs(sub, transport)
@@ -413,8 +416,8 @@ def training_section(ctx: BenchContext) -> Section:
     ctr.start()
     try:
         port = 29500
-        for _ in range(rounds):
-            for launch in launches(ctx):
+        for r in range(rounds):
+            for launch in round_order(launches(ctx), r):  # none always first in its round
                 port += 1
                 scratch = f"/tmp/mingpt-{secrets.token_hex(4)}"
                 env = dict(launch.env) | {
@@ -441,7 +444,8 @@ def training_section(ctx: BenchContext) -> Section:
         f"{tag}: build {fmt_num(built['seconds'])} s, {built['cached']}/{built['steps']} steps "
         f"from the layer cache. Run: {shape.truncate:.0%} of tiny Shakespeare, block "
         f"{shape.block_size}, 2 layers of width 64, batch {shape.batch_size} per rank, "
-        f"{shape.epochs} epochs; {rounds} round(s) of {', '.join(names)}. "
+        f"{shape.epochs} epochs; {rounds} round(s) of {', '.join(names)}, the order rotating "
+        "(round r starts with launch r). "
         "samples/s over whole epochs between rank 0's first and last epoch-start lines "
         "(stamped by line_times.py; start-up and the first step excluded; each epoch includes "
         "the project's eval pass). hpcenv default: "
