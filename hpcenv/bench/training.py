@@ -12,7 +12,8 @@ oci`` (the user layers are late, the matched stack's come from the layer cache, 
 fast; the image is kept). The run is made small with the project's own hydra overrides.
 
 Launches, :data:`NP` ranks on one node, each an exec into one container of that
-image, interleaved (hpcenv, naive, documented; the next round starts with naive), :data:`ROUNDS` rounds, medians:
+image, interleaved (hpcenv, naive, documented; the next round starts with naive),
+:data:`ROUNDS` rounds, medians:
 
 - hpcenv default: ``mpirun`` with hpcenv's placement and launch environment (the bench's
   "hpcenv default", as in the MNIST section), each rank through the step file a job ships,
