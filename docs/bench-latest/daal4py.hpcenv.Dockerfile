@@ -28,6 +28,7 @@ RUN apt-get update && \
     rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/venv /opt/venv
 # MPI: openmpi 4.1.4 (openmpi ABI) - hybrid model: same MPI family and version as the host (openmpi@4.1.4)
+# its runtime packages come with this stage's apt step above
 # daal4py side MPI: mpich@4.0.2 as libmpi.so.12 in /opt/mpich-abi/lib
 RUN update-alternatives --set mpirun /usr/bin/mpirun.openmpi && \
     mkdir -p /opt/mpich-abi/lib && \
