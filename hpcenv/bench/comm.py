@@ -12,7 +12,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -595,7 +595,7 @@ def sign_test(k: int, n: int) -> float:
 def interleaved_sweeps(
     ctx: BenchContext,
     sec: Section,
-    variants: list[tuple[str, str, Mapping[str, str]]],
+    variants: Sequence[tuple[str, str, Mapping[str, str]]],
     rounds: int,
     args: str,
     label: str = "",
