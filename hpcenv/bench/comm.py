@@ -69,9 +69,10 @@ HOROVOD_GLOO_ENV = HOROVOD_OPS_ENV["gloo"]
 TUNING_ROUNDS = 16  # naive / launch / default sweeps, interleaved (see tuning_section's text)
 TUNING_ROUNDS_QUICK = 8
 # The latency-bound sizes are judged from short launches of their own, more of them and closer
-# together: on the 2-vCPU VM (2026-11-29) one launch's 8 B allreduce moves between ~0.9 and
-# ~1.7 us within seconds, in the same launch and whatever the binding, as the host places the
-# vCPUs; a full sweep's rounds are ~3 s apart, so 8 of them flagged 8 B in one run of three.
+# together: on the 2-vCPU VM (2026-11-29) one launch's 8 B allreduce moves between levels
+# (~0.9, ~1.3, ~1.7-2.0 us) within seconds, in the same launch, on the bare host too and whatever
+# the binding (the machine's; the mechanism is not identified); a full sweep's rounds are ~3 s
+# apart, so 8 of them flagged 8 B in one run of three.
 LATENCY_MAX_BYTES = 8192
 LATENCY_ROUNDS = 16
 LATENCY_ROUNDS_QUICK = 8
@@ -647,9 +648,10 @@ def tuning_section(ctx: BenchContext) -> Section:
         f"{fmt_bytes(LATENCY_MAX_BYTES)}) are judged from short launches of their own (8 B.."
         f"{fmt_bytes(LATENCY_MAX_BYTES)}), {latency_rounds} interleaved rounds about a second "
         "apart: on this machine one launch's "
-        "8 B time moves between two levels (~0.9 and ~1.7 us on the 2-vCPU VM) within seconds, "
-        "in the same launch and bound or not, as the host places the vCPUs, so rounds of full "
-        "sweeps ~3 s apart are too few and too far apart to tell a launch from the host."
+        "8 B time moves between levels (~0.9 to ~2 us on the 2-vCPU VM) within seconds, in the "
+        "same launch, on the bare host too and bound or not (the machine's; its mechanism is not "
+        "identified), so rounds of full sweeps ~3 s apart are too few and too far apart to tell "
+        "a launch from the machine."
     )
     variants = [
         ("naive", NAIVE_MPIRUN, {}),
