@@ -21,7 +21,7 @@ from hpcenv.bench.buildcost import (
     stages,
     timeline_seconds,
 )
-from hpcenv.bench.comm import latency_spread, paired_ratios, sign_test, sweep_flags
+from hpcenv.bench.comm import latency_spread, paired_ratios, sweep_flags
 from hpcenv.bench.report import (
     BenchReport,
     Headline,
@@ -43,6 +43,7 @@ from hpcenv.bench.report import (
     write_report,
 )
 from hpcenv.shells import last_json
+from hpcenv.sweep.measure import sign_test
 
 
 def row(size: int, bw: float, t: float = 1.0) -> dict[str, float]:

@@ -60,8 +60,8 @@ def test_real_quick_bench_judges_the_floor_and_confirms_the_rules(tmp_path: Path
     assert not any(s.get("error") for s in doc["sections"])
     by_key = {s["key"]: s for s in doc["sections"]}
 
-    # the tuning section ran every round of a full run, over every size, and judged the floor;
-    # the latency-bound sizes from their own short launches
+    # the tuning section ran --quick's rounds (half a full run's) over every size and judged the
+    # floor; the latency-bound sizes from their own short launches
     paired = by_key["tuning"]["data"]["paired_vs_naive"]["hpcenv default"]
     assert len(paired) == 13
     for size, ratios in paired.items():

@@ -7,7 +7,6 @@ All allreduce numbers come from the smoke check scripts (``allreduce_mpi.py``,
 
 from __future__ import annotations
 
-import math
 import shlex
 import statistics
 import sys
@@ -51,6 +50,8 @@ from hpcenv.sweep.measure import (
     paired_ratio_rounds,
     round_order,
     rounds_slower,
+    sign_test,
+    slower_rounds_needed,
 )
 from hpcenv.tuning.apply import RULES_NAME
 
@@ -587,12 +588,6 @@ def latency_spread(runs: Mapping[str, list[list[dict[str, Any]]]]) -> str:
     )
 
 
-def sign_test(k: int, n: int) -> float:
-    """The chance that noise alone (a fair coin per round) makes a launch slower in ``k`` or
-    more of ``n`` rounds."""
-    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
-
-
 def interleaved_sweeps(
     ctx: BenchContext,
     sec: Section,
@@ -620,7 +615,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     rounds = TUNING_ROUNDS_QUICK if ctx.quick else TUNING_ROUNDS  # the floor is judged on both
     latency_rounds = LATENCY_ROUNDS_QUICK if ctx.quick else LATENCY_ROUNDS
     m = ctx.measured
-    needed = math.ceil(CONSISTENT_SHARE * rounds)
+    needed = slower_rounds_needed(rounds)
     sec.text.append(
         f"Naive: `{NAIVE_MPIRUN}`, no environment. hpcenv launch: `{ctx.hpcenv_mpirun}` with "
         + ", ".join(f"`{k}={v}`" for k, v in ctx.launch_env.items())
@@ -674,7 +669,7 @@ def tuning_section(ctx: BenchContext) -> Section:
     naive, tuned = best["naive"], best["hpcenv default"]
     hp = best["hpcenv launch, no measured tuning"]
     sizes = sorted({r["bytes"] for r in naive})
-    per_round = {
+    per_round = {  # the latency-bound sizes' ratios come from their own launches (they win the |)
         name: paired_ratio_rounds(runs["naive"], runs[name])
         | paired_ratio_rounds(short["naive"], short[name])
         for name in ("hpcenv launch, no measured tuning", "hpcenv default")

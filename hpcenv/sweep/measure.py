@@ -251,9 +251,20 @@ def consistently_slower(
     ``floor``). UCX at 32 B (8 rounds here, 2026-11-22): slower in 8 of 8, median 0.91."""
     if not ratios:
         return False
-    return statistics.median(ratios) < floor and rounds_slower(ratios) >= math.ceil(
-        share * len(ratios)
+    return statistics.median(ratios) < floor and rounds_slower(ratios) >= slower_rounds_needed(
+        len(ratios), share
     )
+
+
+def slower_rounds_needed(rounds: int, share: float = CONSISTENT_SHARE) -> int:
+    """In how many of ``rounds`` a candidate must be slower to count as consistently slower."""
+    return math.ceil(share * rounds)
+
+
+def sign_test(k: int, n: int) -> float:
+    """The chance that noise alone (a fair coin per round) makes a candidate slower in ``k`` or
+    more of ``n`` rounds."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
 
 
 def loses_when_chosen(ratios: Sequence[float]) -> bool:
