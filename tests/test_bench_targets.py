@@ -313,7 +313,7 @@ def test_history_round_trip_keeps_the_last_entries(tmp_path: Path) -> None:
 def test_floor_over_runs_needs_three_and_judges_the_union() -> None:
     two = [{"date": "d1", "losses": []}, {"date": "d2", "losses": []}]
     head = floor_over_runs(two, "/c/floor.jsonl")
-    assert head.met is None and "2 run(s) of this image recorded so far" in head.note
+    assert head.met is None and "2 run(s) of this image and kind recorded so far" in head.note
     met = floor_over_runs([{"date": "d0", "losses": [8]}, *two, {"date": "d3", "losses": []}], "f")
     assert met.met is True and met.value == 0 and "d1: none; d2: none; d3: none" in met.note
     missed = floor_over_runs(
@@ -327,18 +327,27 @@ def test_targets_section_records_runs_and_judges_the_last_three(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HPCENV_CACHE", str(tmp_path / "cache"))
-    floor = {"sizes": 13, "losses": [], "rounds": 8}
+    floor = {"sizes": 13, "losses": [], "rounds": 16, "latency_rounds": 16}
     heads = []
     for _ in range(2):
         heads.append(targets_section(_ctx(tmp_path, floor=floor)).headline[0])
-    # a --quick run runs the tuning section's every round: it counts (issue 39)
-    quick = targets_section(_ctx(tmp_path, quick=True, floor=floor))
-    assert [h.met for h in heads] == [None, None] and quick.headline[0].met is True
+    # a --quick run (8 rounds) is judged with quick runs, a full run with full runs (issue 39)
+    quick_floor = {"sizes": 13, "losses": [8], "rounds": 8, "latency_rounds": 8}
+    quick = targets_section(_ctx(tmp_path, quick=True, floor=quick_floor)).headline[0]
+    assert [h.met for h in heads] == [None, None] and quick.met is None
+    assert "1 run(s) of this image and kind" in quick.note
+    assert "last 3 quick (8 rounds + 8 short) bench runs" in quick.measure
+    third = targets_section(_ctx(tmp_path, floor=floor)).headline[0]
+    assert third.met is True and "last 3 full (16 rounds + 16 short) bench runs" in third.measure
     no_floor = targets_section(_ctx(tmp_path))
     path = floor_history_path("local")
-    assert path.is_relative_to(tmp_path / "cache") and len(read_history(path)) == 3
-    assert [e["quick"] for e in read_history(path)] == [False, False, True]
-    assert no_floor.headline[0].met is True
+    assert path.is_relative_to(tmp_path / "cache") and len(read_history(path)) == 4
+    assert [e["quick"] for e in read_history(path)] == [False, False, True, False]
+    assert no_floor.headline[0].met is True  # no verdict of its own: the latest kind's row
+    assert no_floor.data["floor_kind"] == "full (16 rounds + 16 short)"
+    # an older method (no short launches) starts no count with the new one
+    old = _ctx(tmp_path, floor={"sizes": 13, "losses": [], "rounds": 16})
+    assert targets_section(old).headline[0].met is None
     other = _ctx(tmp_path)
     other.image = "another:image"
     assert targets_section(other).headline[0].met is None  # runs of another image do not count

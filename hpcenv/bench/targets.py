@@ -6,8 +6,10 @@ vanishing.
   default launch is consistently slower than naive by more than 5 %") must hold in three full
   runs, not one lucky one. Each full run's verdict (the sizes it found consistently slower) is
   appended to a small history in hpcenv's cache (``bench/floor-history-SITE.jsonl``); the row
-  judges the last three of the same image tag, and says how many are recorded until there are
-  three.
+  judges the last three of the same image tag, measured tuning and kind of run (a full run's 16
+  rounds or ``--quick``'s 8: the rounds decide how likely noise flags a size, so a full run is
+  judged with full runs, as issue 39 asks, and a quick run with quick runs), and says how many are
+  recorded until there are three.
 * Set-up time on a fresh machine: not measurable in a run of this bench (it runs on a machine
   already set up). ``scripts/fresh-setup-time.sh`` measures it (README's two commands on a fresh
   clone with an empty podman storage and cache) and appends the result to
@@ -100,13 +102,24 @@ def append_history(path: Path, entry: Mapping[str, Any]) -> None:
     tmp.replace(path)
 
 
-def floor_over_runs(entries: Sequence[Mapping[str, Any]], where: str) -> Headline:
-    """The floor target over the last :data:`FLOOR_RUNS` recorded runs: the number of sizes
-    consistently slower in any of them (goal: none); not measured until there are three."""
+def run_kind(entry: Mapping[str, Any]) -> str:
+    """The kind of run a history entry records, the floor being judged within one kind: full or
+    quick, with its rounds of full sweeps and of short latency-bound launches."""
+    name = "quick" if entry.get("quick") else "full"
+    latency = entry.get("latency_rounds")
+    short = f" + {latency} short" if latency else ""
+    return f"{name} ({entry.get('rounds', '?')} rounds{short})"
+
+
+def floor_over_runs(entries: Sequence[Mapping[str, Any]], where: str, kind: str = "") -> Headline:
+    """The floor target over the last :data:`FLOOR_RUNS` recorded runs (of one ``kind``): the
+    number of sizes consistently slower in any of them (goal: none); not measured until there
+    are three."""
     last = list(entries)[-FLOOR_RUNS:]
+    runs = f"{kind} bench runs" if kind else "bench runs"
     measure = (
-        f"Tuning floor over the last {FLOOR_RUNS} bench runs with the tuning section: sizes where "
-        "hpcenv default is consistently slower than naive by more than 5 % in any of them (goal: none)"
+        f"Tuning floor over the last {FLOOR_RUNS} {runs}: sizes where hpcenv default is "
+        "consistently slower than naive by more than 5 % in any of them (goal: none)"
     )
     if len(last) < FLOOR_RUNS:
         return Headline(
@@ -115,9 +128,9 @@ def floor_over_runs(entries: Sequence[Mapping[str, Any]], where: str) -> Headlin
             "",
             FLOOR_GOAL,
             None,
-            f"Floor over {FLOOR_RUNS} runs not measured: {len(last)} run(s) of this image "
-            f"recorded so far in {where} with the measured tuning in force (each run with the "
-            "tuning section adds one, `make bench` or `hpcenv bench --quick`).",
+            f"Floor over {FLOOR_RUNS} runs not measured: {len(last)} run(s) of this image and "
+            f"kind recorded so far in {where} with the measured tuning in force (each run with "
+            "the tuning section adds one; `make bench` and `hpcenv bench --quick` count apart).",
         )
     lost = sorted({int(s) for e in last for s in e["losses"]})
     per_run = "; ".join(
@@ -205,30 +218,31 @@ def unmeasured_rows(training: bool = False) -> list[Headline]:
 
 
 def targets_section(ctx: BenchContext) -> Section:
-    """Record this run's floor verdict (a run whose tuning section judged it: full or --quick,
-    both run its every round), then the rows of this module. The floor over three runs is
-    judged on runs of the same image and the same measured tuning (a new measurement starts
-    a new count)."""
+    """Record this run's floor verdict (a run whose tuning section judged it: full or --quick),
+    then the rows of this module. The floor over three runs is judged on runs of the same
+    image, the same measured tuning (a new measurement starts a new count) and the same kind
+    of run as this one (:func:`run_kind`)."""
     sec = Section("targets", "Targets one run cannot measure")
     path = floor_history_path(ctx.site.name)
     floor = ctx.shared.get("floor")
     tuning = ctx.measured.date if ctx.measured is not None else None
+    entry = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "image": ctx.image,
+        "tuning": tuning,
+        "quick": ctx.quick,
+        **(floor or {}),
+    }
     if floor is not None:
-        append_history(
-            path,
-            {
-                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                "image": ctx.image,
-                "tuning": tuning,
-                "quick": ctx.quick,
-                **floor,
-            },
-        )
-    entries = [
+        append_history(path, entry)
+    same = [
         e for e in read_history(path) if e.get("image") == ctx.image and e.get("tuning") == tuning
     ]
-    sec.data = {"floor_history": str(path), "floor_runs": entries[-FLOOR_RUNS:]}
-    sec.headline.append(floor_over_runs(entries, str(path)))
+    # without a verdict of its own (no tuning section), the run reports the latest kind recorded
+    kind = run_kind(entry if floor is not None or not same else same[-1])
+    entries = [e for e in same if run_kind(e) == kind]
+    sec.data = {"floor_history": str(path), "floor_kind": kind, "floor_runs": entries[-FLOOR_RUNS:]}
+    sec.headline.append(floor_over_runs(entries, str(path), kind))
     setup = setup_history_path()
     sec.headline.append(setup_time_row(read_setup_history(setup), str(setup)))
     if not ctx.shared.get("training"):
