@@ -35,6 +35,7 @@ from hpcenv.versions import major_minor
 VENV = "/opt/venv"
 CACHE_WORD = re.compile(r"[A-Za-z0-9._/-]+")  # a build cache mount's id or target
 BUILD_DIR = "/opt/hpcenv-build"  # build stage only: CA bundle, pip.conf, wheelhouse
+BUILD_CONTEXT = "hpcenv-build"  # the build inputs' folder in the build context
 PIP = f"{VENV}/bin/pip"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = f"{VENV}/bin:{SYSTEM_PATH}"
@@ -188,6 +189,31 @@ def build_step(name: str, *args: str) -> tuple[Primitive, Primitive, dict[str, s
     rel = f"{STEPS_CONTEXT}/{name}"
     run = shell(shlex.join(["sh", f"{STEPS_DIR}/{name}", *args]))
     return copy(rel, f"{STEPS_DIR}/{name}"), run, {rel: step_text(name)}
+
+
+def build_inputs_mounted(steps: list[Primitive], pip_conf: str) -> list[Primitive]:
+    """Build-stage steps made fit for a runtime stage (:meth:`Blocks.wheels_stage`): each shell
+    step gets the build inputs (``hpcenv-build``, and the shipped steps where any are copied)
+    mounted for itself only, and pip's settings exported for its commands; the copies of those
+    inputs are dropped. An example: ``shell("pip install x")`` becomes ``RUN
+    --mount=type=bind,source=hpcenv-build,target=/opt/hpcenv-build export
+    PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf PIP_DISABLE_PIP_VERSION_CHECK=1 && pip install x``.
+    Any other step stays as it is."""
+    pip_env = f"export PIP_CONFIG_FILE={shlex.quote(pip_conf)} PIP_DISABLE_PIP_VERSION_CHECK=1"
+    out: list[Primitive] = []
+    for p in steps:
+        inputs_copy = p.src.split("/")[0] in (BUILD_CONTEXT, STEPS_CONTEXT)
+        if p.kind == "copy" and p.from_stage is None and inputs_copy:
+            continue
+        if p.kind == "env" and any(k == "PIP_CONFIG_FILE" for k, _ in p.pairs):
+            continue
+        if p.kind == "shell":
+            inputs = [(BUILD_CONTEXT, BUILD_DIR)]
+            if any(f"{STEPS_DIR}/" in c for c in p.commands):
+                inputs.append((STEPS_CONTEXT, STEPS_DIR))
+            p = replace(p, commands=(pip_env, *p.commands), mounts=(*inputs, *p.mounts))
+        out.append(p)
+    return out
 
 
 def dnf_install(packages: list[str], install: str) -> Primitive:
@@ -494,9 +520,11 @@ class Blocks:
 
     def parts(self) -> list[Parts]:
         """Every block's parts, in build order."""
+        return [self.trust(), self.build_tools(), *self.stack_parts()]
+
+    def stack_parts(self) -> list[Parts]:
+        """The stack's blocks, in build order (after the build stage's trust and tools)."""
         return [
-            self.trust(),
-            self.build_tools(),
             # the venv and torch first: the largest install, the same for every MPI, so the
             # images of one site (and of sites that differ only in their MPI) share its layer
             self.python(),
@@ -520,12 +548,16 @@ class Blocks:
             return {}  # nothing of the stack is built on a prebuilt base
         return {rel: text for part in self.parts() for rel, text in part.context.items()}
 
-    def stages(self, lock_json: str, checks: bool) -> list[Stage]:
+    def stages(self, lock_json: str, checks: bool, two_stage: bool = False) -> list[Stage]:
+        """The image's stages; ``two_stage``: a build stage and a runtime stage even where the
+        stack builds in one (:meth:`one_stage`), the layout ``hpcenv bench`` measures against."""
         base = self.lock.build["base_image"]
         if self.lock.build.get("base_from"):  # first: nothing of the stack is built on it
             return [self.prebuilt_stage(base, lock_json, checks)]
         if self.lock.build.get("python_from") == "os":
             return [self.os_stage(base, lock_json, checks)]
+        if self.one_stage() and not two_stage:
+            return [self.wheels_stage(base, lock_json, checks)]
         parts = self.parts()
         build = [generated_note(), *[p for part in parts for p in part.build]]
         apt = sorted(
@@ -545,6 +577,56 @@ class Blocks:
                 for p in build
             ]
         return [Stage("build", base, build), Stage("runtime", base, runtime)]
+
+    def one_stage(self) -> bool:
+        """Whether the stack builds in one stage (:meth:`wheels_stage`): it compiles nothing and
+        its package manager has a ``wheels_only`` list (apt)."""
+        return not self.compiles() and "wheels_only" in self.os_packages
+
+    def wheels_stage(self, base: str, lock_json: str, checks: bool) -> Stage:
+        """One stage for a stack that compiles nothing (apt packages and binary wheels): a
+        build stage would hold no toolchain, only the venv, and copying that venv into the
+        runtime stage (``COPY --from=build``, ~470 MB of small files for daal4py) was the
+        slowest step of its cold build; with the build stage's apt step merged into the runtime
+        stage's, the build fetches the package index once. The build inputs (CA bundle,
+        pip.conf, shipped steps) are mounted for the steps that use them, never copied
+        (:func:`build_inputs_mounted`); credentials stay build secrets. No compiler, header or
+        ``-dev`` package is installed, as in the runtime stage of a two-stage build."""
+        parts = self.stack_parts()
+        apt = sorted(
+            {pkg for part in parts for pkg in part.runtime_apt}
+            | set(self.os_packages["runtime_base"])
+            | set(self.build_tool_packages())
+        )
+        steps = build_inputs_mounted([p for part in parts for p in part.build], self.pip_conf())
+        if pip_credentials(self.site.build):  # every build step may run pip
+            steps = [
+                replace(p, secrets=(*p.secrets, PIP_CONF)) if p.kind == "shell" else p
+                for p in steps
+            ]
+        runtime = [p for part in parts for p in part.runtime]
+        copied = [p for p in runtime if p.from_stage is not None]
+        if any(p.src != VENV for p in copied):  # only the venv is made where it is used
+            raise ConfigError(
+                f"{self.lock.recipe}: one stage, but the runtime copies "
+                f"{', '.join(p.src for p in copied)} from a build stage"
+            )
+        runtime = [p for p in runtime if p.from_stage is None]
+        return Stage(
+            "runtime",
+            base,
+            [
+                generated_note(),
+                comment(
+                    "one stage: nothing compiles (apt packages and binary wheels); build inputs "
+                    "are mounted for the steps that need them, never copied"
+                ),
+                self.install(apt),
+                *steps,
+                *runtime,
+                *self.payload(lock_json, checks),
+            ],
+        )
 
     def os_stage(self, base: str, lock_json: str, checks: bool) -> Stage:
         """One stage of the OS's own packages (recipe ``python_from: os``): nothing to build,
@@ -597,16 +679,20 @@ class Blocks:
 
         With a credentialed index, pip reads its whole configuration from the build secret
         ``hpcenv-pip.conf`` instead (mounted for each build step, see :meth:`stages`)."""
-        pip_conf = f"{BUILD_DIR}/pip.conf"
-        if pip_credentials(self.site.build):
-            pip_conf = f"{SECRETS_DIR}/{PIP_CONF}"
         return Parts(
             build=[
                 comment("build-time trust and package sources; never copied to the runtime stage"),
-                copy("hpcenv-build", BUILD_DIR),
-                env(PIP_CONFIG_FILE=pip_conf, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+                copy(BUILD_CONTEXT, BUILD_DIR),
+                env(PIP_CONFIG_FILE=self.pip_conf(), PIP_DISABLE_PIP_VERSION_CHECK="1"),
             ]
         )
+
+    def pip_conf(self) -> str:
+        """Where pip's configuration is during the build: the build inputs' ``pip.conf``, or
+        the build secret of a credentialed index."""
+        if pip_credentials(self.site.build):
+            return f"{SECRETS_DIR}/{PIP_CONF}"
+        return f"{BUILD_DIR}/pip.conf"
 
     def build_tools(self) -> Parts:
         return Parts(build=[self.install(self.build_tool_packages())])
@@ -1117,7 +1203,7 @@ class Blocks:
                         f"{VENV}/bin/python -c {shlex.quote(check)}",
                     ),
                     secrets=secrets,
-                    mounts=(("hpcenv-build", BUILD_DIR), (USER_CONTEXT, USER_DIR)),
+                    mounts=((BUILD_CONTEXT, BUILD_DIR), (USER_CONTEXT, USER_DIR)),
                 )
             )
         files = user.get("files", [])

@@ -149,10 +149,11 @@ def apptainer_args(stages: list[Stage]) -> list[Stage]:
     return out
 
 
-def render(lock: Lock, site: Site, *, checks: bool = True) -> Rendered:
+def render(lock: Lock, site: Site, *, checks: bool = True, two_stage: bool = False) -> Rendered:
+    """The recipe files of a resolved stack; ``two_stage``: see :meth:`Blocks.stages`."""
     lock_json = lock.to_json()
     blocks = Blocks(lock, site)
-    stages: list[Stage] = blocks.stages(lock_json, checks)
+    stages: list[Stage] = blocks.stages(lock_json, checks, two_stage)
     bootstrap, bootstrap_from = singularity_source(lock)
     env = _environment()
     common = {"version": __version__, "lock": lock.to_dict(), "stages": stages}

@@ -1,8 +1,9 @@
 """The build stage carries the toolchain only where a step compiles (Blocks.compiles).
 
-A CPU stack of apt packages and binary wheels (daal4py on local) installs only what its venv and
-pip need, its pip step takes wheels only, and its MPI (with daal4py's side MPI and a bind
-model's ABI link) is installed in the runtime stage only: nothing builds against it. Every
+A CPU stack of apt packages and binary wheels (daal4py on local) builds in one stage
+(Blocks.wheels_stage): one apt step with what its venv and pip need and its MPI's runtime
+packages (with daal4py's side MPI and a bind model's ABI link), its pip step takes wheels only,
+and the build inputs are mounted for the steps that use them. Every
 stack that compiles something (Horovod, an MPI from source or the host's, mpi4py against the
 MPI-5 ABI) and every GPU stack keeps the whole toolchain, byte for byte as before (so their first
 layers stay shared)."""
@@ -34,24 +35,42 @@ def _blocks(site_name: str, recipe: str) -> Blocks:
     ("site", "recipe"),
     [("local", "daal4py"), ("local", "mpi4py-abi"), ("generic-slurm", "daal4py")],
 )
-def test_a_stack_of_wheels_and_apt_packages_builds_without_the_toolchain(
+def test_a_stack_of_wheels_and_apt_packages_builds_in_one_stage_without_the_toolchain(
     site: str, recipe: str
 ) -> None:
     blocks = _blocks(site, recipe)
-    assert not blocks.compiles()
+    assert not blocks.compiles() and blocks.one_stage()
     assert blocks.build_tool_packages() == list(APT["wheels_only"])
     dockerfile = render(blocks.lock, blocks.site).dockerfile
-    build_stage = dockerfile.split(" AS runtime", 1)[0]
+    assert dockerfile.count("\nFROM ") == 1 and " AS runtime\n" in dockerfile
     for tool in ("build-essential", "cmake", "ccache", "python3-dev"):
-        assert tool not in build_stage, tool
-    assert "pip install --no-cache-dir --only-binary=:all: mpi4py==" in build_stage
-    # no MPI in the build stage: its runtime packages come with the runtime stage's apt step
-    for pkg in (*APT["openmpi"]["build"], *APT["mpich"]["build"]):
-        assert f" {pkg}" not in build_stage, pkg
-    runtime_stage = dockerfile.split(" AS runtime", 1)[1]
+        assert tool not in dockerfile, tool
+    # the build inputs are mounted for the steps that use them, never copied into a layer
+    assert "COPY --from=" not in dockerfile and "COPY hpcenv-build" not in dockerfile
+    assert "\nENV PIP_CONFIG_FILE" not in dockerfile
+    pip = "RUN --mount=type=bind,source=hpcenv-build,target=/opt/hpcenv-build export "
+    pip += "PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf PIP_DISABLE_PIP_VERSION_CHECK=1 && \\\n"
+    assert f"{pip}    /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: mpi4py==" in (
+        dockerfile
+    )
+    # one apt step: the venv's tools and the MPI's runtime packages, before the venv
+    assert dockerfile.count("apt-get update") == 1
+    apt = dockerfile.split("python3 -m venv", 1)[0]
     mpi = blocks.lock.components["mpi"].implementation
-    for pkg in APT[mpi]["runtime"]:
-        assert f" {pkg}" in runtime_stage.split("COPY --from=build", 1)[0], pkg
+    for pkg in (*APT[mpi]["runtime"], *APT["wheels_only"]):
+        assert f" {pkg}" in apt, pkg
+    for pkg in (*APT["openmpi"]["build"], *APT["mpich"]["build"]):
+        if pkg not in (*APT[mpi]["runtime"], *APT["mpich"]["runtime"]):
+            assert f" {pkg}" not in dockerfile, pkg
+
+
+def test_the_two_stage_layout_stays_available_for_the_bench() -> None:
+    """``hpcenv bench`` measures the one stage against the layout a compiling stack gets."""
+    blocks = _blocks("local", "daal4py")
+    two = render(blocks.lock, blocks.site, two_stage=True).dockerfile
+    build, runtime = two.split(" AS runtime", 1)
+    assert "COPY hpcenv-build /opt/hpcenv-build" in build
+    assert "COPY --from=build /opt/venv /opt/venv" in runtime
 
 
 def _wheels_check(tmp_path: Path, venv: Path) -> subprocess.CompletedProcess[str]:
@@ -78,8 +97,7 @@ def test_daal4py_side_mpi_is_linked_in_the_runtime_stage_when_nothing_compiles()
     """local's daal4py: Open MPI the image's MPI, Debian's MPICH the side runtime whose
     libmpich.so.12 is linked as libmpi.so.12 where the runtime stage installed it."""
     blocks = _blocks("local", "daal4py")
-    build, runtime = render(blocks.lock, blocks.site).dockerfile.split(" AS runtime", 1)
-    assert "/opt/mpich-abi" not in build
+    runtime = render(blocks.lock, blocks.site).dockerfile
     assert "COPY --from=build /opt/mpich-abi" not in runtime
     link = "ln -sf \"$(find /usr/lib -name 'libmpich.so.12' | head -n 1)\" /opt/mpich-abi/lib/"
     assert link in runtime
@@ -93,12 +111,17 @@ def test_a_bind_model_of_wheels_checks_that_no_wheel_loads_the_os_name() -> None
     and the runtime stage adds libmpi.so.12 as before."""
     blocks = _blocks("local-bind", "daal4py")
     assert not blocks.compiles()
-    build, runtime = render(blocks.lock, blocks.site).dockerfile.split(" AS runtime", 1)
-    assert "patchelf" not in build and "relink-mpich-abi.sh" not in build
+    image = render(blocks.lock, blocks.site).dockerfile
+    assert "patchelf" not in image and "relink-mpich-abi.sh" not in image
     check = "sh /opt/hpcenv-steps/wheels-load-abi-name.sh libmpich.so.12 libmpi.so.12 /opt/venv"
-    assert check in build
-    assert "ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12" in runtime
-    assert 'HPCENV_MPICH_ABI_LIB="/usr/lib/x86_64-linux-gnu"' in runtime
+    # the shipped step is mounted for its own step only, never copied into the image
+    mount = "--mount=type=bind,source=hpcenv-steps,target=/opt/hpcenv-steps"
+    step = next(i for i in image.split("\nRUN ") if check in i)
+    assert mount in step and "COPY hpcenv-steps" not in image
+    assert image.count(mount) == 1
+    link = "ln -s libmpich.so.12 /usr/lib/x86_64-linux-gnu/libmpi.so.12"
+    assert image.index(check) < image.index(link)
+    assert 'HPCENV_MPICH_ABI_LIB="/usr/lib/x86_64-linux-gnu"' in image
 
 
 @pytest.mark.parametrize(

@@ -63,9 +63,28 @@ def test_redact_and_split() -> None:
     )
 
 
-def test_rendered_files_hold_no_credentials(tmp_path: Path) -> None:
+def test_one_stage_takes_credentials_as_secrets_of_its_pip_steps(tmp_path: Path) -> None:
+    """A stack that compiles nothing builds in one stage (daal4py): pip's credentialed
+    configuration is a build secret of each step that may run pip, never a file, an ENV or a
+    layer; the image's own steps after them do not see it."""
     site = load_site(str(credentialed_site(tmp_path)))
     rendered = render(resolve(site, load_recipe("daal4py")), site)
+    for name in ("dockerfile", "singularity", "lock_json", "pip_conf"):
+        _secret_free(getattr(rendered, name), name)
+    docker = rendered.dockerfile
+    assert docker.count("\nFROM ") == 1 and "\nENV PIP_CONFIG_FILE" not in docker
+    pip_runs = [b for b in docker.split("\nRUN ")[1:] if "/opt/venv/bin/pip" in b]
+    secret = "--mount=type=secret,id=hpcenv-pip.conf,target=/run/secrets/hpcenv-pip.conf"
+    assert len(pip_runs) == 2 and all(secret in b.split("\n")[0] for b in pip_runs)
+    assert all("export PIP_CONFIG_FILE=/run/secrets/hpcenv-pip.conf" in b for b in pip_runs)
+    tail = docker.split("useradd", 1)[1]
+    assert "hpcenv-pip.conf" not in tail
+
+
+def test_rendered_files_hold_no_credentials(tmp_path: Path) -> None:
+    """A stack that compiles (horovod-cpu): the build stage's steps take the secrets."""
+    site = load_site(str(credentialed_site(tmp_path)))
+    rendered = render(resolve(site, load_recipe("horovod-cpu")), site)
     for name in ("dockerfile", "singularity", "lock_json", "pip_conf"):
         _secret_free(getattr(rendered, name), name)
     docker = rendered.dockerfile

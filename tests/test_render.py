@@ -48,8 +48,23 @@ def test_deterministic() -> None:
 
 def stages(rel: str) -> list[str]:
     """The stages a golden file must have: one for a recipe of the OS's own packages
-    (``python_from: os``: nothing is built), else build and runtime."""
-    return ["runtime"] if rel.split("__", 1)[1].startswith("mpi4py-os/") else ["build", "runtime"]
+    (``python_from: os``: nothing is built) and for a stack that compiles nothing (apt
+    packages and binary wheels: Blocks.one_stage), else build and runtime."""
+    from hpcenv.blocks import Blocks
+
+    site_name, recipe = rel.split("/", 1)[0].split("__", 1)
+    if recipe == "mpi4py-os":
+        return ["runtime"]
+    site = load_site(site_name)
+    one = Blocks(resolve(site, load_recipe(recipe)), site).one_stage()
+    return ["runtime"] if one else ["build", "runtime"]
+
+
+def test_stacks_of_wheels_build_in_one_stage() -> None:
+    """The recipes that compile nothing on the built-in sites: one stage each."""
+    one = {k.split("/", 1)[0] for k in DOCKERFILES if stages(k) == ["runtime"]}
+    assert {"local__daal4py", "local__mpi4py-abi", "generic-slurm__daal4py"} <= one
+    assert "local__horovod-cpu" not in one and "local__mpi4py-os" in one
 
 
 @pytest.mark.parametrize("rel", DEFS)
@@ -97,7 +112,12 @@ def test_definition_structure(rel: str) -> None:
     runtime = text.split("Stage: runtime", 1)[1]
     assert "%environment" in runtime and "%runscript" in runtime and "%test" in runtime
     assert "export PATH=" in runtime.split("%post", 1)[1], "environment must be exported in %post"
-    assert "hpcenv-build" not in runtime, "build-time credentials reach the runtime stage"
+    if "build" in stages(rel):
+        assert "hpcenv-build" not in runtime, "build-time credentials reach the runtime stage"
+    elif "hpcenv-build" in runtime:  # one stage: build inputs come by %files, go after %post
+        post = runtime.split("%post", 1)[1].split("\n%", 1)[0].rstrip().splitlines()
+        assert post[-1].startswith("    rm -rf /opt/hpcenv-build"), post[-1]
+        assert "    hpcenv-build /opt/hpcenv-build" in runtime.split("%post", 1)[0]
 
 
 @pytest.mark.parametrize("rel", DOCKERFILES)
@@ -107,7 +127,12 @@ def test_dockerfile_runtime_is_clean(rel: str) -> None:
     assert re.findall(r"^FROM \S+ AS (\S+)", text, flags=re.M) == stages(rel)
     if "build" in stages(rel):
         assert "COPY hpcenv-build /opt/hpcenv-build" in build
-    assert "hpcenv-build" not in runtime and "PIP_CONFIG_FILE" not in runtime
+        assert "hpcenv-build" not in runtime and "PIP_CONFIG_FILE" not in runtime
+    else:  # one stage: the build inputs only ever mounted for a step, pip's settings per step
+        assert "COPY hpcenv-build" not in runtime and "\nENV PIP_CONFIG_FILE" not in runtime
+        for line in runtime.splitlines():
+            if "hpcenv-build" in line:
+                assert line.startswith("RUN --mount=type=bind,source=hpcenv-build,"), line
     assert "USER hpc" in runtime
     assert "io.hpcenv.lock=" in runtime and "/opt/hpcenv/stack.lock.json" in runtime
 
@@ -220,7 +245,9 @@ def test_site_mirror_used_and_removed(tmp_path: Path) -> None:
     site = load_site(str(path))
     rendered = render(resolve(site, load_recipe("daal4py")), site)
     assert "http://mirror.example/debian" in rendered.dockerfile
-    assert rendered.dockerfile.count("rm -rf /var/lib/apt/lists/* /opt/hpcenv-build-apt.list") >= 2
+    # one stage (daal4py compiles nothing): one apt step, the mirror removed in it
+    assert rendered.dockerfile.count("apt-get -o Dir::Etc::SourceList") == 2  # update, install
+    assert rendered.dockerfile.count("rm -rf /var/lib/apt/lists/* /opt/hpcenv-build-apt.list") == 1
     assert "token" not in rendered.dockerfile and "token" not in rendered.singularity
     assert "index-url = https://pypi.example/simple" in rendered.pip_conf  # no credentials
 

@@ -1,8 +1,12 @@
 """Build cost: cold build time, image size and warm rebuild of three ways to build one stack.
 
-* ``hpcenv``: the multi-stage Dockerfile hpcenv renders (build stage + slim runtime stage).
-* ``naive``: :func:`single_stage_dockerfile` of that same rendering: every command of the build
-  stage plus the runtime stage's tail, in one stage (what you get without the runtime stage).
+* ``hpcenv``: the Dockerfile hpcenv renders: a build stage + slim runtime stage, or one stage
+  for a stack that compiles nothing (:meth:`hpcenv.blocks.Blocks.wheels_stage`).
+* ``two-stage`` (only where hpcenv renders one stage): the same stack in the build stage +
+  runtime stage layout of a stack that compiles, i.e. what the one stage saves.
+* ``naive``: :func:`single_stage_dockerfile` of the two-stage rendering: every command of the
+  build stage plus the runtime stage's tail, in one stage (what you get without the runtime
+  stage).
 * ``hpccm``: :mod:`hpcenv.bench.hpccm_daal4py`, the same stack written with hpccm's blocks.
 
 All three start from the same locally bootstrapped base, fetch over the same mirror and index,
@@ -414,6 +418,7 @@ def build_section(ctx: BenchContext) -> Section:
     from hpcenv.blocks import Blocks
     from hpcenv.build import ensure_base, make_plans, write_context
     from hpcenv.paths import cache_dir
+    from hpcenv.render import render
     from hpcenv.shells import podman
 
     sec = Section(
@@ -423,14 +428,15 @@ def build_section(ctx: BenchContext) -> Section:
     plan = make_plans(ctx.site, [recipe], {}, ctx.work / "contexts", owned=True)[0]
     context = write_context(plan)
     lock = plan.lock
-    files = {
-        "hpcenv": context / "Dockerfile",
-        "naive": context / "Dockerfile.naive",
-        "hpccm": context / "Dockerfile.hpccm",
-    }
-    files["naive"].write_text(
-        single_stage_dockerfile(files["hpcenv"].read_text()), encoding="utf-8"
-    )
+    files = {"hpcenv": context / "Dockerfile"}
+    two_stage = files["hpcenv"].read_text(encoding="utf-8")
+    if len(stages(two_stage)) == 1:  # hpcenv builds it in one stage: measure what that saves
+        two_stage = render(lock, ctx.site, two_stage=True).dockerfile
+        files["two-stage"] = context / "Dockerfile.two-stage"
+        files["two-stage"].write_text(two_stage, encoding="utf-8")
+    files["naive"] = context / "Dockerfile.naive"
+    files["hpccm"] = context / "Dockerfile.hpccm"
+    files["naive"].write_text(single_stage_dockerfile(two_stage), encoding="utf-8")
     pins = [f"mpi4py=={lock.version('mpi4py')}"]
     if lock.has("daal4py"):
         pins.append(str(lock.components["daal4py"].options.get("package", "scikit-learn-intelex")))
@@ -447,18 +453,25 @@ def build_section(ctx: BenchContext) -> Section:
         shutil.copy2(path, ctx.out / f"{recipe}.{name}.Dockerfile")
     sec.data["dockerfiles"] = {n: f"{recipe}.{n}.Dockerfile" for n in files}
     inputs_mount = (f"{context / BUILD_INPUTS}:{BUILD_INPUTS_MOUNT}:ro",)
-    volumes = {"hpcenv": (), "naive": inputs_mount, "hpccm": inputs_mount}
+    volumes = {"hpcenv": (), "two-stage": (), "naive": inputs_mount, "hpccm": inputs_mount}
+    layout = (
+        f"`{recipe}.hpcenv.Dockerfile` (hpcenv's render: one stage, since the stack compiles "
+        f"nothing; build inputs mounted per step), `{recipe}.two-stage.Dockerfile` (the same "
+        "stack in the build stage + slim runtime stage layout of a stack that compiles, with "
+        "`COPY --from=build` of the venv), "
+        if "two-stage" in files
+        else f"`{recipe}.hpcenv.Dockerfile` (hpcenv's render: build stage + slim runtime stage), "
+    )
     sec.text.append(
         f"Recipe `{recipe}` for site `{ctx.site.name}` (compiles nothing, so a cold build is "
-        "download + unpack + install). Three Dockerfiles of the same stack, copied next to this "
-        f"report: `{recipe}.hpcenv.Dockerfile` (hpcenv's render: build stage + slim runtime "
-        f"stage), `{recipe}.naive.Dockerfile` (the same commands in one stage), "
-        f"`{recipe}.hpccm.Dockerfile` (hpcenv/bench/hpccm_daal4py.py rendered by hpccm). Cold = "
-        "`podman build --layers --format docker` in a fresh, throw-away podman storage that "
-        "holds only the bootstrapped base image (its ~1 min debootstrap is not counted; it "
-        "exists once per host), so no layer of any other build can be reused; the three run one after another, "
-        "never in parallel. Warm = change one file in `checks/` (the last content layer) and "
-        "rebuild at once in the same storage."
+        f"download + unpack + install). {len(files)} Dockerfiles of the same stack, copied next "
+        f"to this report: {layout}`{recipe}.naive.Dockerfile` (the two-stage commands in one "
+        f"stage), `{recipe}.hpccm.Dockerfile` (hpcenv/bench/hpccm_daal4py.py rendered by hpccm). "
+        "Cold = `podman build --layers --format docker` in a fresh, throw-away podman storage "
+        "that holds only the bootstrapped base image (its ~1 min debootstrap is not counted; it "
+        "exists once per host), so no layer of any other build can be reused; they run one "
+        "after another, never in parallel. Warm = change one file in `checks/` (the last "
+        "content layer) and rebuild at once in the same storage."
     )
     cold: dict[str, BuildTiming] = {}
     warm: dict[str, BuildTiming] = {}
@@ -519,7 +532,7 @@ def build_section(ctx: BenchContext) -> Section:
         sec.text.append(
             "Same stack check (pip + apt versions inside each image): "
             + (
-                "identical in all three."
+                f"identical in all {len(files)}."
                 if same
                 else "DIFFERENT: " + "; ".join(f"{n}: {s}" for n, s in stacks.items())
             )
@@ -561,7 +574,7 @@ def build_section(ctx: BenchContext) -> Section:
                 rows,
             )
         )
-        for name in ("naive", "hpccm"):
+        for name in ("two-stage", "naive", "hpccm"):
             other = cold.get(name)
             if other is not None and other.ok and hp.ok:
                 t = other
