@@ -36,6 +36,12 @@ VENV = "/opt/venv"
 CACHE_WORD = re.compile(r"[A-Za-z0-9._/-]+")  # a build cache mount's id or target
 BUILD_DIR = "/opt/hpcenv-build"  # build stage only: CA bundle, pip.conf, wheelhouse
 BUILD_CONTEXT = "hpcenv-build"  # the build inputs' folder in the build context
+# The build inputs' digest, beside them in the context (hpcenv.render.write_inputs_digest): a
+# one-stage image copies it before its first step that mounts them, since a mount's content is
+# not in the engine's layer-cache key (buildah #5400, podman 4.3 here) and a changed pip.conf,
+# CA bundle or wheelhouse must build those steps again
+INPUTS_DIGEST = "hpcenv-build.sha256"
+INPUTS_DIGEST_IMAGE = "/opt/hpcenv/build-inputs.sha256"
 PIP = f"{VENV}/bin/pip"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = f"{VENV}/bin:{SYSTEM_PATH}"
@@ -622,6 +628,8 @@ class Blocks:
                     "are mounted for the steps that need them, never copied"
                 ),
                 self.install(apt),
+                comment("the build inputs' digest: a change to them builds the next steps again"),
+                copy(INPUTS_DIGEST, INPUTS_DIGEST_IMAGE),
                 *steps,
                 *runtime,
                 *self.payload(lock_json, checks),

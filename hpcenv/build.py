@@ -34,7 +34,14 @@ from hpcenv.lock import Lock
 from hpcenv.output import output_lock, publish_dir
 from hpcenv.paths import cache_dir, file_lock, private_dir
 from hpcenv.recipe import Recipe, load_recipe, with_additions
-from hpcenv.render import Rendered, pip_conf, render, stage_user_files, write
+from hpcenv.render import (
+    Rendered,
+    pip_conf,
+    render,
+    stage_user_files,
+    write,
+    write_inputs_digest,
+)
 from hpcenv.resolver import resolve
 from hpcenv.site import Site
 
@@ -187,6 +194,7 @@ def write_context(plan: BuildPlan, *, locked: bool = False) -> Path:
         write(plan.rendered, tmp)
         stage_user_files(plan.lock, list(plan.user_files), tmp)
         stage_build_inputs(plan, tmp)
+        write_inputs_digest(tmp)  # now with the CA bundle and wheelhouse
 
     publish_dir(plan.context, fill, force=plan.owned, locked=locked, mode=0o700)
     return plan.context

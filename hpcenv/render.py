@@ -5,6 +5,7 @@ Deterministic: the same site, recipe and overrides give byte-identical files.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import shutil
@@ -14,7 +15,8 @@ from pathlib import Path
 import jinja2
 
 from hpcenv import __version__
-from hpcenv.blocks import Blocks, Stage
+from hpcenv.blocks import BUILD_CONTEXT, INPUTS_DIGEST, Blocks, Stage
+from hpcenv.build_inputs import hash_files
 from hpcenv.credentials import SECRETS_DIR, clean_url, secret_mount
 from hpcenv.lock import Lock
 from hpcenv.naming import BASE_ARCHIVE
@@ -217,6 +219,7 @@ def write(
 
     Build contexts are private folders (mode 0700); pip.conf itself keeps the default file
     mode because the mode is part of the layer-cache key of the ``COPY hpcenv-build`` step.
+    The inputs' digest (:func:`write_inputs_digest`) is written last.
     """
     files = {
         "Dockerfile": rendered.dockerfile,
@@ -246,4 +249,16 @@ def write(
         else:
             dest.mkdir()
         written.append(dest)
+    written.append(write_inputs_digest(out))
     return written
+
+
+def write_inputs_digest(out: Path) -> Path:
+    """``INPUTS_DIGEST`` in the context ``out``: the sha256 of its build inputs' folder (names,
+    sizes, bytes), which a one-stage image copies (:meth:`hpcenv.blocks.Blocks.wheels_stage`);
+    written again once the site's CA bundle and wheelhouse are staged (hpcenv.build)."""
+    digest = hashlib.sha256()
+    hash_files(digest, out / BUILD_CONTEXT)
+    path = out / INPUTS_DIGEST
+    path.write_text(digest.hexdigest() + "\n", encoding="utf-8")
+    return path

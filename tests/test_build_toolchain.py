@@ -46,7 +46,7 @@ def test_a_stack_of_wheels_and_apt_packages_builds_in_one_stage_without_the_tool
     for tool in ("build-essential", "cmake", "ccache", "python3-dev"):
         assert tool not in dockerfile, tool
     # the build inputs are mounted for the steps that use them, never copied into a layer
-    assert "COPY --from=" not in dockerfile and "COPY hpcenv-build" not in dockerfile
+    assert "COPY --from=" not in dockerfile and "COPY hpcenv-build " not in dockerfile
     assert "\nENV PIP_CONFIG_FILE" not in dockerfile
     pip = "RUN --mount=type=bind,source=hpcenv-build,target=/opt/hpcenv-build export "
     pip += "PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf PIP_DISABLE_PIP_VERSION_CHECK=1 && \\\n"
@@ -172,3 +172,25 @@ def test_the_wheels_check_runs_and_fails_on_a_wheel_that_loads_the_os_name(
         assert "bad.so" in proc.stderr and "libdep-1a2b.so.3" in proc.stderr
         assert "ok.so" not in proc.stderr
         assert "these binary wheels load libmpich.so.12, not libmpi.so.12" in proc.stderr
+
+
+def test_one_stage_copies_the_build_inputs_digest_before_the_steps_that_mount_them(
+    tmp_path: Path,
+) -> None:
+    """A mount's content is not in podman's layer-cache key (buildah #5400): the image copies
+    the inputs' digest first, so a changed pip.conf builds the venv and pip steps again."""
+    from hpcenv.blocks import INPUTS_DIGEST, INPUTS_DIGEST_IMAGE
+    from hpcenv.render import write, write_inputs_digest
+
+    blocks = _blocks("local", "daal4py")
+    rendered = render(blocks.lock, blocks.site)
+    docker = rendered.dockerfile
+    copy_line = f"COPY {INPUTS_DIGEST} {INPUTS_DIGEST_IMAGE}"
+    assert docker.index(copy_line) < docker.index("--mount=type=bind,source=hpcenv-build")
+    assert f"    {INPUTS_DIGEST} {INPUTS_DIGEST_IMAGE}" in rendered.singularity
+    write(rendered, tmp_path)
+    first = (tmp_path / INPUTS_DIGEST).read_text()
+    (tmp_path / "hpcenv-build" / "pip.conf").write_text("[global]\nindex-url = https://x/\n")
+    assert write_inputs_digest(tmp_path).read_text() != first
+    (tmp_path / "hpcenv-build" / "pip.conf").write_text(rendered.pip_conf)
+    assert write_inputs_digest(tmp_path).read_text() == first

@@ -60,7 +60,9 @@ def test_render_makes_a_marked_folder_and_replaces_it_whole(tmp_path: Path) -> N
     out = tmp_path / "out"
     proc = render(out)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted([*RENDERED, "hpcenv-build"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [*RENDERED, "hpcenv-build", "hpcenv-build.sha256"]
+    )
     assert not (out / "hpcenv-build" / "pip.conf").exists()  # may hold credentials
     (out / "stale-file").write_text("from an older render")
     again = render(out, recipe="horovod-cpu")

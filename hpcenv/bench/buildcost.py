@@ -9,9 +9,9 @@
   stage).
 * ``hpccm``: :mod:`hpcenv.bench.hpccm_daal4py`, the same stack written with hpccm's blocks.
 
-All three start from the same locally bootstrapped base, fetch over the same mirror and index,
-and get the build-time CA bundle and pip.conf the same way for the two that do not copy them in
-(a read-only bind mount at ``/opt/hpcenv-build`` during ``podman build``). A cold build is
+All of them start from the same locally bootstrapped base and fetch over the same mirror and
+index; naive and hpccm, which neither copy nor mount the build-time CA bundle and pip.conf, get
+them as a read-only bind mount at ``/opt/hpcenv-build`` during ``podman build``. A cold build is
 ``podman build --no-cache`` with the options ``hpcenv build`` uses (``--layers --format docker``);
 the warm rebuild changes one file of the ``checks`` folder (the last content layer:
 ``COPY checks``) and builds again with the layer cache.
