@@ -198,20 +198,17 @@ def build_step(name: str, *args: str) -> tuple[Primitive, Primitive, dict[str, s
 
 
 def build_inputs_mounted(steps: list[Primitive], pip_conf: str) -> list[Primitive]:
-    """Build-stage steps made fit for a runtime stage (:meth:`Blocks.wheels_stage`): each shell
-    step gets the build inputs (``hpcenv-build``, and the shipped steps where any are copied)
-    mounted for itself only, and pip's settings exported for its commands; the copies of those
-    inputs are dropped. An example: ``shell("pip install x")`` becomes ``RUN
-    --mount=type=bind,source=hpcenv-build,target=/opt/hpcenv-build export
-    PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf PIP_DISABLE_PIP_VERSION_CHECK=1 && pip install x``.
-    Any other step stays as it is."""
+    """The stack's build-stage steps (without the trust block's copy and ENV) made fit for a
+    runtime stage (:meth:`Blocks.wheels_stage`): each shell step gets the build inputs
+    (``hpcenv-build``, and the shipped steps where it runs one) mounted for itself only, and
+    pip's settings exported for its commands; the shipped steps' copies are dropped. An
+    example: ``shell("pip install x")`` becomes ``RUN --mount=type=bind,source=hpcenv-build,
+    target=/opt/hpcenv-build export PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf
+    PIP_DISABLE_PIP_VERSION_CHECK=1 && pip install x``. Any other step stays as it is."""
     pip_env = f"export PIP_CONFIG_FILE={shlex.quote(pip_conf)} PIP_DISABLE_PIP_VERSION_CHECK=1"
     out: list[Primitive] = []
     for p in steps:
-        inputs_copy = p.src.split("/")[0] in (BUILD_CONTEXT, STEPS_CONTEXT)
-        if p.kind == "copy" and p.from_stage is None and inputs_copy:
-            continue
-        if p.kind == "env" and any(k == "PIP_CONFIG_FILE" for k, _ in p.pairs):
+        if p.kind == "copy" and p.from_stage is None and p.src.startswith(f"{STEPS_CONTEXT}/"):
             continue
         if p.kind == "shell":
             inputs = [(BUILD_CONTEXT, BUILD_DIR)]
@@ -565,24 +562,31 @@ class Blocks:
         if self.one_stage() and not two_stage:
             return [self.wheels_stage(base, lock_json, checks)]
         parts = self.parts()
-        build = [generated_note(), *[p for part in parts for p in part.build]]
-        apt = sorted(
-            {pkg for part in parts for pkg in part.runtime_apt}
-            | set(self.os_packages["runtime_base"])
-        )
+        build = self.with_pip_secret([generated_note(), *[p for part in parts for p in part.build]])
         runtime = [
             generated_note(),
             comment("runtime libraries only: no compilers, headers or build credentials"),
-            self.install(apt),
+            self.install(self.runtime_packages(parts)),
             *[p for part in parts for p in part.runtime],
             *self.payload(lock_json, checks),
         ]
-        if pip_credentials(self.site.build):  # every build step may run pip
-            build = [
-                replace(p, secrets=(*p.secrets, PIP_CONF)) if p.kind == "shell" else p
-                for p in build
-            ]
         return [Stage("build", base, build), Stage("runtime", base, runtime)]
+
+    def runtime_packages(self, parts: list[Parts]) -> list[str]:
+        """The runtime stage's OS packages: the blocks' runtime packages and the base's own."""
+        return sorted(
+            {pkg for part in parts for pkg in part.runtime_apt}
+            | set(self.os_packages["runtime_base"])
+        )
+
+    def with_pip_secret(self, steps: list[Primitive]) -> list[Primitive]:
+        """``steps`` with the build secret of a credentialed index on every shell step (each
+        may run pip); as they are without one."""
+        if not pip_credentials(self.site.build):
+            return steps
+        return [
+            replace(p, secrets=(*p.secrets, PIP_CONF)) if p.kind == "shell" else p for p in steps
+        ]
 
     def one_stage(self) -> bool:
         """Whether the stack builds in one stage (:meth:`wheels_stage`): it compiles nothing and
@@ -599,17 +603,9 @@ class Blocks:
         (:func:`build_inputs_mounted`); credentials stay build secrets. No compiler, header or
         ``-dev`` package is installed, as in the runtime stage of a two-stage build."""
         parts = self.stack_parts()
-        apt = sorted(
-            {pkg for part in parts for pkg in part.runtime_apt}
-            | set(self.os_packages["runtime_base"])
-            | set(self.build_tool_packages())
-        )
+        apt = sorted({*self.runtime_packages(parts), *self.build_tool_packages()})
         steps = build_inputs_mounted([p for part in parts for p in part.build], self.pip_conf())
-        if pip_credentials(self.site.build):  # every build step may run pip
-            steps = [
-                replace(p, secrets=(*p.secrets, PIP_CONF)) if p.kind == "shell" else p
-                for p in steps
-            ]
+        steps = self.with_pip_secret(steps)
         runtime = [p for part in parts for p in part.runtime]
         copied = [p for p in runtime if p.from_stage is not None]
         if any(p.src != VENV for p in copied):  # only the venv is made where it is used

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcenv import naming, platforms
-from hpcenv.blocks import HOST_MPI_ARG, variables_in
+from hpcenv.blocks import BUILD_CONTEXT, HOST_MPI_ARG, variables_in
 from hpcenv.build_inputs import (
     base_images,
     image_inputs_digest,
@@ -222,7 +222,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 def stage_build_inputs(plan: BuildPlan, context: Path | None = None) -> None:
     """Put the site's CA bundle and wheelhouse into the build-only part of the context."""
     build = plan.site.build
-    inputs = (context or plan.context) / "hpcenv-build"
+    inputs = (context or plan.context) / BUILD_CONTEXT
     inputs.mkdir(parents=True, exist_ok=True)
     if build.ca_bundle:
         ca = Path(build.ca_bundle)

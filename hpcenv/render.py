@@ -233,7 +233,7 @@ def write(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(path)
-    inputs = out / "hpcenv-build"
+    inputs = out / BUILD_CONTEXT
     inputs.mkdir(exist_ok=True)
     if build_inputs:
         pip_conf = inputs / "pip.conf"

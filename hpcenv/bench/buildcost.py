@@ -35,9 +35,6 @@ from hpcenv import naming
 from hpcenv.bench.context import BenchContext
 from hpcenv.bench.report import Headline, Section, Table, fmt_mb, fmt_num, fmt_ratio, ratio
 
-BUILD_INPUTS = "hpcenv-build"
-BUILD_INPUTS_MOUNT = "/opt/hpcenv-build"
-
 
 # -- Dockerfile surgery ----------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -95,6 +92,8 @@ def single_stage_dockerfile(multi_stage: str) -> str:
     nothing installs its MPI there only (:meth:`hpcenv.blocks.Blocks.compiles`), and for one that
     compiles it adds nothing the development packages did not bring.
     """
+    from hpcenv.blocks import BUILD_CONTEXT, BUILD_DIR
+
     groups = stages(multi_stage)
     if len(groups) != 2:
         raise ValueError(f"expected a two-stage Dockerfile, found {len(groups)} stage(s)")
@@ -102,7 +101,7 @@ def single_stage_dockerfile(multi_stage: str) -> str:
     base = build[0].args.split()[0]
     keep = [f"FROM {base}"]
     for ins in build[1:]:
-        if ins.keyword == "COPY" and BUILD_INPUTS in ins.args.split()[0]:
+        if ins.keyword == "COPY" and BUILD_CONTEXT in ins.args.split()[0]:
             continue
         keep.append(ins.text)
     for ins in runtime[1:]:
@@ -114,7 +113,7 @@ def single_stage_dockerfile(multi_stage: str) -> str:
     header = (
         "# naive single-stage build of the same stack (hpcenv bench): hpcenv's build stage and "
         "the\n# runtime stage's tail in one stage; build inputs bind-mounted at "
-        f"{BUILD_INPUTS_MOUNT} at build time\n"
+        f"{BUILD_DIR} at build time\n"
     )
     return header + "\n".join(keep) + "\n"
 
@@ -413,9 +412,10 @@ def _stack_of(tag: str, storage: tuple[str, ...] = ()) -> str:
 
 
 def build_section(ctx: BenchContext) -> Section:
-    """Build cost of the ``daal4py`` recipe three ways + the full image from its build log."""
+    """Build cost of the ``daal4py`` recipe three or four ways + the full image from its build
+    log."""
     from hpcenv.bench import hpccm_daal4py
-    from hpcenv.blocks import Blocks
+    from hpcenv.blocks import BUILD_CONTEXT, BUILD_DIR, Blocks
     from hpcenv.build import ensure_base, make_plans, write_context
     from hpcenv.paths import cache_dir
     from hpcenv.render import render
@@ -452,7 +452,7 @@ def build_section(ctx: BenchContext) -> Section:
     for name, path in files.items():
         shutil.copy2(path, ctx.out / f"{recipe}.{name}.Dockerfile")
     sec.data["dockerfiles"] = {n: f"{recipe}.{n}.Dockerfile" for n in files}
-    inputs_mount = (f"{context / BUILD_INPUTS}:{BUILD_INPUTS_MOUNT}:ro",)
+    inputs_mount = (f"{context / BUILD_CONTEXT}:{BUILD_DIR}:ro",)
     volumes = {"hpcenv": (), "two-stage": (), "naive": inputs_mount, "hpccm": inputs_mount}
     layout = (
         f"`{recipe}.hpcenv.Dockerfile` (hpcenv's render: one stage, since the stack compiles "
