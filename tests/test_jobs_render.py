@@ -553,3 +553,34 @@ def test_no_module_builds_a_job_shell_program_as_a_string() -> None:
                 pairs = list(zip(argv, argv[1:], strict=False))
                 assert ("sh", "-c") not in pairs and ("bash", "-c") not in pairs, (name, step)
             assert "sh -c '" not in render_plan(plan)
+
+
+def test_rehearsal_nodes_share_cores_so_a_rank_runs_one_thread() -> None:
+    """local-2node's two nodes run on this machine's 2 cores: the site file's tuning gives a rank
+    one thread (measured there: 4x faster than the placement's 2), and the header says that the
+    job runs that value, not the placement's."""
+    site = load_site("local-2node")
+    job = JobSpec(name="t", command=["python3", "t.py"], nodes=2, ranks_per_node=1)
+    script = render_job(site, job, image=None)
+    lines = script.splitlines()
+    assert "export OMP_NUM_THREADS=1" in lines and "export OMP_NUM_THREADS=2" not in lines
+    assert "# tuning: OMP_NUM_THREADS=1 from the site file's tuning, not the placement's 2" in lines
+    assert "site file's tuning" not in render_job(
+        load_site("local"), job.model_copy(update={"nodes": 1, "ranks_per_node": 2}), image=None
+    )
+
+
+def test_a_replaced_placement_value_is_named_with_its_layer() -> None:
+    from hpcenv.jobs.render import overridden_placement
+
+    layers = [
+        ("placement", {"OMP_NUM_THREADS": "4", "KMP_BLOCKTIME": "1"}),
+        ("site-environment", {"OMP_NUM_THREADS": "2", "OMPI_MCA_btl": "tcp"}),
+        ("measured-tuning", {"OMP_NUM_THREADS": "3"}),
+    ]
+    assert overridden_placement(layers) == [  # the last layer's value is the one the job runs
+        "tuning: OMP_NUM_THREADS=3 from measured tuning (hpcenv tune --measure), "
+        "not the placement's 4"
+    ]
+    same = [("placement", {"OMP_NUM_THREADS": "1"}), ("site-environment", {"OMP_NUM_THREADS": "1"})]
+    assert overridden_placement(same) == []

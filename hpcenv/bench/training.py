@@ -40,7 +40,10 @@ started here when it is not running), the same project in a shared folder, built
 interleaved: hpcenv's default (the site's launch, srun, ranks through ``rank-env.sh``) vs the
 project's documented multi-node launch, ``srun torchrun --nnodes 2 --nproc_per_node 1
 --rdzv_backend c10d`` (pytorch/examples ``distributed/minGPT-ddp/mingpt/slurm/sbatch_run.sh`` at
-85a7899905fde8e891e332e2fa1644da0b579058, read 2026-11-24), which is ``--launcher torchrun``.
+85a7899905fde8e891e332e2fa1644da0b579058, read 2026-11-24), which is ``--launcher torchrun``;
+:data:`TWO_NODE_ROUNDS` rounds. Both run the site's one thread per rank (``local-2node``'s
+``tuning:``: the two nodes share this machine's 2 cores; with 2 threads per rank an epoch took
+4x longer and varied by up to 2x between epochs of one run, which no 3 rounds could pair).
 Not in a ``--quick`` run; when the cluster cannot be had, the row says why and the one-node
 rows stand.
 """
@@ -71,6 +74,7 @@ RECIPE_NAME = "hpcenv-bench-mingpt"
 VENDORED = Path("tests/data/third_party/pytorch-examples-mingpt-ddp")
 PROJECT = "mingpt"  # the project folder under the bench's work folder (IMAGE_WORK in the image)
 ROUNDS = 3
+TWO_NODE_ROUNDS = 5  # a two-node job of this shape takes ~1 min with one thread per rank
 # The 1.2x gain over a naive launch assumes placement has something to win: with 2 ranks on
 # this machine's 2 cores each rank gets a core whatever the launch binds, one thread each.
 TRAINING_INFORMATIONAL = (
@@ -461,7 +465,7 @@ def training_section(ctx: BenchContext) -> Section:
         why = "a --quick run leaves the two rehearsal nodes out."
     else:
         try:
-            two, sec.data["two_node"] = two_node_runs(ctx, shape, rounds)
+            two, sec.data["two_node"] = two_node_runs(ctx, shape, TWO_NODE_ROUNDS)
             why = ""
         except Exception as err:  # the one-node rows stand; the row says why
             why = f"{type(err).__name__}: {err}"
