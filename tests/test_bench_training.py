@@ -333,6 +333,8 @@ def test_full_run_adds_the_two_node_row_or_says_why_not(
     else:
         assert row.value == pytest.approx(1000 / 950) and row.met is True
         assert len(sec.tables) == 2 and "two rehearsal nodes" in sec.tables[1].title
+        each = sec.tables[1].rows[0][2].split(", ")  # the two-node pair runs its own rounds
+        assert len(each) == training.TWO_NODE_ROUNDS > training.ROUNDS
 
 
 # -- The section for real: opt-in, `make bench-test` (HPCENV_BENCH_TESTS=1). Measured 2026-11-24:
