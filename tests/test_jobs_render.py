@@ -555,23 +555,40 @@ def test_no_module_builds_a_job_shell_program_as_a_string() -> None:
             assert "sh -c '" not in render_plan(plan)
 
 
-def test_rehearsal_nodes_share_cores_so_a_rank_runs_one_thread() -> None:
+@pytest.mark.parametrize("name", ["local-2node", "local-2node-bind", "local-2node-sif"])
+def test_rehearsal_nodes_share_cores_so_a_rank_runs_one_thread(name: str) -> None:
     """local-2node's two nodes run on this machine's 2 cores: the site file's tuning gives a rank
-    one thread (measured there: 4x faster than the placement's 2), and the header says that the
-    job runs that value, not the placement's."""
-    site = load_site("local-2node")
+    one thread (measured there: 4x faster than the placement's 2), the sites that extend it too,
+    and the header says that the job runs that value, not the placement's."""
     job = JobSpec(name="t", command=["python3", "t.py"], nodes=2, ranks_per_node=1)
-    script = render_job(site, job, image=None)
-    lines = script.splitlines()
+    lines = render_job(load_site(name), job, image=None).splitlines()
     assert "export OMP_NUM_THREADS=1" in lines and "export OMP_NUM_THREADS=2" not in lines
     assert "# tuning: OMP_NUM_THREADS=1 from the site file's tuning, not the placement's 2" in lines
-    assert "site file's tuning" not in render_job(
-        load_site("local"), job.model_copy(update={"nodes": 1, "ranks_per_node": 2}), image=None
+    one_node = job.model_copy(update={"nodes": 1, "ranks_per_node": 2})
+    assert "not the placement's" not in render_job(load_site("local"), one_node, image=None)
+
+
+def test_the_header_names_the_value_the_ranks_run_after_the_jobs_env() -> None:
+    """A job's --env replaces the site's value: the header says so (and never writes a value
+    passed by name)."""
+    site = load_site("local-2node")
+    base = JobSpec(name="t", command=["python3", "t.py"], nodes=2, ranks_per_node=1)
+    given = render_job(site, base.model_copy(update={"env": {"OMP_NUM_THREADS": "4"}}), image=None)
+    assert "# tuning: OMP_NUM_THREADS=4 from the job's --env, not the placement's 2" in given
+    assert "from the site file's tuning" not in given
+    placed = render_job(site, base.model_copy(update={"env": {"OMP_NUM_THREADS": "2"}}), image=None)
+    assert "not the placement's" not in placed  # the job restores the placement's value
+    by_name = render_job(
+        site, base.model_copy(update={"pass_env": ["OMP_NUM_THREADS"]}), image=None
+    )
+    assert (
+        "# tuning: OMP_NUM_THREADS=<the submitting shell's> from the job's --env, not the "
+        "placement's 2" in by_name.splitlines()
     )
 
 
 def test_a_replaced_placement_value_is_named_with_its_layer() -> None:
-    from hpcenv.jobs.render import overridden_placement
+    from hpcenv.jobs.launchenv import overridden_placement
 
     layers = [
         ("placement", {"OMP_NUM_THREADS": "4", "KMP_BLOCKTIME": "1"}),
@@ -584,3 +601,11 @@ def test_a_replaced_placement_value_is_named_with_its_layer() -> None:
     ]
     same = [("placement", {"OMP_NUM_THREADS": "1"}), ("site-environment", {"OMP_NUM_THREADS": "1"})]
     assert overridden_placement(same) == []
+
+
+def test_tune_shows_the_threads_the_ranks_run(runner: CliRunner) -> None:
+    res = runner.invoke(app, ["tune", "--site", "local-2node", "-N", "2", "--ranks-per-node", "1"])
+    assert res.exit_code == 0, res.output
+    out = res.output.splitlines()
+    assert "  OMP_NUM_THREADS=1" in out and "  OMP_NUM_THREADS=2" not in out
+    assert "  - OMP_NUM_THREADS=1 from the site file's tuning, not the placement's 2" in out

@@ -1007,7 +1007,8 @@ def paired_ratios(runs: list[tuple[str, float]], baseline: str) -> dict[str, lis
 def mnist_section(ctx: BenchContext) -> Section:
     sec = Section("mnist", "Launch tuning: Horovod MNIST step time")
     epochs = 1 if ctx.quick else 2
-    omp = str(ctx.tuning.omp_threads)
+    # what hpcenv's ranks run: the placement's, unless the site file's tuning replaces it
+    omp = ctx.hpcenv_env.get("OMP_NUM_THREADS", str(ctx.tuning.omp_threads))
     naive_threads = "2"  # torch's default on this node: one thread per core, in every rank
     hp: Variant = ("hpcenv", ctx.hpcenv_mpirun, ctx.hpcenv_env, omp)
     naive: Variant = ("naive", NAIVE_MPIRUN, {}, naive_threads)

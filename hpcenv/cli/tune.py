@@ -112,6 +112,7 @@ def _print_measured(done: Measured, as_json: bool) -> None:
 
 
 def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
+    from hpcenv.jobs.launchenv import launch_layers, overridden_placement
     from hpcenv.jobs.launchers import LAUNCHERS
     from hpcenv.jobs.shell import join
 
@@ -127,12 +128,15 @@ def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
         f"{s.name}: {n.sockets} socket(s) x {n.cores_per_socket} cores, {n.gpus} GPU(s); "
         f"{t.nodes} node(s) x {t.ranks_per_node} rank(s) = {t.ranks} ranks"
     )
+    layers = launch_layers(s, t)
+    replaced = overridden_placement(layers)  # the site file's tuning may replace a value
     typer.echo("why:")
-    for r in t.reasons:
+    for r in [*t.reasons, *(note.removeprefix("tuning: ") for note in replaced)]:
         typer.echo(f"  - {r}")
     typer.echo("environment:")
-    for k, v in t.env.items():
-        typer.echo(f"  {k}={v}")
+    ranks_run = {k: v for _, values in layers for k, v in values.items()}
+    for k in t.env:
+        typer.echo(f"  {k}={ranks_run[k]}")
     typer.echo("launchers:")
     for lname, launcher in LAUNCHERS.items():
         typer.echo(f"  {lname:<7} {join(launcher().flags(s, t))}")

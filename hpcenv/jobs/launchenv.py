@@ -20,7 +20,7 @@ The job adds its own layers after these (caches, rendezvous, the user's, the run
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpcenv.jobs.plan import EnvSource
@@ -72,3 +72,32 @@ def launch_env(
     for _, values in launch_layers(site, placement, measured, injected=injected):
         env |= values
     return env
+
+
+#: The value :func:`overridden_placement` is given for ``--env NAME``: the submitting shell's.
+BY_NAME = "<the submitting shell's>"
+
+_LAYER_NAMES = {
+    "site-mpi": "the site file's mpi.env",
+    "site-environment": "the site file's tuning",
+    "measured-tuning": "measured tuning (hpcenv tune --measure)",
+    "job": "the job's --env",
+}
+
+
+def overridden_placement(layers: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
+    """A note for each placement value that a later layer replaces (the site's ``tuning:``,
+    measured tuning, the job's ``--env``), so the placement's reasons are not read as what the
+    ranks run; ``layers`` in the order they apply, the placement's first."""
+    placed = dict(layers[0][1]) if layers and layers[0][0] == "placement" else {}
+    final: dict[str, tuple[str, str]] = {}
+    for layer, values in layers[1:]:
+        for name, value in values.items():
+            if name in placed:
+                final[name] = (layer, value)
+    return [
+        f"tuning: {name}={value} from {_LAYER_NAMES.get(layer, layer)}, not the placement's "
+        f"{placed[name]}"
+        for name, (layer, value) in final.items()
+        if value != placed[name]
+    ]

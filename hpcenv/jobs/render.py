@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ from jinja2 import meta
 from hpcenv.envpolicy import check as check_env
 from hpcenv.errors import ConfigError
 from hpcenv.jobs.bindmodel import SiteMpi, preflight_args, site_mpi, standard_abi
-from hpcenv.jobs.launchenv import launch_layers
+from hpcenv.jobs.launchenv import BY_NAME, launch_layers, overridden_placement
 from hpcenv.jobs.launchers import Launcher, get_launcher, launch_argv
 from hpcenv.jobs.placement import Placement, job_placement
 from hpcenv.jobs.plan import (
@@ -261,27 +260,6 @@ def _used_placeholders(job: JobSpec) -> set[str]:
     if "task" in used and not job.array:
         raise ConfigError("{task} is only defined in a job array (--array N)")
     return used
-
-
-def overridden_placement(layers: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
-    """A note for each placement value a later shared layer replaces (the site's ``tuning:``,
-    measured tuning), so the header's placement reasons are not read as what the job runs."""
-    placed = dict(layers[0][1]) if layers and layers[0][0] == "placement" else {}
-    final: dict[str, tuple[str, str]] = {}
-    for layer, values in layers[1:]:
-        for name, value in values.items():
-            if name in placed:
-                final[name] = (layer, value)
-    where = {
-        "site-mpi": "the site file's mpi.env",
-        "site-environment": "the site file's tuning",
-        "measured-tuning": "measured tuning (hpcenv tune --measure)",
-    }
-    return [
-        f"tuning: {name}={value} from {where.get(layer, layer)}, not the placement's {placed[name]}"
-        for name, (layer, value) in final.items()
-        if value != placed[name]
-    ]
 
 
 def _paths(site: Site, job: JobSpec, used: set[str], image: str | None) -> JobPaths:
@@ -572,10 +550,9 @@ def plan_job(
     env = _EnvLayers()
     # the layers every launch shares (hpcenv.jobs.launchenv); a job runs under the site MPI's
     # environment, bound in or the hybrid image's own
-    layers = launch_layers(site, placement, measured_env, injected=True)
-    for layer, values in layers:
+    shared = launch_layers(site, placement, measured_env, injected=True)
+    for layer, values in shared:
         env.add(values, layer, expands if layer == "measured-tuning" else set())
-    notes += overridden_placement(layers)
     env.add(*_cache_env(site))
     if measured is not None:
         if rules_text:  # numbers only (generated from validated integers), one record per line
@@ -597,6 +574,8 @@ def plan_job(
         env.add(rendezvous_env(site, scheduler), "rendezvous", {"MASTER_ADDR", "MASTER_PORT"})
     env.add(job.env, "job")
     env.add(job.passed_env(), "job", set(job.pass_env))  # --env NAME: by name (issue 37)
+    by_name = {n: BY_NAME for n in job.pass_env}
+    notes += overridden_placement([*shared, ("job", job.env), ("job", by_name)])
 
     steps: list[Step] = []
     before, after = _staging_steps(job, paths, placement, launcher)
