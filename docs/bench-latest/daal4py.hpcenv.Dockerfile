@@ -9,6 +9,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates libgomp1 libmpich12 libopenmpi3 mpich openmpi-bin python3 python3-venv && \
     rm -rf /var/lib/apt/lists/*
+# the build inputs' digest: a change to them builds the next steps again
+COPY hpcenv-build.sha256 /opt/hpcenv/build-inputs.sha256
 # python 3.11 venv at /opt/venv
 RUN --mount=type=bind,source=hpcenv-build,target=/opt/hpcenv-build export PIP_CONFIG_FILE=/opt/hpcenv-build/pip.conf PIP_DISABLE_PIP_VERSION_CHECK=1 && \
     python3 -m venv /opt/venv && \
