@@ -1007,8 +1007,7 @@ def paired_ratios(runs: list[tuple[str, float]], baseline: str) -> dict[str, lis
 def mnist_section(ctx: BenchContext) -> Section:
     sec = Section("mnist", "Launch tuning: Horovod MNIST step time")
     epochs = 1 if ctx.quick else 2
-    # what hpcenv's ranks run: the placement's, unless the site file's tuning replaces it
-    omp = ctx.hpcenv_env.get("OMP_NUM_THREADS", str(ctx.tuning.omp_threads))
+    omp = ctx.hpcenv_env["OMP_NUM_THREADS"]  # what hpcenv's ranks run (the site may replace it)
     naive_threads = "2"  # torch's default on this node: one thread per core, in every rank
     hp: Variant = ("hpcenv", ctx.hpcenv_mpirun, ctx.hpcenv_env, omp)
     naive: Variant = ("naive", NAIVE_MPIRUN, {}, naive_threads)

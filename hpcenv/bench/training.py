@@ -285,10 +285,6 @@ def headlines(runs: Sequence[tuple[str, float | None]], names: Sequence[str]) ->
     ratios)."""
     hp, *others = names
     what = f"Public training benchmark (pytorch/examples minGPT-DDP, {NP} ranks, one node)"
-    med = {
-        n: statistics.median([v for k, v in runs if k == n and v is not None] or [math.nan])
-        for n in names
-    }
     out = []
     compared = {
         "naive": (TRAINING_GOAL, "naive launch"),
@@ -299,20 +295,37 @@ def headlines(runs: Sequence[tuple[str, float | None]], names: Sequence[str]) ->
     }
     for other in others:
         goal, label = compared[other]
-        ratios = paired(runs, hp, other)
-        value = statistics.median(ratios) if ratios else None
-        out.append(
-            Headline(
-                f"{what}: samples/s, hpcenv default / {label} (goal {goal})",
-                f"{fmt_num(med[hp])} vs {fmt_num(med[other])} samples/s (medians); rounds "
-                + ", ".join(fmt_ratio(r) for r in ratios),
-                fmt_ratio(value),
-                goal,
-                value,
-                informational=TRAINING_INFORMATIONAL if other == "naive" else "",
-            )
-        )
+        measure = f"{what}: samples/s, hpcenv default / {label} (goal {goal})"
+        informational = TRAINING_INFORMATIONAL if other == "naive" else ""
+        out.append(ratio_headline(runs, hp, other, measure, goal, informational))
     return out
+
+
+def ratio_headline(
+    runs: Sequence[tuple[str, float | None]],
+    hp: str,
+    other: str,
+    measure: str,
+    goal: str,
+    informational: str = "",
+) -> Headline:
+    """``hp`` / ``other``: the median of the per-round ratios, with both launches' median
+    samples/s and each round's ratio."""
+
+    def median_of(name: str) -> float:
+        return statistics.median([v for k, v in runs if k == name and v is not None] or [math.nan])
+
+    ratios = paired(runs, hp, other)
+    value = statistics.median(ratios) if ratios else None
+    return Headline(
+        measure,
+        f"{fmt_num(median_of(hp))} vs {fmt_num(median_of(other))} samples/s (medians); rounds "
+        + ", ".join(fmt_ratio(r) for r in ratios),
+        fmt_ratio(value),
+        goal,
+        value,
+        informational=informational,
+    )
 
 
 TWO_NODE = (
@@ -340,14 +353,11 @@ def two_node_headlines(
                 target, "", "", DOCUMENTED_GOAL, None, f"Two-node training not measured: {why_not}"
             )
         ]
-    med = {
-        n: statistics.median([v for k, v in runs if k == n and v is not None] or [math.nan])
-        for n in TWO_NODE
-    }
-    out = []
-    for other, measure, goal, informational in (
-        (documented, target, DOCUMENTED_GOAL, ""),
-        (
+    return [
+        ratio_headline(runs, hp, documented, target, DOCUMENTED_GOAL),
+        ratio_headline(
+            runs,
+            hp,
             launcher_only,
             f"{TWO_NODE_WHAT}: samples/s, hpcenv default / torchrun per node with hpcenv's "
             "environment (the launcher alone)",
@@ -355,21 +365,7 @@ def two_node_headlines(
             "the same processes, binding and environment, launched by srun + rank-env.sh or by "
             "torchrun's agent: a ratio near 1 says the launcher costs nothing either way",
         ),
-    ):
-        ratios = paired(runs, hp, other)
-        value = statistics.median(ratios) if ratios else None
-        out.append(
-            Headline(
-                measure,
-                f"{fmt_num(med[hp])} vs {fmt_num(med[other])} samples/s (medians); rounds "
-                + ", ".join(fmt_ratio(r) for r in ratios),
-                fmt_ratio(value),
-                goal,
-                value,
-                informational=informational,
-            )
-        )
-    return out
+    ]
 
 
 def two_node_job(

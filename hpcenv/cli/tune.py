@@ -112,7 +112,7 @@ def _print_measured(done: Measured, as_json: bool) -> None:
 
 
 def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
-    from hpcenv.jobs.launchenv import launch_layers, overridden_placement
+    from hpcenv.jobs.launchenv import launch_env, launch_layers, overridden_placement
     from hpcenv.jobs.launchers import LAUNCHERS
     from hpcenv.jobs.shell import join
 
@@ -134,7 +134,7 @@ def _print_placement(result: TuneResult, show: bool, as_json: bool) -> None:
     for r in [*t.reasons, *(note.removeprefix("tuning: ") for note in replaced)]:
         typer.echo(f"  - {r}")
     typer.echo("environment:")
-    ranks_run = {k: v for _, values in layers for k, v in values.items()}
+    ranks_run = launch_env(s, t)
     for k in t.env:
         typer.echo(f"  {k}={ranks_run[k]}")
     typer.echo("launchers:")
