@@ -303,12 +303,18 @@ def test_training_section_with_faked_build_and_container(
     (ctr,) = FakeContainer.made
     assert ctr.image == image_tag(recipe=training.RECIPE_NAME, site="local")
     assert ctr.volumes == [f"{ctx.work}:{IMAGE_WORK}:ro"]
-    # --quick: two rounds of hpcenv default and the documented launch (naive left out)
-    assert ctr.started and ctr.stopped and len(ctr.lines) == 4
+    # --quick: a warm-up, then two rounds of hpcenv default and the documented launch (naive
+    # left out); the warm-up is the documented launch, 2 epochs, and is not counted
+    assert ctr.started and ctr.stopped and len(ctr.lines) == 5
+    warm_up, first, *_ = [line for line, _ in ctr.lines]
+    assert "torchrun --standalone" in warm_up and "max_epochs=2" in warm_up
+    assert "truncate=0.005" in warm_up and "truncate=0.005" not in first
+    assert "torchrun" not in first and "max_epochs=2" in first  # round 1: hpcenv default
     assert not any("--bind-to none" in line for line, _ in ctr.lines)
-    assert sum("torchrun --standalone" in line for line, _ in ctr.lines) == 2
+    assert sum("torchrun --standalone" in line for line, _ in ctr.lines) == 3
     ports = {env["MASTER_PORT"] for _, env in ctr.lines}
-    assert len(ports) == 4 and all(env["PYTHONUNBUFFERED"] == "1" for _, env in ctr.lines)
+    assert len(ports) == 5 and all(env["PYTHONUNBUFFERED"] == "1" for _, env in ctr.lines)
+    assert len(sec.data["runs"]) == 4 and sec.data["warm_up"]["samples_per_s"] > 0
     documented, two = sec.headline
     assert documented.value == pytest.approx(1.0) and documented.met is True
     assert two.value is None and "--quick" in two.note  # --quick leaves the two nodes out
@@ -351,7 +357,7 @@ def test_full_run_adds_the_two_node_row_or_says_why_not(
     monkeypatch.setattr(training, "two_node_runs", two)
     FakeContainer.made.clear()
     sec = training.training_section(_ctx(tmp_path))
-    assert len(FakeContainer.made[0].lines) == 3 * training.ROUNDS
+    assert len(FakeContainer.made[0].lines) == 1 + 3 * training.ROUNDS  # a warm-up first
     row = sec.headline[-1] if cluster == "down" else sec.headline[-2]
     if cluster == "down":
         assert row.value is None and "cannot start slurmctld" in row.note
@@ -372,8 +378,9 @@ if os.environ.get("HPCENV_BENCH_TESTS") == "1":
     @pytest.mark.podman
     @pytest.mark.timeout(1800)
     def test_bench_training_podman(tmp_path: Path) -> None:
-        """The real section, --quick: the user recipe built with `hpcenv build`, one round of the
-        three launches in its image; needs the local horovod-cpu image (make build-local)."""
+        """The real section, --quick: the user recipe built with `hpcenv build`, a warm-up and
+        two rounds of hpcenv default and the documented launch in its image; needs the local
+        horovod-cpu image (make build-local)."""
         out = tmp_path / "bench"
         proc = subprocess.run(
             [
@@ -396,13 +403,11 @@ if os.environ.get("HPCENV_BENCH_TESTS") == "1":
         doc = json.loads((out / "report.json").read_text())
         (sec,) = [s for s in doc["sections"] if s["key"] == "training"]
         assert sec["error"] is None, sec["error"]
-        assert len(sec["data"]["runs"]) == 3
+        assert len(sec["data"]["runs"]) == 2 * training.QUICK_ROUNDS
         assert all(r["samples_per_s"] > 0 for r in sec["data"]["runs"])
-        assert [h["goal"] for h in sec["headline"]] == [
-            TRAINING_GOAL,
-            DOCUMENTED_GOAL,
-            DOCUMENTED_GOAL,
-        ]
+        assert sec["data"]["warm_up"]["samples_per_s"] > 0
+        # hpcenv default / documented, and the two-node row a --quick run leaves out
+        assert [h["goal"] for h in sec["headline"]] == [DOCUMENTED_GOAL, DOCUMENTED_GOAL]
 
     @pytest.mark.podman
     @pytest.mark.slurm
